@@ -1,0 +1,30 @@
+//! The seed's billing consumer as an idem handler: one `order.confirmed.v1`
+//! event → one row in `billing.charge` and one charge at the payment
+//! provider. Dedup, the transaction, offsets and the `Idempotency-Key`
+//! header are the host's job.
+
+use idem_guest::{Db, Event, config, http};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OrderConfirmed {
+    order_id: i64,
+    customer_id: i64,
+    total_amount: f64,
+    currency: String,
+}
+
+fn handle(event: &Event, db: &Db) -> idem_guest::Result {
+    let order: OrderConfirmed = event.payload()?;
+    db.execute(
+        "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)",
+        &[&event.id(), &order.order_id, &order.customer_id, &order.total_amount, &order.currency],
+    )?;
+    let body = json!({ "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency });
+    http::post(format!("{}/v1/charges", config::require("payment_base_url")?)).json(&body).send()?.error_for_status()?;
+    Ok(())
+}
+
+idem_guest::handler!(handle);

@@ -1,0 +1,79 @@
+//! Write an idem handler: a WebAssembly component that gets one validated
+//! Kafka event at a time and whose effect the host commits exactly once.
+//!
+//! The host has already done the hard part when your function runs: the
+//! payload is valid JSON with a UUID v7 `eventId`, this `(eventId, handler)`
+//! pair has been claimed in `idem.processed_event` inside a PostgreSQL
+//! transaction, and every [`Db`] statement you run joins that transaction.
+//! Return `Ok(())` and the host commits your writes together with the claim;
+//! return an error (or panic) and nothing you wrote survives.
+//!
+//! ```no_run
+//! use idem_guest::{config, http, Db, Event};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! #[serde(rename_all = "camelCase")]
+//! struct OrderConfirmed { order_id: i64, total_amount: f64, currency: String }
+//!
+//! fn handle(event: &Event, db: &Db) -> idem_guest::Result {
+//!     let order: OrderConfirmed = event.payload()?;
+//!     db.execute(
+//!         "INSERT INTO billing.charge (event_id, order_id, amount, currency) VALUES ($1, $2, $3, $4)",
+//!         &[&event.id(), &order.order_id, &order.total_amount, &order.currency],
+//!     )?;
+//!     // Carries `Idempotency-Key: <eventId>`, added by the host.
+//!     http::post(format!("{}/v1/charges", config::require("payment_base_url")?))
+//!         .json(&serde_json::json!({ "orderId": order.order_id }))
+//!         .send()?
+//!         .error_for_status()?;
+//!     Ok(())
+//! }
+//!
+//! idem_guest::handler!(handle);
+//! ```
+//!
+//! Build it with `cargo build --target wasm32-wasip2 --release`; the `.wasm`
+//! file under `target/wasm32-wasip2/release/` is the component the host loads.
+
+#[doc(hidden)]
+pub mod bindings;
+pub mod config;
+pub mod db;
+mod error;
+mod event;
+pub mod http;
+pub mod log;
+
+pub use db::{Db, DbError, FromValue, Row, Rows, ToValue, Value};
+pub use error::{Error, Result};
+pub use event::{Event, EventId};
+
+/// Exports `f` as the component's `handle` function.
+///
+/// `f` has the signature `fn(&Event, &Db) -> idem_guest::Result`.
+#[macro_export]
+macro_rules! handler {
+    ($f:path) => {
+        struct __IdemHandler;
+
+        impl $crate::bindings::Guest for __IdemHandler {
+            fn handle(
+                event: $crate::bindings::idem::handler::types::Event,
+            ) -> ::core::result::Result<(), $crate::bindings::idem::handler::types::HandlerError> {
+                $crate::__run(event, $f)
+            }
+        }
+
+        $crate::bindings::export_handler!(__IdemHandler with_types_in $crate::bindings);
+    };
+}
+
+#[doc(hidden)]
+pub fn __run(
+    raw: bindings::idem::handler::types::Event,
+    f: fn(&Event, &Db) -> Result,
+) -> std::result::Result<(), bindings::idem::handler::types::HandlerError> {
+    let event = Event::from(raw);
+    f(&event, &Db::new()).map_err(Error::into_wit)
+}

@@ -1,0 +1,16 @@
+//! What a handler can reach, one module per import of the world. Each
+//! implements its interface's `Host` trait on the store state.
+
+pub(crate) mod db;
+pub(crate) mod http;
+mod host_info;
+
+/// A failure of the host itself while serving a guest call. It traps the
+/// guest; the executor finds it in the trap and classifies the event's
+/// failure by it (a lost database connection is worth a retry, a guest bug
+/// is not).
+#[derive(Debug, thiserror::Error)]
+pub enum HostFault {
+    #[error("the database failed while running a handler statement: {0}")]
+    Database(#[source] sqlx::Error),
+}

@@ -1,0 +1,100 @@
+//! Executes one event: claim, handler, commit, all in one transaction.
+
+use std::sync::Arc;
+
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::capabilities::HostFault;
+use crate::capabilities::db::DbCapability;
+use crate::capabilities::http::HttpCapability;
+use crate::dedup;
+use crate::error::ExecError;
+use crate::event::Event;
+use crate::runtime::{Handler, HostState, Invocation};
+
+/// What became of an event that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler ran and its effect committed with the claim.
+    Processed,
+    /// The event was already processed by this handler: skipped.
+    Duplicate,
+}
+
+/// Runs events through one handler against one database.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    handler: Handler,
+    pool: PgPool,
+    http: reqwest::Client,
+}
+
+impl Executor {
+    pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client) -> Self {
+        Self { handler, pool, http }
+    }
+
+    pub fn handler(&self) -> &Handler {
+        &self.handler
+    }
+
+    /// Executes `event` in a transaction of its own. `attempt` is 1 for the
+    /// first execution in this process, then 2, 3, …
+    ///
+    /// `Ok(Processed)` is returned only after COMMIT succeeded. Every guest
+    /// statement ran under a savepoint, so the transaction cannot be in the
+    /// aborted state that would make PostgreSQL turn COMMIT into ROLLBACK.
+    pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
+        // READ COMMITTED whatever the server's default: see `dedup::claim`.
+        let tx = self.pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await.map_err(ExecError::from_host_sql)?;
+        let (tx, result) = self.run_in(tx, event, attempt).await;
+        match result {
+            Ok(Outcome::Processed) => {
+                tx.commit().await.map_err(ExecError::from_host_sql)?;
+                Ok(Outcome::Processed)
+            }
+            other => {
+                // A duplicate wrote nothing; a failure must leave nothing.
+                if let Err(e) = tx.rollback().await {
+                    tracing::warn!(event_id = %event.id, "rollback failed (the connection is discarded): {e}");
+                }
+                other
+            }
+        }
+    }
+
+    /// Claims `event` and runs the handler inside `tx`, which the caller
+    /// commits or rolls back. The unit a batch of events will repeat, each
+    /// under its own savepoint.
+    pub async fn run_in(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        event: &Event,
+        attempt: u32,
+    ) -> (Transaction<'static, Postgres>, Result<Outcome, ExecError>) {
+        let settings = self.handler.settings();
+        match dedup::claim(&mut tx, event, &settings.name).await {
+            Ok(true) => {}
+            Ok(false) => return (tx, Ok(Outcome::Duplicate)),
+            Err(e) => return (tx, Err(ExecError::from_host_sql(e))),
+        }
+        let event_id = event.id.hyphenated().to_string();
+        let http = HttpCapability::new(self.http.clone(), Arc::new(settings.http.clone()), event_id.clone());
+        let state = HostState::new(self.handler.new_state(), event_id, DbCapability::new(tx), http);
+        let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt)).await;
+        let stderr = state.stderr_tail();
+        let tx = state.db.into_transaction();
+        let result = match invocation {
+            Invocation::Ok => Ok(Outcome::Processed),
+            Invocation::Failed { retryable: true, message } => Err(ExecError::HandlerRetryable(message)),
+            Invocation::Failed { retryable: false, message } => Err(ExecError::HandlerPermanent(message)),
+            Invocation::TimedOut(limit) => Err(ExecError::TimedOut(limit)),
+            Invocation::Trapped(trap) => Err(match trap.downcast::<HostFault>() {
+                Ok(HostFault::Database(e)) => ExecError::Database(e),
+                Err(trap) if stderr.is_empty() => ExecError::Trapped(format!("{trap:#}")),
+                Err(trap) => ExecError::Trapped(format!("{trap:#}; guest stderr: {stderr}")),
+            }),
+        };
+        (tx, result)
+    }
+}

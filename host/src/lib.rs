@@ -1,0 +1,37 @@
+//! idem: Kafka consumers whose business logic is a WebAssembly component,
+//! with each event's effect applied exactly once.
+//!
+//! The host owns everything that must be right every time: consumption,
+//! validation, deduplication on the event's UUID v7 id, the PostgreSQL
+//! transaction that holds both the claim and the handler's writes, and the
+//! offset commit after it. A handler (see the `idem-guest` crate) only sees
+//! the validated event and two capabilities bound to that transaction.
+//!
+//! - [`runtime`]: the wasmtime engine, loading and invoking components;
+//! - [`capabilities`](crate::capabilities): what a guest can call (`db`, `http`, `config`, `log`);
+//! - [`executor`]: one event, one transaction: claim, handler, commit;
+//! - [`dedup`]: the claim in `idem.processed_event`;
+//! - [`migrate`]: idem's own schema;
+//! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
+//!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`].
+
+mod capabilities;
+pub mod config;
+pub mod dedup;
+pub mod error;
+pub mod event;
+pub mod executor;
+pub mod migrate;
+pub mod offsets;
+pub mod pipeline;
+pub mod runtime;
+pub mod startup;
+pub mod stats;
+pub mod validate;
+
+pub use capabilities::HostFault;
+pub use capabilities::http::client as http_client;
+pub use error::{ErrorClass, ExecError};
+pub use event::Event;
+pub use executor::{Executor, Outcome};
+pub use runtime::{Handler, HandlerSettings, HttpPolicy, LoadError, Runtime};

@@ -1,0 +1,89 @@
+//! Which offset of a partition may be committed: the one after the last
+//! record whose transaction committed (or that was skipped as invalid or a
+//! duplicate) with nothing unresolved before it (R-KFK-CONS-X1).
+//!
+//! Offsets are tracked in delivery order, never by arithmetic on offsets:
+//! real topics have gaps (transaction markers, compaction).
+
+use std::collections::VecDeque;
+
+/// One partition's offsets within one assignment.
+#[derive(Debug, Default)]
+pub struct OffsetTracker {
+    /// Delivered records not yet committable, in delivery order; `true` once done.
+    pending: VecDeque<(i64, bool)>,
+    /// The offset to commit next: after the last done record of the prefix.
+    position: Option<i64>,
+    /// What was last handed to a commit.
+    committed: Option<i64>,
+}
+
+impl OffsetTracker {
+    /// A record was handed to the partition's worker.
+    pub fn delivered(&mut self, offset: i64) {
+        self.pending.push_back((offset, false));
+    }
+
+    /// The record at `offset` is resolved: processed, duplicate or skipped.
+    pub fn completed(&mut self, offset: i64) {
+        if let Some(entry) = self.pending.iter_mut().find(|(o, _)| *o == offset) {
+            entry.1 = true;
+        }
+        while let Some(&(offset, true)) = self.pending.front() {
+            self.pending.pop_front();
+            self.position = Some(offset + 1);
+        }
+    }
+
+    /// The position to commit, if it moved since the last commit.
+    pub fn to_commit(&self) -> Option<i64> {
+        self.position.filter(|p| Some(*p) != self.committed)
+    }
+
+    pub fn committed(&mut self, position: i64) {
+        self.committed = Some(position);
+    }
+
+    /// The position of the prefix resolved so far.
+    pub fn position(&self) -> Option<i64> {
+        self.position
+    }
+
+    /// Nothing delivered is still unresolved.
+    pub fn is_settled(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OffsetTracker;
+
+    #[test]
+    fn commits_after_the_resolved_prefix_across_gaps() {
+        let mut t = OffsetTracker::default();
+        for offset in [5, 7, 10] {
+            t.delivered(offset);
+        }
+        assert_eq!(t.to_commit(), None);
+        t.completed(7);
+        assert_eq!(t.to_commit(), None, "5 is unresolved, so 7 cannot be committed");
+        t.completed(5);
+        assert_eq!(t.to_commit(), Some(8), "the offset after 7, not 6: there is no 6");
+        t.committed(8);
+        assert_eq!(t.to_commit(), None);
+        t.completed(10);
+        assert_eq!(t.to_commit(), Some(11));
+        assert!(t.is_settled());
+    }
+
+    #[test]
+    fn an_unresolved_record_holds_the_position() {
+        let mut t = OffsetTracker::default();
+        t.delivered(0);
+        t.delivered(1);
+        t.completed(1);
+        assert_eq!(t.position(), None);
+        assert!(!t.is_settled());
+    }
+}

@@ -1,0 +1,297 @@
+//! One handler's Kafka consumer: its rebalance hooks and the thread that
+//! polls it.
+//!
+//! The consumer is owned by a dedicated blocking thread, and every call on it
+//! happens there: polling, routing records to partition queues, pausing and
+//! resuming, committing. rust-rdkafka runs rebalance callbacks inside `poll`,
+//! so they run on that thread too; they may wait (boundedly) for in-flight
+//! events without blocking any async task, since events run on the tokio
+//! runtime.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::Shared;
+use super::partition::{self, PartitionState};
+use crate::stats::Stats;
+use crate::validate::Record;
+
+/// Queue length at which a partition's fetching is paused, and resumed.
+const PAUSE_AT: usize = 2_000;
+const RESUME_AT: usize = 500;
+
+type Key = (String, i32);
+
+pub(crate) struct IdemContext {
+    shared: Arc<Shared>,
+    partitions: Mutex<HashMap<Key, Arc<PartitionState>>>,
+    generation: AtomicU64,
+    runtime: tokio::runtime::Handle,
+    /// How long a revocation waits for in-flight events before abandoning them.
+    revoke_timeout: Duration,
+}
+
+impl IdemContext {
+    pub(crate) fn new(shared: Arc<Shared>, runtime: tokio::runtime::Handle, revoke_timeout: Duration) -> Self {
+        Self { shared, partitions: Mutex::new(HashMap::new()), generation: AtomicU64::new(0), runtime, revoke_timeout }
+    }
+
+    fn partitions(&self) -> MutexGuard<'_, HashMap<Key, Arc<PartitionState>>> {
+        self.partitions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current assignment's states (a snapshot; the lock is not held).
+    pub(crate) fn states(&self) -> Vec<Arc<PartitionState>> {
+        self.partitions().values().cloned().collect()
+    }
+
+    fn assign(&self, tpl: &TopicPartitionList) {
+        Stats::add(&self.shared.stats.rebalances);
+        let mut map = self.partitions();
+        for element in tpl.elements() {
+            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            let (state, queue) = PartitionState::new(element.topic(), element.partition());
+            tracing::debug!(topic = element.topic(), partition = element.partition(), generation, "partition worker started");
+            self.runtime.spawn(partition::work(self.shared.clone(), state.clone(), queue));
+            map.insert((element.topic().to_owned(), element.partition()), state);
+        }
+        tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions assigned");
+    }
+
+    /// Stops the revoked partitions, lets in-flight events finish (boundedly)
+    /// and commits what is done before the partitions are released.
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let revoked: Vec<Arc<PartitionState>> = {
+            let mut map = self.partitions();
+            tpl.elements().iter().filter_map(|e| map.remove(&(e.topic().to_owned(), e.partition()))).collect()
+        };
+        tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions revoked");
+        settle(&self.shared.name, &revoked, self.revoke_timeout);
+        commit(consumer, &revoked, CommitMode::Sync);
+    }
+}
+
+fn keys(tpl: &TopicPartitionList) -> Vec<String> {
+    tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect()
+}
+
+/// Stops `states` and waits until none is executing an event, or `timeout`.
+pub(crate) fn settle(handler: &str, states: &[Arc<PartitionState>], timeout: Duration) {
+    for state in states {
+        state.stop();
+    }
+    let deadline = Instant::now() + timeout;
+    while states.iter().any(|s| s.is_busy()) {
+        if Instant::now() >= deadline {
+            tracing::warn!(handler, "in-flight events did not finish within {timeout:?}: abandoned, not committed");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Commits the resolved position of each of `states` that moved.
+pub(crate) fn commit(consumer: &BaseConsumer<IdemContext>, states: &[Arc<PartitionState>], mode: CommitMode) {
+    let mut tpl = TopicPartitionList::new();
+    let mut positions = Vec::new();
+    for state in states {
+        if let Some(position) = state.tracker().to_commit() {
+            if let Err(e) = tpl.add_partition_offset(&state.topic, state.partition, Offset::Offset(position)) {
+                tracing::warn!("cannot commit {}/{}: {e}", state.topic, state.partition);
+                continue;
+            }
+            positions.push((state.clone(), position));
+        }
+    }
+    if positions.is_empty() {
+        return;
+    }
+    match consumer.commit(&tpl, mode) {
+        Ok(()) => {
+            for (state, position) in positions {
+                state.tracker().committed(position);
+            }
+        }
+        // Not fatal: the next commit carries the same positions, and anything
+        // redelivered meanwhile is a duplicate the claim skips.
+        Err(e) => tracing::warn!("offset commit failed: {e}"),
+    }
+}
+
+impl ClientContext for IdemContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel::*;
+        match level {
+            Emerg | Alert | Critical | Error => tracing::error!(target: "librdkafka", fac, "{message}"),
+            Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
+            Notice | Info => tracing::info!(target: "librdkafka", fac, "{message}"),
+            Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+        }
+    }
+}
+
+impl ConsumerContext for IdemContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => self.revoke(consumer, tpl),
+            Rebalance::Error(e) => tracing::warn!(handler = %self.shared.name, "rebalance error: {e}"),
+            Rebalance::Assign(_) => {}
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.assign(tpl);
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}");
+        }
+    }
+}
+
+/// Copies a polled message into an owned [`Record`].
+pub(crate) fn record(message: &BorrowedMessage<'_>) -> Record {
+    let headers = message
+        .headers()
+        .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect())
+        .unwrap_or_default();
+    Record {
+        topic: message.topic().to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+        key: message.key().map(<[u8]>::to_vec),
+        payload: message.payload().map(<[u8]>::to_vec),
+        headers,
+    }
+}
+
+impl IdemContext {
+    /// Hands `record` to its partition's worker.
+    pub(crate) fn route(&self, record: Record) {
+        let state = self.partitions().get(&(record.topic.clone(), record.partition)).cloned();
+        let Some(state) = state else {
+            // Not ours (any more): leave it uncommitted for the owner.
+            tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "record for an unassigned partition dropped");
+            return;
+        };
+        Stats::add(&self.shared.stats.delivered);
+        self.check_start(&state, record.offset);
+        state.push(record);
+    }
+
+    /// Logs and counts a partition that did not resume at its committed offset.
+    fn check_start(&self, state: &PartitionState, offset: i64) {
+        let mut expected = state.expected_start.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(committed)) = *expected {
+            if committed != offset {
+                tracing::warn!(
+                    handler = %self.shared.name, topic = %state.topic, partition = state.partition,
+                    committed, resumed_at = offset, "offset reset: the partition did not resume at its committed offset"
+                );
+                Stats::add(&self.shared.stats.offset_resets);
+            }
+        }
+        *expected = Some(None);
+    }
+
+    /// Looks up the committed offsets of partitions assigned since the last
+    /// call; a partition without one starts at `auto.offset.reset`.
+    pub(crate) fn look_up_starts(&self, consumer: &BaseConsumer<Self>, reset: &str) {
+        let fresh: Vec<Arc<PartitionState>> = self
+            .states()
+            .into_iter()
+            .filter(|s| s.expected_start.lock().unwrap_or_else(|e| e.into_inner()).is_none())
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for s in &fresh {
+            tpl.add_partition(&s.topic, s.partition);
+        }
+        let committed = match consumer.committed_offsets(tpl, Duration::from_secs(10)) {
+            Ok(tpl) => tpl,
+            Err(e) => {
+                tracing::warn!(handler = %self.shared.name, "failed to read committed offsets: {e}");
+                return;
+            }
+        };
+        for s in &fresh {
+            let offset = committed.find_partition(&s.topic, s.partition).map(|e| e.offset());
+            let start = match offset {
+                Some(Offset::Offset(n)) => Some(n),
+                _ => {
+                    tracing::warn!(
+                        handler = %self.shared.name, topic = %s.topic, partition = s.partition,
+                        "offset reset: no committed offset for this group, starting at `{reset}`"
+                    );
+                    Stats::add(&self.shared.stats.offset_resets);
+                    None
+                }
+            };
+            *s.expected_start.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
+        }
+    }
+
+    /// Pauses partitions whose queue is long, resumes drained ones.
+    pub(crate) fn flow_control(&self, consumer: &BaseConsumer<Self>) {
+        for state in self.states() {
+            let queued = state.queued.load(Ordering::SeqCst);
+            let paused = state.paused.load(Ordering::SeqCst);
+            let change = if !paused && queued >= PAUSE_AT {
+                Some(true)
+            } else if paused && queued <= RESUME_AT {
+                Some(false)
+            } else {
+                None
+            };
+            let Some(pause) = change else { continue };
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&state.topic, state.partition);
+            let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
+            match result {
+                Ok(()) => state.paused.store(pause, Ordering::SeqCst),
+                Err(e) => tracing::warn!("failed to pause/resume {}/{}: {e}", state.topic, state.partition),
+            }
+        }
+    }
+
+    /// Every assigned partition has been consumed up to its high watermark
+    /// and every record is resolved.
+    pub(crate) fn drained(&self, consumer: &BaseConsumer<Self>) -> bool {
+        let states = self.states();
+        if states.is_empty() {
+            return false;
+        }
+        let Ok(positions) = consumer.position() else { return false };
+        states.iter().all(|s| {
+            if s.is_busy() || s.queued.load(Ordering::SeqCst) > 0 || !s.tracker().is_settled() {
+                return false;
+            }
+            let Ok((low, high)) = consumer.fetch_watermarks(&s.topic, s.partition, Duration::from_secs(2)) else {
+                return false;
+            };
+            let resolved = s.tracker().position();
+            let fetched = match positions.find_partition(&s.topic, s.partition).map(|e| e.offset()) {
+                Some(Offset::Offset(n)) => Some(n),
+                _ => None,
+            };
+            // A partition that delivered nothing yet is drained if its
+            // committed offset already is the end.
+            let committed = s.expected_start.lock().unwrap_or_else(|e| e.into_inner()).flatten();
+            high == low || resolved.max(fetched).max(committed).is_some_and(|p| p >= high)
+        })
+    }
+}

@@ -1,0 +1,189 @@
+//! `idem run`: for each handler, a Kafka consumer in its group feeding
+//! per-partition workers that validate, execute and resolve records in
+//! offset order; offsets are committed only for records whose transaction
+//! committed (or that were skipped), never ahead of them.
+
+mod consumer;
+mod partition;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use tokio::sync::{Semaphore, mpsc, watch};
+
+use crate::config::{Config, HandlerConfig};
+use crate::executor::Executor;
+use crate::startup::Prepared;
+use crate::stats::{HandlerReport, Stats};
+use crate::validate::Validator;
+use consumer::IdemContext;
+
+/// How `run` behaves beyond the config file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Stop by itself once every assigned partition is consumed to its end
+    /// and committed (the demo and tests use it).
+    pub exit_when_drained: bool,
+}
+
+/// What one handler's pipeline shares between its polling thread and its
+/// partition workers.
+pub(crate) struct Shared {
+    pub name: String,
+    pub executor: Executor,
+    pub validator: Validator,
+    /// Partitions processed at once (`concurrency`).
+    pub permits: Semaphore,
+    pub max_attempts: u32,
+    pub stats: Arc<Stats>,
+    fatal: mpsc::UnboundedSender<String>,
+    /// Test-only fault point (`IDEM_TEST_CRASH_AFTER_COMMITS=N`): abort the
+    /// process right after the N-th committed transaction, before its
+    /// offset can be committed.
+    crash_after: Option<u64>,
+    committed: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn fatal(&self, message: String) {
+        let _ = self.fatal.send(message);
+    }
+
+    pub(crate) fn fault_point(&self) {
+        let n = self.committed.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.crash_after == Some(n) {
+            eprintln!("idem: IDEM_TEST_CRASH_AFTER_COMMITS={n} reached: aborting before the offset commit");
+            std::process::abort();
+        }
+    }
+}
+
+/// Runs every handler until `shutdown` resolves (or, with
+/// `exit_when_drained`, until all are drained), then finishes in-flight
+/// events, commits and returns each handler's counters. A fatal error stops
+/// every handler and is returned.
+pub async fn run(
+    prepared: Prepared,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Vec<HandlerReport>> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let crash_after = std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok());
+    let mut threads = Vec::new();
+    let mut all_stats = Vec::new();
+    for (config, executor, validator) in prepared.handlers {
+        let stats = Arc::new(Stats::default());
+        all_stats.push((config.name.clone(), stats.clone()));
+        let shared = Arc::new(Shared {
+            name: config.name.clone(),
+            executor,
+            validator,
+            permits: Semaphore::new(config.concurrency),
+            max_attempts: config.max_attempts,
+            stats,
+            fatal: fatal_tx.clone(),
+            crash_after,
+            committed: AtomicU64::new(0),
+        });
+        let consumer = build_consumer(&prepared.config, &config, shared.clone())?;
+        consumer.subscribe(&[config.topic.as_str()]).with_context(|| format!("failed to subscribe to {}", config.topic))?;
+        tracing::info!(handler = %config.name, topic = %config.topic, group = %config.group_id, "consuming");
+        let (stop, options, reset) = (stop_rx.clone(), options.clone(), config.auto_offset_reset.clone());
+        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, options, &reset)));
+    }
+    drop(fatal_tx);
+
+    let all = futures::future::join_all(threads);
+    tokio::pin!(all, shutdown);
+    let mut fatal = None;
+    let mut log_every = tokio::time::interval(Duration::from_secs(30));
+    log_every.tick().await;
+    let joined = loop {
+        tokio::select! {
+            joined = &mut all => break joined,
+            () = &mut shutdown => {
+                tracing::info!("shutting down: finishing in-flight events");
+                let _ = stop_tx.send(true);
+            }
+            Some(message) = fatal_rx.recv(), if fatal.is_none() => {
+                fatal = Some(message);
+                let _ = stop_tx.send(true);
+            }
+            _ = log_every.tick() => {
+                for (name, stats) in &all_stats {
+                    tracing::info!(report = ?stats.report(name), "progress");
+                }
+            }
+        }
+    };
+    for result in joined {
+        result.context("a polling thread panicked")?;
+    }
+    if let Some(message) = fatal {
+        anyhow::bail!("stopped on a fatal error: {message}");
+    }
+    Ok(all_stats.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+fn build_consumer(config: &Config, handler: &HandlerConfig, shared: Arc<Shared>) -> anyhow::Result<BaseConsumer<IdemContext>> {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.kafka.brokers)
+        .set("group.id", &handler.group_id)
+        .set("client.id", format!("idem-{}", handler.name))
+        .set("partition.assignment.strategy", &handler.assignor)
+        .set("auto.offset.reset", &handler.auto_offset_reset)
+        .set("enable.partition.eof", "false");
+    for (key, value) in config.kafka.properties.iter().chain(&handler.properties) {
+        client.set(key, value);
+    }
+    // Last, so nothing above can turn them back on (the config check refuses
+    // it anyway): librdkafka's default stores an offset as soon as poll hands
+    // the message out, and auto-commit would then commit unprocessed records.
+    client.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false");
+    let revoke_timeout = Duration::from_millis(handler.timeout_ms).min(Duration::from_secs(30));
+    let context = IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_timeout);
+    client
+        .create_with_context(context)
+        .with_context(|| format!("failed to create the Kafka consumer of handler {}", handler.name))
+}
+
+/// Offsets resolved since the last commit are committed this often.
+const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
+
+fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, options: RunOptions, reset: &str) {
+    let ctx = consumer.context();
+    let mut last_commit = Instant::now();
+    let mut last_drain_check = Instant::now();
+    while !*stop.borrow() {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => ctx.route(consumer::record(&message)),
+            Some(Err(e)) => tracing::warn!("consumer error: {e}"),
+            None => {}
+        }
+        ctx.look_up_starts(&consumer, reset);
+        ctx.flow_control(&consumer);
+        if last_commit.elapsed() >= COMMIT_INTERVAL {
+            consumer::commit(&consumer, &ctx.states(), CommitMode::Async);
+            last_commit = Instant::now();
+        }
+        if options.exit_when_drained && last_drain_check.elapsed() >= Duration::from_millis(500) {
+            last_drain_check = Instant::now();
+            if ctx.drained(&consumer) {
+                tracing::info!("drained: every assigned partition is consumed and committed to its end");
+                break;
+            }
+        }
+    }
+    // Stop taking records, let in-flight events finish, commit what is done.
+    let states = ctx.states();
+    consumer::settle("shutdown", &states, Duration::from_secs(30));
+    consumer::commit(&consumer, &states, CommitMode::Sync);
+    // Dropping the consumer leaves the group (its revoke hook finds nothing
+    // left to commit).
+}

@@ -1,0 +1,148 @@
+//! A loaded handler: its component compiled and linked once, instantiated
+//! afresh in a new `Store` for every event.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::Component;
+use wasmtime::{Store, StoreLimitsBuilder};
+
+use super::bindings::{HandlerPre, types};
+use super::state::HostState;
+use super::Runtime;
+
+/// What an operator configures for one handler, as the runtime needs it.
+#[derive(Debug, Clone)]
+pub struct HandlerSettings {
+    /// The handler's name: its dedup namespace (`idem.processed_event.consumer`).
+    pub name: String,
+    /// Key/values the guest reads through the `config` import.
+    pub config: BTreeMap<String, String>,
+    pub http: HttpPolicy,
+    /// Wall-clock limit of one invocation, host calls included.
+    pub timeout: Duration,
+    /// Linear memory one instance may grow to.
+    pub max_memory_bytes: usize,
+}
+
+impl HandlerSettings {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            config: BTreeMap::new(),
+            http: HttpPolicy::default(),
+            timeout: Duration::from_secs(30),
+            max_memory_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Where a handler may send HTTP requests, and how.
+#[derive(Debug, Clone)]
+pub struct HttpPolicy {
+    /// Base URLs a request's URL must start with (scheme, host, port and a
+    /// path prefix ending at a segment boundary). Empty: nothing is allowed.
+    pub allow: Vec<String>,
+    pub timeout: Duration,
+    /// Prepended to every `Idempotency-Key` as `<prefix>:`, so that two
+    /// handlers calling one provider for the same event do not collide.
+    pub key_prefix: Option<String>,
+}
+
+impl Default for HttpPolicy {
+    fn default() -> Self {
+        Self { allow: Vec::new(), timeout: Duration::from_secs(10), key_prefix: None }
+    }
+}
+
+/// Why a component could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("failed to read component {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is not a WebAssembly component (a core module or another file?): {reason}")]
+    NotAComponent { path: String, reason: String },
+    #[error("{path} does not implement the idem:handler@0.1.0 world: {reason}")]
+    WrongWorld { path: String, reason: String },
+}
+
+/// A handler ready to run events.
+#[derive(Clone)]
+pub struct Handler {
+    runtime: Runtime,
+    pre: HandlerPre<HostState>,
+    settings: Arc<HandlerSettings>,
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handler").field("name", &self.settings.name).finish_non_exhaustive()
+    }
+}
+
+impl Handler {
+    /// Compiles the component at `path` and checks it against the world.
+    pub fn load(runtime: &Runtime, path: &Path, settings: HandlerSettings) -> Result<Self, LoadError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+        Self::from_bytes(runtime, &shown, &bytes, settings)
+    }
+
+    pub fn from_bytes(runtime: &Runtime, what: &str, bytes: &[u8], settings: HandlerSettings) -> Result<Self, LoadError> {
+        let component = Component::new(runtime.engine(), bytes)
+            .map_err(|e| LoadError::NotAComponent { path: what.to_owned(), reason: format!("{e:#}") })?;
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
+        let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
+        let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
+        Ok(Self { runtime: runtime.clone(), pre, settings: Arc::new(settings) })
+    }
+
+    pub fn settings(&self) -> &HandlerSettings {
+        &self.settings
+    }
+
+    /// Instantiates the component in a fresh store holding `state` and calls
+    /// `handle(event)`. Returns the state (and with it the transaction)
+    /// whatever happened, plus the guest's answer or the trap.
+    pub(crate) async fn invoke(&self, state: HostState, event: &types::Event) -> (HostState, Invocation) {
+        let mut store = Store::new(self.runtime.engine(), state);
+        store.limiter(|s| &mut s.limits);
+        // Yield at every epoch tick: lets the wall-clock limit below fire
+        // inside a guest that never calls the host.
+        store.epoch_deadline_async_yield_and_update(1);
+
+        let call = async {
+            let instance = self.pre.instantiate_async(&mut store).await?;
+            instance.call_handle(&mut store, event).await
+        };
+        let answer = match tokio::time::timeout(self.settings.timeout, call).await {
+            Ok(Ok(Ok(()))) => Invocation::Ok,
+            Ok(Ok(Err(types::HandlerError::Retryable(m)))) => Invocation::Failed { retryable: true, message: m },
+            Ok(Ok(Err(types::HandlerError::Permanent(m)))) => Invocation::Failed { retryable: false, message: m },
+            Ok(Err(trap)) => Invocation::Trapped(trap),
+            Err(_) => Invocation::TimedOut(self.settings.timeout),
+        };
+        (store.into_data(), answer)
+    }
+
+    pub(crate) fn new_state(&self) -> StateSeed {
+        StateSeed { settings: self.settings.clone(), limits: StoreLimitsBuilder::new().memory_size(self.settings.max_memory_bytes).instances(4).build() }
+    }
+}
+
+/// What one call of `handle` came to.
+#[derive(Debug)]
+pub(crate) enum Invocation {
+    Ok,
+    Failed { retryable: bool, message: String },
+    Trapped(wasmtime::Error),
+    TimedOut(Duration),
+}
+
+/// The per-handler parts of a new store's state.
+pub(crate) struct StateSeed {
+    pub settings: Arc<HandlerSettings>,
+    pub limits: wasmtime::StoreLimits,
+}

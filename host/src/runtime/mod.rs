@@ -1,0 +1,76 @@
+//! The WebAssembly side of the host: one [`Runtime`] (engine and linker) per
+//! process, one [`Handler`] per configured handler (its component compiled
+//! and pre-instantiated once), and a fresh `Store` per event.
+
+pub mod bindings;
+mod handler;
+mod state;
+
+use std::sync::{Arc, Weak};
+use std::thread;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+pub use handler::{Handler, HandlerSettings, HttpPolicy, LoadError};
+pub(crate) use handler::Invocation;
+pub(crate) use state::HostState;
+
+/// How often the epoch advances. A running guest yields to the async runtime
+/// at every tick, so the invocation's wall-clock limit can fire even inside a
+/// tight loop, and a busy guest never starves the other partitions.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// The engine and the linker every handler is instantiated with.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<HostState>,
+}
+
+impl Runtime {
+    pub fn new() -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(anyhow::Error::from).context("failed to create the wasmtime engine")?;
+
+        let mut linker = Linker::new(&engine);
+        // A Rust guest built with std imports WASI's cli/io interfaces even if
+        // it never uses them; they get an empty context (no files, no env, no
+        // sockets), and stderr is captured to explain traps.
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
+        bindings::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(anyhow::Error::from)?;
+
+        let inner = Arc::new(Inner { engine, linker });
+        spawn_epoch_ticker(Arc::downgrade(&inner)).context("failed to start the epoch thread")?;
+        Ok(Self { inner })
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    pub(crate) fn linker(&self) -> &Linker<HostState> {
+        &self.inner.linker
+    }
+}
+
+/// Advances the engine's epoch until the runtime is dropped.
+fn spawn_epoch_ticker(inner: Weak<Inner>) -> std::io::Result<()> {
+    thread::Builder::new().name("idem-epoch".into()).spawn(move || {
+        while let Some(inner) = inner.upgrade() {
+            inner.engine.increment_epoch();
+            drop(inner);
+            thread::sleep(EPOCH_TICK);
+        }
+    })?;
+    Ok(())
+}

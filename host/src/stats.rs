@@ -1,0 +1,60 @@
+//! Counters per handler: what the pipeline did with every record. Nothing is
+//! dropped without being counted here and logged.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub delivered: AtomicU64,
+    pub processed: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub invalid: AtomicU64,
+    pub failed: AtomicU64,
+    pub retries: AtomicU64,
+    pub offset_resets: AtomicU64,
+    pub rebalances: AtomicU64,
+}
+
+impl Stats {
+    pub fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn report(&self, handler: &str) -> HandlerReport {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        HandlerReport {
+            handler: handler.to_owned(),
+            delivered: get(&self.delivered),
+            processed: get(&self.processed),
+            duplicates: get(&self.duplicates),
+            invalid: get(&self.invalid),
+            failed: get(&self.failed),
+            retries: get(&self.retries),
+            offset_resets: get(&self.offset_resets),
+            rebalances: get(&self.rebalances),
+        }
+    }
+}
+
+/// A handler's counters at one moment; `idem run` prints them as JSON at exit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HandlerReport {
+    pub handler: String,
+    /// Records handed to the handler's partition workers.
+    pub delivered: u64,
+    /// Events whose effect committed.
+    pub processed: u64,
+    /// Events skipped because this handler had already processed their id.
+    pub duplicates: u64,
+    /// Records that failed validation: logged and skipped.
+    pub invalid: u64,
+    /// Events whose handler failed permanently or ran out of attempts: logged and skipped.
+    pub failed: u64,
+    /// Executions repeated after a retryable failure.
+    pub retries: u64,
+    /// Partitions that started somewhere other than their committed offset.
+    pub offset_resets: u64,
+    pub rebalances: u64,
+}

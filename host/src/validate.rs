@@ -1,0 +1,170 @@
+//! Validation before dedup: a record becomes an [`Event`] only if its payload
+//! is JSON with a UUID v7 `eventId`, a configured `eventType`, an RFC 3339
+//! `occurredAt`, and satisfies the handler's JSON Schema.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::Context as _;
+use uuid::Uuid;
+
+use crate::event::Event;
+
+/// A Kafka record as the host received it, owned.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+/// Why a record is not a valid event. Logged and counted, never retried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("the record has no payload")]
+    NoPayload,
+    #[error("the payload is not JSON: {0}")]
+    NotJson(String),
+    #[error("the payload is not a JSON object")]
+    NotObject,
+    #[error("`{0}` is missing or not a string")]
+    MissingField(&'static str),
+    #[error("eventId `{0}` is not a UUID in canonical form")]
+    EventIdNotUuid(String),
+    #[error("eventId `{id}` is a UUID v{version}, not v7")]
+    EventIdNotV7 { id: String, version: usize },
+    #[error("eventType `{0}` is not one this handler accepts")]
+    UnknownEventType(String),
+    #[error("occurredAt `{0}` is not an RFC 3339 timestamp")]
+    BadOccurredAt(String),
+    #[error("the payload violates the schema: {0}")]
+    Schema(String),
+}
+
+/// One handler's validation rules.
+pub struct Validator {
+    event_types: HashSet<String>,
+    schema: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Validator").field("event_types", &self.event_types).finish_non_exhaustive()
+    }
+}
+
+impl Validator {
+    /// Compiles the JSON Schema at `schema_path` (draft 2020-12).
+    pub fn load(schema_path: &Path, event_types: &[String]) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(schema_path)
+            .with_context(|| format!("failed to read schema {}", schema_path.display()))?;
+        let schema: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("schema {} is not JSON", schema_path.display()))?;
+        Self::new(&schema, event_types).with_context(|| format!("schema {} does not compile", schema_path.display()))
+    }
+
+    pub fn new(schema: &serde_json::Value, event_types: &[String]) -> anyhow::Result<Self> {
+        let schema = jsonschema::draft202012::new(schema).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Self { event_types: event_types.iter().cloned().collect(), schema })
+    }
+
+    pub fn validate(&self, record: &Record) -> Result<Event, Invalid> {
+        let bytes = record.payload.as_deref().ok_or(Invalid::NoPayload)?;
+        let payload: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| Invalid::NotJson(e.to_string()))?;
+        let object = payload.as_object().ok_or(Invalid::NotObject)?;
+        let field = |name: &'static str| object.get(name).and_then(|v| v.as_str()).ok_or(Invalid::MissingField(name));
+
+        let raw_id = field("eventId")?;
+        let id = parse_v7(raw_id)?;
+        let event_type = field("eventType")?;
+        if !self.event_types.contains(event_type) {
+            return Err(Invalid::UnknownEventType(event_type.to_owned()));
+        }
+        let occurred_at = field("occurredAt")?;
+        if chrono::DateTime::parse_from_rfc3339(occurred_at).is_err() {
+            return Err(Invalid::BadOccurredAt(occurred_at.to_owned()));
+        }
+        let errors: Vec<String> = self
+            .schema
+            .iter_errors(&payload)
+            .take(5)
+            .map(|e| format!("at `{}`: {e}", e.instance_path()))
+            .collect();
+        if !errors.is_empty() {
+            return Err(Invalid::Schema(errors.join("; ")));
+        }
+        Ok(Event {
+            id,
+            event_type: event_type.to_owned(),
+            occurred_at: occurred_at.to_owned(),
+            topic: record.topic.clone(),
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key.clone(),
+            headers: record.headers.clone(),
+            payload: String::from_utf8_lossy(bytes).into_owned(),
+        })
+    }
+}
+
+/// R-KFK-IDEM-1: the event id is a UUID v7, in its canonical 36-character form.
+fn parse_v7(raw: &str) -> Result<Uuid, Invalid> {
+    let id = Uuid::try_parse(raw).ok().filter(|_| raw.len() == 36).ok_or_else(|| Invalid::EventIdNotUuid(raw.to_owned()))?;
+    match id.get_version_num() {
+        7 => Ok(id),
+        version => Err(Invalid::EventIdNotV7 { id: raw.to_owned(), version }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn validator() -> Validator {
+        let schema = json!({
+            "type": "object",
+            "required": ["orderId"],
+            "properties": { "orderId": { "type": "integer", "minimum": 1 } }
+        });
+        Validator::new(&schema, &["order.confirmed.v1".to_owned()]).expect("schema compiles")
+    }
+
+    fn record(payload: &[u8]) -> Record {
+        Record { topic: "t".into(), partition: 2, offset: 9, key: None, payload: Some(payload.to_vec()), headers: vec![] }
+    }
+
+    fn payload(id: &str, event_type: &str, occurred_at: &str, order_id: serde_json::Value) -> Vec<u8> {
+        json!({"eventId": id, "eventType": event_type, "occurredAt": occurred_at, "orderId": order_id}).to_string().into_bytes()
+    }
+
+    #[test]
+    fn a_valid_payload_becomes_an_event_keyed_by_its_event_id() {
+        let id = Uuid::now_v7().to_string();
+        let event = validator().validate(&record(&payload(&id, "order.confirmed.v1", "2026-11-30T10:00:00+01:00", json!(5)))).expect("valid");
+        assert_eq!(event.id.to_string(), id);
+        assert_eq!((event.partition, event.offset), (2, 9));
+    }
+
+    #[test]
+    fn each_kind_of_invalid_payload_is_named() {
+        let v = validator();
+        let v7 = Uuid::now_v7().to_string();
+        let v4 = "0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e";
+        let check = |bytes: &[u8]| v.validate(&record(bytes)).expect_err("invalid");
+        assert!(matches!(check(b"not json"), Invalid::NotJson(_)));
+        assert_eq!(check(b"[1]"), Invalid::NotObject);
+        assert_eq!(check(br#"{"eventType":"order.confirmed.v1"}"#), Invalid::MissingField("eventId"));
+        assert!(matches!(check(&payload(v4, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))), Invalid::EventIdNotV7 { version: 4, .. }));
+        assert!(matches!(check(&payload("42", "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))), Invalid::EventIdNotUuid(_)));
+        assert!(matches!(check(&payload(&v7, "order.cancelled.v1", "2026-11-30T10:00:00Z", json!(5))), Invalid::UnknownEventType(_)));
+        assert!(matches!(check(&payload(&v7, "order.confirmed.v1", "yesterday", json!(5))), Invalid::BadOccurredAt(_)));
+        let schema = check(&payload(&v7, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(0)));
+        assert!(matches!(schema, Invalid::Schema(ref m) if m.contains("orderId")), "{schema}");
+        let none = Record { payload: None, ..record(b"") };
+        assert_eq!(v.validate(&none).expect_err("tombstone"), Invalid::NoPayload);
+    }
+}

@@ -1,0 +1,123 @@
+//! Test handler: `payload.scenario` picks what it does. Every scenario first
+//! records an effect row, so tests can see whether its writes survived.
+
+use idem_guest::http::{self, HttpError};
+use idem_guest::{Db, DbError, Error, Event, config};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Payload {
+    scenario: String,
+    #[serde(default)]
+    sql: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+}
+
+fn record(db: &Db, event: &Event, note: &str) -> idem_guest::Result {
+    db.execute("INSERT INTO scenario.effect (event_id, note) VALUES ($1, $2)", &[&event.id(), &note])?;
+    Ok(())
+}
+
+fn base() -> idem_guest::Result<String> {
+    config::require("provider_base_url")
+}
+
+fn handle(event: &Event, db: &Db) -> idem_guest::Result {
+    let p: Payload = event.payload()?;
+    record(db, event, "start")?;
+    match p.scenario.as_str() {
+        "ok" => Ok(()),
+        "write-then-fail" => Err(Error::permanent("failing on purpose after a write")),
+        "write-then-retryable" => Err(Error::retryable("asking for a retry after a write")),
+        "write-then-trap" => panic!("trapping on purpose after a write"),
+        "loop" => loop {
+            std::hint::black_box(0u64);
+        },
+        "statement" => {
+            let sql = p.sql.ok_or_else(|| Error::permanent("no sql in payload"))?;
+            db.execute(&sql, &[])?;
+            Ok(())
+        }
+        "unique-violation" => {
+            // scenario.effect already has this (event_id, 'start'): a duplicate key.
+            match db.execute("INSERT INTO scenario.effect (event_id, note) VALUES ($1, 'start')", &[&event.id()]) {
+                Err(DbError::UniqueViolation(_)) => {}
+                other => return Err(Error::permanent(format!("expected a unique violation, got {other:?}"))),
+            }
+            record(db, event, "after-violation")
+        }
+        "two-labeled-posts" => {
+            http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send()?.error_for_status()?;
+            http::post(format!("{}/v1/charges", base()?))
+                .label("fee")
+                .json(&serde_json::json!({"what": "fee"}))
+                .send()?
+                .error_for_status()?;
+            if event.attempt() == 1 {
+                return Err(Error::retryable("failing the first attempt after both requests"));
+            }
+            Ok(())
+        }
+        "roundtrip" => {
+            use idem_guest::db::{Json, Numeric, Timestamp};
+            let rows = db.query(
+                "SELECT $1::bigint AS i, $2::text AS t, $3::numeric AS n, $4::jsonb AS j, $5::uuid AS u, \
+                 $6::timestamptz AS ts, $7::bool AS b, $8::bytea AS by, $9::int AS nul, $10::float8 AS f",
+                &[
+                    &42i64,
+                    &"héllo",
+                    &Numeric("12345678901234567890.125".into()),
+                    &Json(serde_json::json!({"a": [1, 2]})),
+                    &event.id(),
+                    &Timestamp("2026-11-30T01:02:03.5Z".into()),
+                    &true,
+                    &vec![0u8, 255],
+                    &None::<i64>,
+                    &1.5f64,
+                ],
+            )?;
+            let row = rows.first().ok_or_else(|| Error::permanent("no row"))?;
+            let summary = format!(
+                "{}|{}|{}|{}|{}|{}|{}|{:?}|{:?}|{}",
+                row.get::<i64>("i")?,
+                row.get::<String>("t")?,
+                row.get::<String>("n")?,
+                row.get::<serde_json::Value>("j")?,
+                row.get::<String>("u")?,
+                row.get::<String>("ts")?,
+                row.get::<bool>("b")?,
+                row.get::<Vec<u8>>("by")?,
+                row.get::<Option<i64>>("nul")?,
+                row.get::<f64>("f")?,
+            );
+            record(db, event, &summary)
+        }
+        "two-unlabeled-posts" => {
+            http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send()?;
+            http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "fee"})).send()?;
+            Ok(())
+        }
+        "resend-after-timeout" => {
+            let send = || http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send().map_err(Error::from);
+            match http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send() {
+                Err(HttpError::Timeout(_)) => {
+                    record(db, event, "timed-out-once")?;
+                    send()?.error_for_status()?;
+                }
+                other => {
+                    other?.error_for_status()?;
+                }
+            }
+            Ok(())
+        }
+        "get" => {
+            let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;
+            http::get(url).send()?.error_for_status()?;
+            Ok(())
+        }
+        other => Err(Error::permanent(format!("unknown scenario {other}"))),
+    }
+}
+
+idem_guest::handler!(handle);

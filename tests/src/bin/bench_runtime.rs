@@ -1,0 +1,120 @@
+//! Per-event cost of the handler runtime on the billing example.
+//!
+//! `cargo run --release -p idem-tests --bin bench-runtime [-- EVENTS]`
+//!
+//! Runs the same work two ways, one event at a time on one connection, in
+//! the same process against the same PostgreSQL and local provider:
+//! - baseline: hand-written Rust doing what the seed does per event (BEGIN,
+//!   claim INSERT … RETURNING, charge INSERT, POST with Idempotency-Key,
+//!   COMMIT);
+//! - idem: `Executor::execute` with the billing component (fresh Store,
+//!   instantiate, guest code, savepoint per statement, the same SQL and POST).
+//!
+//! Prints µs/event and events/s for each and the ratio idem/baseline.
+
+use std::time::Instant;
+
+use anyhow::Context as _;
+use idem::{Event, Executor, Handler, HandlerSettings, Runtime};
+use idem_tests::db::TestDb;
+use idem_tests::guests;
+use idem_tests::provider::PaymentProvider;
+use serde_json::json;
+
+fn order(i: i64) -> Event {
+    let id = uuid::Uuid::now_v7();
+    let payload = json!({
+        "eventId": id.to_string(), "eventType": "order.confirmed.v1", "occurredAt": "2026-11-30T00:00:00Z",
+        "aggregateType": "Order", "orderId": i + 1, "customerId": 7, "totalAmount": 10.25, "currency": "EUR",
+    });
+    Event {
+        id,
+        event_type: "order.confirmed.v1".into(),
+        occurred_at: "2026-11-30T00:00:00Z".into(),
+        topic: "orders.confirmed".into(),
+        partition: 0,
+        offset: i,
+        key: None,
+        headers: vec![],
+        payload: payload.to_string(),
+    }
+}
+
+async fn baseline(db: &TestDb, http: &reqwest::Client, url: &str, events: &[Event]) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    for (i, e) in events.iter().enumerate() {
+        let mut tx = db.pool.begin().await?;
+        let claimed: Option<uuid::Uuid> = sqlx::query_scalar(
+            "INSERT INTO idem.processed_event (event_id, consumer, topic, \"partition\", \"offset\") \
+             VALUES ($1, 'baseline', $2, 0, $3) ON CONFLICT DO NOTHING RETURNING event_id",
+        )
+        .bind(e.id)
+        .bind(&e.topic)
+        .bind(e.offset)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if claimed.is_none() {
+            continue;
+        }
+        sqlx::query("INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)")
+            .bind(uuid::Uuid::now_v7())
+            .bind(i as i64)
+            .bind(7i64)
+            .bind(10.25f64)
+            .bind("EUR")
+            .execute(&mut *tx)
+            .await?;
+        http.post(format!("{url}/v1/charges"))
+            .header("Idempotency-Key", e.id.to_string())
+            .header("content-type", "application/json")
+            .body(json!({"orderId": i, "amount": 10.25, "currency": "EUR"}).to_string())
+            .send()
+            .await?
+            .error_for_status()?;
+        tx.commit().await?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+async fn idem_run(exec: &Executor, events: &[Event]) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    for e in events {
+        exec.execute(e, 1).await.with_context(|| format!("event {}", e.id))?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let n: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(2000);
+    let db = TestDb::new().await?;
+    let provider = PaymentProvider::start().await;
+    let runtime = Runtime::new()?;
+    let mut settings = HandlerSettings::new("billing");
+    settings.http.allow = vec![provider.base_url()];
+    settings.config.insert("payment_base_url".into(), provider.base_url());
+    let component = guests::component("billing");
+    let load = Instant::now();
+    let handler = Handler::load(&runtime, &component, settings)?;
+    let load_ms = load.elapsed().as_secs_f64() * 1e3;
+    let http = idem::http_client()?;
+    let exec = Executor::new(handler, db.pool.clone(), http.clone());
+
+    // Warm both paths (connections, prepared statements, code).
+    baseline(&db, &http, &provider.base_url(), &(0..50).map(|i| order(i)).collect::<Vec<_>>()).await?;
+    idem_run(&exec, &(0..50).map(|i| order(i)).collect::<Vec<_>>()).await?;
+
+    let base_events: Vec<Event> = (0..n as i64).map(order).collect();
+    let idem_events: Vec<Event> = (0..n as i64).map(order).collect();
+    let base = baseline(&db, &http, &provider.base_url(), &base_events).await?;
+    let ours = idem_run(&exec, &idem_events).await?;
+
+    let per = |secs: f64| secs * 1e6 / n as f64;
+    println!("billing example, {n} events, one at a time, one connection");
+    println!("component load (compile + link): {load_ms:.0} ms");
+    println!("baseline (hand-written sqlx + reqwest): {:>8.1} µs/event {:>8.0} events/s", per(base), n as f64 / base);
+    println!("idem executor (billing component):      {:>8.1} µs/event {:>8.0} events/s", per(ours), n as f64 / ours);
+    println!("ratio idem/baseline (time per event):   {:>8.2}", ours / base);
+    db.drop_database().await;
+    Ok(())
+}

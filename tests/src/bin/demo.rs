@@ -1,0 +1,100 @@
+//! The billing example end to end: `scripts/demo` runs this.
+//!
+//! Creates a fresh `idem_demo` database (migrated by `idem migrate`), a
+//! 6-partition topic, and a local payment provider; produces a burst of
+//! `order.confirmed.v1` events with redelivered duplicates (same eventId,
+//! new offsets, some on other partitions) and a few invalid records; runs
+//! `idem run` until the topic is drained; prints a summary.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use idem_tests::host::{self, HandlerSpec, order_payload};
+use idem_tests::provider::PaymentProvider;
+use idem_tests::{guests, kafka};
+use sqlx::{Connection as _, Executor as _, PgConnection};
+
+const PARTITIONS: i32 = 6;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let orders: i64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(5000);
+    let server = idem_tests::db::server_url();
+    let db_url = format!("{}/idem_demo", server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base));
+
+    println!("1. database {db_url}: recreate, `idem migrate`, billing schema");
+    let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
+    admin.execute("DROP DATABASE IF EXISTS idem_demo WITH (FORCE)").await?;
+    admin.execute("CREATE DATABASE idem_demo").await?;
+    let migrate = Command::new(idem_tests::idem_bin()).args(["migrate", "--database-url", &db_url]).status()?;
+    if !migrate.success() {
+        bail!("idem migrate failed");
+    }
+    let mut conn = PgConnection::connect(&db_url).await?;
+    let schema = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/billing/schema.sql"))?;
+    conn.execute(schema.as_str()).await?;
+
+    println!("2. billing component: {}", guests::component("billing").display());
+    let brokers = kafka::brokers();
+    let topic = kafka::create_topic(PARTITIONS).await;
+    println!("3. broker {brokers}, topic {topic} ({PARTITIONS} partitions)");
+
+    let producer = kafka::producer();
+    let mut sent = Vec::new();
+    let (mut duplicates, mut invalid) = (0, 0);
+    for i in 0..orders {
+        let (_, payload) = order_payload(i + 1);
+        kafka::produce(&producer, &topic, (i % i64::from(PARTITIONS)) as i32, "order", &payload).await;
+        sent.push(payload);
+    }
+    for (i, payload) in sent.iter().enumerate().filter(|(i, _)| i % 10 < 3) {
+        // Redelivered: the same payload at a new offset, on the same partition or another.
+        let partition = if i % 2 == 0 { i as i32 % PARTITIONS } else { (i as i32 + 1) % PARTITIONS };
+        kafka::produce(&producer, &topic, partition, "order", payload).await;
+        duplicates += 1;
+    }
+    for bad in [&b"not json"[..], br#"{"eventId":"0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e","eventType":"order.confirmed.v1"}"#] {
+        kafka::produce(&producer, &topic, 0, "order", bad).await;
+        invalid += 1;
+    }
+    println!("4. produced {orders} orders, {duplicates} redelivered duplicates, {invalid} invalid records");
+
+    let provider = PaymentProvider::start().await;
+    let spec = HandlerSpec::billing(&topic, &provider.base_url());
+    let config = host::write_config(&db_url, &[spec]);
+    println!("5. idem run --config {} --exit-when-drained", config.display());
+    let started = Instant::now();
+    let (status, reports) = tokio::task::spawn_blocking(move || host::wait_report(host::spawn(&config, true, &[]))).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if !status.success() {
+        bail!("idem run failed: {status}");
+    }
+    let report = reports.first().context("idem run printed no report")?;
+
+    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM billing.charge").fetch_one(&mut conn).await?;
+    let doubled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT order_id FROM billing.charge GROUP BY order_id HAVING count(*) > 1) d",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    let provider_double = provider.keys().len() - provider.charges();
+    println!();
+    println!("summary");
+    println!("  events delivered:     {}", report.delivered);
+    println!("  duplicates skipped:   {}", report.duplicates);
+    println!("  invalid messages:     {}", report.invalid);
+    println!("  charges made:         {charges} rows in billing.charge, {} charges at the provider", provider.charges());
+    println!("  double charges:       {}", doubled as usize + provider_double);
+    println!("  failed events:        {}", report.failed);
+    println!(
+        "  throughput:           {:.0} events/s ({} records in {elapsed:.1} s, host start-up included)",
+        report.delivered as f64 / elapsed,
+        report.delivered
+    );
+    if charges != orders || doubled != 0 || provider_double != 0 || provider.charges() as i64 != orders {
+        bail!("the example did not charge every order exactly once");
+    }
+    Ok(())
+}

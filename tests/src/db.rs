@@ -1,0 +1,70 @@
+//! A fresh database per test, on the server `DATABASE_URL` names
+//! (default `postgres://postgres@127.0.0.1:5432/postgres`).
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
+
+/// Databases made by the harness start with this; `.ci/run` drops leftovers.
+pub const PREFIX: &str = "idem_t";
+
+pub fn server_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A database of its own, migrated, with the examples' and test guests'
+/// tables. Dropped by [`TestDb::drop_database`] (or by `.ci/run` next time).
+#[derive(Debug)]
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+}
+
+fn with_database(url: &str, name: &str) -> String {
+    match url.rfind('/') {
+        Some(i) if !url[..i].ends_with('/') => format!("{}/{name}", &url[..i]),
+        _ => format!("{url}/{name}"),
+    }
+}
+
+impl TestDb {
+    /// An empty database: no schema, no migrations.
+    pub async fn empty() -> anyhow::Result<Self> {
+        let server = server_url();
+        let name = crate::unique_name(PREFIX);
+        let mut admin = PgConnection::connect(&server).await.with_context(|| format!("failed to connect to {server}"))?;
+        admin.execute(format!("CREATE DATABASE {name}").as_str()).await.context("failed to create the test database")?;
+        let url = with_database(&server, &name);
+        let pool = PgPoolOptions::new().max_connections(20).connect(&url).await?;
+        Ok(Self { name, url, pool })
+    }
+
+    /// A database migrated, with the examples' and test guests' tables.
+    pub async fn new() -> anyhow::Result<Self> {
+        let Self { name, url, pool } = Self::empty().await?;
+        idem::migrate::apply(&pool).await?;
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for schema in ["examples/billing/schema.sql", "examples/notification/schema.sql", "tests/guests/scenarios/schema.sql"] {
+            let sql = std::fs::read_to_string(root.join(schema)).with_context(|| format!("failed to read {schema}"))?;
+            pool.execute(sql.as_str()).await.with_context(|| format!("failed to apply {schema}"))?;
+        }
+        Ok(Self { name, url, pool })
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        match sqlx::query_scalar::<_, i64>(sql).fetch_one(&self.pool).await {
+            Ok(n) => n,
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+
+    pub async fn drop_database(self) {
+        self.pool.close().await;
+        if let Ok(mut admin) = PgConnection::connect(&server_url()).await {
+            let _ = admin.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str()).await;
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! The guest components, built for `wasm32-wasip2` by the harness itself.
+//!
+//! They are built once per test process into `<target>/guests` (a target
+//! directory of their own: the `cargo test` that runs us holds the lock on
+//! ours).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub const CRATES: &[&str] = &["billing", "notification", "scenarios"];
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `<target>/guests`, next to the `debug`/`release` folder this binary runs from.
+fn guest_target_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("IDEM_GUEST_TARGET_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let target = exe
+        .ancestors()
+        .find(|p| p.join("CACHEDIR.TAG").exists())
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| workspace().join("target"));
+    target.join("guests")
+}
+
+fn build() -> Result<PathBuf, String> {
+    let target_dir = guest_target_dir();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace()).args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"]);
+    for name in CRATES {
+        cmd.args(["-p", name]);
+    }
+    cmd.env("CARGO_TARGET_DIR", &target_dir);
+    let status = cmd.status().map_err(|e| format!("failed to run cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "building the guest components failed ({status}); is the target installed? `rustup target add wasm32-wasip2`"
+        ));
+    }
+    Ok(target_dir.join("wasm32-wasip2").join("release"))
+}
+
+/// The path of the built component `name` (one of [`CRATES`]).
+pub fn component(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BUILT.get_or_init(build) {
+        Ok(dir) => dir.join(format!("{name}.wasm")),
+        Err(e) => panic!("{e}"),
+    }
+}

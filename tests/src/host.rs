@@ -1,0 +1,139 @@
+//! Running the host under test: a config file written for the test, then
+//! either `idem::pipeline::run` in this process or the `idem` binary as a
+//! child process (for SIGKILL and SIGTERM).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use idem::stats::HandlerReport;
+
+/// One `[[handler]]` of a test config.
+#[derive(Debug, Clone)]
+pub struct HandlerSpec {
+    pub name: String,
+    /// A crate of [`crate::guests::CRATES`].
+    pub component: &'static str,
+    pub topic: String,
+    pub group_id: String,
+    pub event_types: Vec<String>,
+    pub concurrency: usize,
+    pub assignor: &'static str,
+    pub provider_url: String,
+}
+
+impl HandlerSpec {
+    pub fn billing(topic: &str, provider_url: &str) -> Self {
+        Self {
+            name: "billing".into(),
+            component: "billing",
+            topic: topic.into(),
+            group_id: crate::unique_name("billing"),
+            event_types: vec!["order.confirmed.v1".into()],
+            concurrency: 3,
+            assignor: "cooperative-sticky",
+            provider_url: provider_url.into(),
+        }
+    }
+
+    pub fn notification(topic: &str) -> Self {
+        Self {
+            name: "notification".into(),
+            component: "notification",
+            group_id: crate::unique_name("notification"),
+            ..Self::billing(topic, "http://127.0.0.1:9")
+        }
+    }
+}
+
+fn schema_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/billing/order-confirmed.v1.schema.json")
+}
+
+/// Writes an `idem.toml` for `handlers` into a fresh folder and returns its path.
+pub fn write_config(database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
+    let dir = std::env::temp_dir().join(crate::unique_name("idem_config"));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("config dir: {e}"));
+    let mut text = format!(
+        "[kafka]\nbrokers = \"{}\"\n[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\n\
+         [database]\nurl = \"{database_url}\"\n",
+        crate::kafka::brokers()
+    );
+    for h in handlers {
+        let types: Vec<String> = h.event_types.iter().map(|t| format!("\"{t}\"")).collect();
+        text.push_str(&format!(
+            "\n[[handler]]\nname = \"{name}\"\ntopic = \"{topic}\"\ngroup_id = \"{group}\"\ncomponent = \"{component}\"\n\
+             event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
+             [handler.http]\nallow = [\"{url}\"]\ntimeout_ms = 5000\n[handler.config]\npayment_base_url = \"{url}\"\n",
+            name = h.name,
+            topic = h.topic,
+            group = h.group_id,
+            component = crate::guests::component(h.component).display(),
+            types = types.join(", "),
+            schema = schema_path().display(),
+            concurrency = h.concurrency,
+            assignor = h.assignor,
+            url = h.provider_url,
+        ));
+    }
+    let path = dir.join("idem.toml");
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write config: {e}"));
+    path
+}
+
+/// Runs the host in this process until every partition is drained.
+pub async fn run_until_drained(config: &Path) -> Vec<HandlerReport> {
+    run_in_process(config, true, std::future::pending()).await
+}
+
+/// Runs the host in this process until `shutdown` (or drained, if asked).
+pub async fn run_in_process(
+    config: &Path,
+    exit_when_drained: bool,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Vec<HandlerReport> {
+    let prepared = idem::startup::prepare(config).await.unwrap_or_else(|e| panic!("start-up checks: {e:#}"));
+    let options = idem::pipeline::RunOptions { exit_when_drained };
+    idem::pipeline::run(prepared, options, shutdown).await.unwrap_or_else(|e| panic!("run: {e:#}"))
+}
+
+/// `idem run` as a child process.
+pub fn spawn(config: &Path, exit_when_drained: bool, env: &[(&str, &str)]) -> Child {
+    let mut cmd = Command::new(crate::idem_bin());
+    cmd.arg("run").arg("--config").arg(config).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    if exit_when_drained {
+        cmd.arg("--exit-when-drained");
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", crate::idem_bin().display()))
+}
+
+/// Waits for a child started with [`spawn`] and parses its report line.
+pub fn wait_report(child: Child) -> (std::process::ExitStatus, Vec<HandlerReport>) {
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let reports = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| serde_json::from_value(v["handlers"].clone()).ok())
+        .unwrap_or_default();
+    (out.status, reports)
+}
+
+/// Sends SIGTERM (or SIGKILL) to a child.
+pub fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {}", child.id());
+}
+
+/// An `order.confirmed.v1` payload with a fresh UUID v7 id.
+pub fn order_payload(order_id: i64) -> (uuid::Uuid, Vec<u8>) {
+    let id = uuid::Uuid::now_v7();
+    let payload = serde_json::json!({
+        "eventId": id.to_string(), "eventType": "order.confirmed.v1", "occurredAt": "2026-11-30T12:00:00Z",
+        "aggregateType": "Order", "orderId": order_id, "customerId": 1000 + order_id % 17,
+        "totalAmount": 10.5 + (order_id % 90) as f64, "currency": "EUR",
+    });
+    (id, payload.to_string().into_bytes())
+}

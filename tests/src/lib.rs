@@ -1,0 +1,43 @@
+//! The shared harness of idem's integration tests and benchmarks. It starts
+//! or connects to the real services and builds the guest components itself:
+//!
+//! - [`db`]: a fresh PostgreSQL database per test, migrated, with the
+//!   examples' tables (`DATABASE_URL` picks the server);
+//! - [`guests`]: the example and test components, built for
+//!   `wasm32-wasip2` on first use;
+//! - [`provider`]: a local payment provider that deduplicates by
+//!   `Idempotency-Key` and can misbehave on purpose;
+//! - [`host`]: config files for `idem run`, in-process or as a child process;
+//! - [`kafka`]: a broker (`KAFKA_BROKERS`, or a Tansu started for the run)
+//!   and random topics.
+
+pub mod db;
+pub mod guests;
+pub mod host;
+pub mod kafka;
+pub mod provider;
+
+use std::sync::Once;
+
+/// Logs to the test's output (`IDEM_LOG` filters), once per process.
+pub fn init_logging() {
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    });
+}
+
+/// A random lowercase name with `prefix`, for databases and topics.
+pub fn unique_name(prefix: &str) -> String {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    format!("{prefix}_{}", &id[id.len() - 12..])
+}
+
+/// The `idem` binary that `cargo test` built next to this test binary.
+pub fn idem_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // <target>/<profile>/deps/<test> → <target>/<profile>/idem
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).map(std::path::Path::to_path_buf).unwrap_or_default();
+    profile_dir.join("idem")
+}

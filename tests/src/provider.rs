@@ -1,0 +1,195 @@
+//! A local payment provider over real HTTP/1.1 on loopback. Like a real one
+//! it deduplicates by `Idempotency-Key`: the first request with a key
+//! performs the charge, later ones get the same answer and charge nothing.
+//! It can misbehave on purpose: reset the connection after charging, or
+//! answer late.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One request as the provider saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub idempotency_key: Option<String>,
+    pub body: String,
+}
+
+/// How the next requests are answered.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Fault {
+    #[default]
+    None,
+    /// Charge, then reset the connection without answering, for the next `n` requests.
+    ResetAfterCharge(u32),
+    /// Charge, then answer only after this delay, for the next request.
+    DelayOnce(Duration),
+}
+
+#[derive(Default)]
+struct State {
+    seen: Vec<Seen>,
+    /// Keys charged: the provider performs one charge per key.
+    charges: HashSet<String>,
+    fault: Fault,
+    /// Added to every answer, to make a stream of events take a while.
+    latency: Duration,
+}
+
+/// A running provider; it stops when dropped.
+pub struct PaymentProvider {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PaymentProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PaymentProvider {
+    pub async fn start() -> Self {
+        let listener = match TcpListener::bind("127.0.0.1:0").await {
+            Ok(l) => l,
+            Err(e) => panic!("failed to bind the payment provider: {e}"),
+        };
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("no local address: {e}"));
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve(stream, shared.clone()));
+            }
+        });
+        Self { addr, state, task }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_fault(&self, fault: Fault) {
+        self.state().fault = fault;
+    }
+
+    pub fn set_latency(&self, latency: Duration) {
+        self.state().latency = latency;
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.state().seen.clone()
+    }
+
+    /// Charges performed: one per distinct key that reached the provider.
+    pub fn charges(&self) -> usize {
+        self.state().charges.len()
+    }
+
+    /// The keys of every POST, in arrival order (retries included).
+    pub fn keys(&self) -> Vec<Option<String>> {
+        self.state().seen.iter().filter(|s| s.method == "POST").map(|s| s.idempotency_key.clone()).collect()
+    }
+}
+
+async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
+    let Some(request) = read_request(&mut stream).await else { return };
+    let fault = {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        s.seen.push(request.clone());
+        let mut status = "200 OK";
+        if request.method == "POST" {
+            match &request.idempotency_key {
+                Some(key) => {
+                    // Dedup: charge once per key, whatever the retries.
+                    s.charges.insert(key.clone());
+                }
+                None => status = "400 Bad Request",
+            }
+        }
+        let fault = s.fault;
+        s.fault = match fault {
+            Fault::ResetAfterCharge(n) if n > 1 => Fault::ResetAfterCharge(n - 1),
+            _ => Fault::None,
+        };
+        (fault, status, s.latency)
+    };
+    let (fault, status, latency) = fault;
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let fault = (fault, status);
+    match fault {
+        (Fault::ResetAfterCharge(_), _) => {
+            // Linger 0 makes the close an RST: the client sees a reset, not
+            // an answer. (The deprecation warns of blocking on drop, which a
+            // zero linger never does.)
+            #[expect(deprecated, reason = "SO_LINGER 0 is how a test server resets a connection")]
+            let _ = stream.set_linger(Some(Duration::ZERO));
+            drop(stream);
+        }
+        (Fault::DelayOnce(delay), status) => {
+            tokio::time::sleep(delay).await;
+            let _ = respond(&mut stream, status).await;
+        }
+        (Fault::None, status) => {
+            let _ = respond(&mut stream, status).await;
+        }
+    }
+}
+
+async fn respond(stream: &mut TcpStream, status: &str) -> std::io::Result<()> {
+    let body = r#"{"status":"charged"}"#;
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, path) = (first.next()?.to_owned(), first.next()?.to_owned());
+    let mut headers = HashMap::new();
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':')?;
+        headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+    }
+    let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body = String::from_utf8_lossy(&buf[head_end..]).into_owned();
+    Some(Seen { method, path, idempotency_key: headers.remove("idempotency-key"), body })
+}

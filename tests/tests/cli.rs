@@ -1,0 +1,98 @@
+//! The `idem` binary: `migrate` on an empty database, and `check` refusing
+//! each kind of bad start-up with a message that names the problem.
+
+use std::path::Path;
+use std::process::Command;
+
+use idem_tests::db::TestDb;
+use idem_tests::host::{self, HandlerSpec};
+
+fn idem(args: &[&str]) -> (bool, String) {
+    let out = Command::new(idem_tests::idem_bin()).args(args).output().unwrap_or_else(|e| panic!("run idem: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+fn check(config: &Path) -> (bool, String) {
+    idem(&["check", "--config", config.to_str().unwrap_or_default()])
+}
+
+/// A copy of `config` with `from` replaced by `to`.
+fn variant(config: &Path, from: &str, to: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(config).expect("config");
+    assert!(text.contains(from), "{from} not in config");
+    let path = config.with_file_name(format!("variant-{}.toml", idem_tests::unique_name("v")));
+    std::fs::write(&path, text.replacen(from, to, 1)).expect("write variant");
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn migrate_works_on_an_empty_database_and_check_then_passes() {
+    idem_tests::init_logging();
+    let db = TestDb::empty().await.expect("empty database");
+    let topic = idem_tests::kafka::create_topic(1).await;
+    let config = host::write_config(&db.url, &[HandlerSpec::billing(&topic, "http://127.0.0.1:9")]);
+
+    let (ok, out) = check(&config);
+    assert!(!ok && out.contains("idem migrate"), "check refuses an unmigrated database: {out}");
+
+    let (ok, out) = idem(&["migrate", "--database-url", &db.url]);
+    assert!(ok, "{out}");
+    assert_eq!(db.count("SELECT count(*) FROM idem.processed_event").await, 0);
+    let (ok, out) = idem(&["migrate", "--database-url", &db.url]);
+    assert!(ok, "migrate is idempotent: {out}");
+
+    let (ok, out) = check(&config);
+    assert!(ok, "{out}");
+    db.drop_database().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_refuses_each_bad_start_up_naming_the_problem() {
+    idem_tests::init_logging();
+    let db = TestDb::new().await.expect("database");
+    let topic = idem_tests::kafka::create_topic(1).await;
+    let config = host::write_config(&db.url, &[HandlerSpec::billing(&topic, "http://127.0.0.1:9")]);
+    let (ok, out) = check(&config);
+    assert!(ok, "the base config passes: {out}");
+
+    let not_wasm = config.with_file_name("not-a-component.wasm");
+    std::fs::write(&not_wasm, b"\0asm\x01\0\0\0").expect("write");
+    let bad_schema = config.with_file_name("bad.schema.json");
+    std::fs::write(&bad_schema, br#"{"type": 12}"#).expect("write");
+    let billing_component = idem_tests::guests::component("billing").display().to_string();
+    let schema = std::fs::read_to_string(&config)
+        .expect("config")
+        .lines()
+        .find_map(|l| l.strip_prefix("schema = \"").map(|s| s.trim_end_matches('"').to_owned()))
+        .expect("schema line");
+
+    let cases: Vec<(std::path::PathBuf, &str)> = vec![
+        (config.with_file_name("missing.toml"), "failed to read config"),
+        (variant(&config, "concurrency = 3", "concurrency = 3\nconcurency = 4"), "unknown field `concurency`"),
+        (variant(&config, "[kafka.properties]", "[kafka.properties]\n\"enable.auto.commit\" = \"true\""), "enable.auto.commit"),
+        (variant(&config, "[kafka.properties]", "[kafka.properties]\n\"enable.auto.offset.store\" = \"true\""), "enable.auto.offset.store"),
+        (variant(&config, "concurrency = 3", "concurrency = 3\nmax_events = 100"), "max_events"),
+        (variant(&config, &billing_component, not_wasm.to_str().expect("path")), "not-a-component.wasm"),
+        (variant(&config, &schema, bad_schema.to_str().expect("path")), "does not compile"),
+        (variant(&config, &db.url, "postgres://postgres@127.0.0.1:1/nowhere"), "database unreachable"),
+        (variant(&config, &idem_tests::kafka::brokers(), "127.0.0.1:1"), "broker unreachable"),
+    ];
+    for (path, expected) in cases {
+        let (ok, out) = check(&path);
+        assert!(!ok, "{expected}: check passed a bad config");
+        assert!(out.contains(expected), "expected `{expected}` in: {out}");
+    }
+
+    // Duplicate names and groups, across two handlers.
+    let a = HandlerSpec::billing(&topic, "http://127.0.0.1:9");
+    let mut b = HandlerSpec::notification(&topic);
+    b.name = a.name.clone();
+    let (ok, out) = check(&host::write_config(&db.url, &[a.clone(), b]));
+    assert!(!ok && out.contains("two handlers have this name"), "{out}");
+    let mut c = HandlerSpec::notification(&topic);
+    c.group_id = a.group_id.clone();
+    let (ok, out) = check(&host::write_config(&db.url, &[a, c]));
+    assert!(!ok && out.contains("is used by another handler"), "{out}");
+    db.drop_database().await;
+}

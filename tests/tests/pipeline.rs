@@ -1,0 +1,269 @@
+//! `idem run` against a real broker and real PostgreSQL: offsets, duplicates,
+//! invalid records, crashes, rebalances.
+
+use std::time::Duration;
+
+use idem_tests::db::TestDb;
+use idem_tests::host::{self, HandlerSpec, order_payload};
+use idem_tests::kafka;
+use idem_tests::provider::PaymentProvider;
+
+struct Env {
+    db: TestDb,
+    provider: PaymentProvider,
+    topic: String,
+    partitions: i32,
+    producer: rdkafka::producer::FutureProducer,
+}
+
+impl Env {
+    async fn new(partitions: i32) -> Self {
+        idem_tests::init_logging();
+        let db = TestDb::new().await.unwrap_or_else(|e| panic!("test database: {e:#}"));
+        let provider = PaymentProvider::start().await;
+        let topic = kafka::create_topic(partitions).await;
+        Self { db, provider, topic, partitions, producer: kafka::producer() }
+    }
+
+    fn billing(&self) -> HandlerSpec {
+        HandlerSpec::billing(&self.topic, &self.provider.base_url())
+    }
+
+    async fn send(&self, partition: i32, payload: &[u8]) -> i64 {
+        kafka::produce(&self.producer, &self.topic, partition, "k", payload).await
+    }
+
+    /// `n` distinct orders round-robin over the partitions; returns their payloads.
+    async fn send_orders(&self, n: i64) -> Vec<Vec<u8>> {
+        let mut sent = Vec::new();
+        for i in 0..n {
+            let (_, payload) = order_payload(i + 1);
+            self.send((i % i64::from(self.partitions)) as i32, &payload).await;
+            sent.push(payload);
+        }
+        sent
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        self.db.count(sql).await
+    }
+
+    async fn finish(self) {
+        self.db.drop_database().await;
+    }
+}
+
+const CHARGES: &str = "SELECT count(*) FROM billing.charge";
+const DISTINCT_ORDERS: &str = "SELECT count(DISTINCT order_id) FROM billing.charge";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_thousand_events_with_redelivered_duplicates_are_charged_once_each() {
+    let env = Env::new(6).await;
+    let sent = env.send_orders(1000).await;
+    // 30% redelivered: the same payload (same eventId) at new offsets, half
+    // on the same partition, half on another one.
+    for (i, payload) in sent.iter().enumerate().filter(|(i, _)| i % 10 < 3) {
+        let partition = if i % 2 == 0 { i % 6 } else { (i + 1) % 6 };
+        env.send(partition as i32, payload).await;
+    }
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let reports = host::run_until_drained(&config).await;
+    let r = &reports[0];
+
+    assert_eq!(env.count(CHARGES).await, 1000);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 1000, "no order charged twice");
+    assert_eq!(env.count("SELECT count(*) FROM idem.processed_event WHERE consumer = 'billing'").await, 1000);
+    assert_eq!(env.provider.charges(), 1000, "the provider saw 1000 distinct keys");
+    assert_eq!(env.provider.keys().len(), 1000, "and no duplicate ever reached it");
+    assert_eq!((r.delivered, r.processed, r.duplicates, r.invalid, r.failed), (1300, 1000, 300, 0, 0), "{r:?}");
+    assert_eq!(r.offset_resets, 6, "a new group starts each partition at auto.offset.reset, logged and counted");
+    assert_eq!(
+        kafka::committed(&spec.group_id, &env.topic, 6),
+        kafka::high_watermarks(&env.topic, 6).into_iter().map(Some).collect::<Vec<_>>(),
+        "every partition is committed to its end"
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_payload_at_two_offsets_is_processed_once() {
+    let env = Env::new(1).await;
+    let (_, payload) = order_payload(1);
+    let first = env.send(0, &payload).await;
+    let second = env.send(0, &payload).await;
+    assert_ne!(first, second);
+    let config = host::write_config(&env.db.url, &[env.billing()]);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.duplicates), (1, 1), "{r:?}");
+    assert_eq!(env.count(CHARGES).await, 1);
+    assert_eq!(env.provider.charges(), 1);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_records_are_counted_and_skipped_and_the_partition_keeps_flowing() {
+    let env = Env::new(1).await;
+    env.send_orders(3).await;
+    let v4 = serde_json::json!({
+        "eventId": "0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e", "eventType": "order.confirmed.v1", "occurredAt": "2026-11-30T12:00:00Z",
+        "aggregateType": "Order", "orderId": 1, "customerId": 1, "totalAmount": 1.0, "currency": "EUR",
+    });
+    let (_, good) = order_payload(99);
+    let mut unknown_type: serde_json::Value = serde_json::from_slice(&good).expect("json");
+    unknown_type["eventType"] = "order.cancelled.v1".into();
+    unknown_type["eventId"] = uuid::Uuid::now_v7().to_string().into();
+    let mut schema_violation: serde_json::Value = serde_json::from_slice(&good).expect("json");
+    schema_violation["currency"] = "euro".into();
+    schema_violation["eventId"] = uuid::Uuid::now_v7().to_string().into();
+    let invalid: Vec<Vec<u8>> = vec![
+        b"not json at all".to_vec(),
+        br#"{"eventType":"order.confirmed.v1","occurredAt":"2026-11-30T12:00:00Z"}"#.to_vec(),
+        v4.to_string().into_bytes(),
+        unknown_type.to_string().into_bytes(),
+        schema_violation.to_string().into_bytes(),
+    ];
+    for payload in &invalid {
+        env.send(0, payload).await;
+    }
+    let after = env.send_orders(3).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.invalid, r.processed, r.failed), (5, 6, 0), "{r:?}");
+    assert_eq!(env.count(CHARGES).await, 6, "valid events before and after the invalid ones were charged");
+    assert_eq!(after.len(), 3);
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(11)], "the invalid records were committed past");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_handlers_in_different_groups_each_process_an_event_once() {
+    let env = Env::new(3).await;
+    let sent = env.send_orders(60).await;
+    for payload in sent.iter().take(20) {
+        env.send(1, payload).await;
+    }
+    let config = host::write_config(&env.db.url, &[env.billing(), HandlerSpec::notification(&env.topic)]);
+    let reports = host::run_until_drained(&config).await;
+    assert_eq!(env.count(CHARGES).await, 60);
+    assert_eq!(env.count("SELECT count(*) FROM notification.sent").await, 60);
+    assert_eq!(env.count("SELECT count(*) FROM idem.processed_event WHERE consumer = 'billing'").await, 60);
+    assert_eq!(env.count("SELECT count(*) FROM idem.processed_event WHERE consumer = 'notification'").await, 60);
+    for r in &reports {
+        assert_eq!((r.processed, r.duplicates), (60, 20), "{r:?}");
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_clean_stop_the_committed_offsets_are_the_end_and_nothing_is_redelivered() {
+    let env = Env::new(3).await;
+    env.send_orders(90).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!(r.processed, 90);
+    let ends: Vec<Option<i64>> = kafka::high_watermarks(&env.topic, 3).into_iter().map(Some).collect();
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 3), ends);
+
+    // The child process, stopped by SIGTERM while idle, leaves them there too.
+    let child = host::spawn(&config, false, &[]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    host::signal(&child, "TERM");
+    let (status, reports) = host::wait_report(child);
+    assert!(status.success(), "SIGTERM is a clean exit: {status}");
+    assert_eq!(reports[0].delivered, 0, "nothing was redelivered after the restart: {:?}", reports[0]);
+    assert_eq!(reports[0].offset_resets, 0, "each partition resumed at its committed offset");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 3), ends);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_charge() {
+    let env = Env::new(3).await;
+    env.send_orders(150).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, &[spec.clone()]);
+
+    // The fault point aborts the process right after the 40th transaction
+    // committed, before its offset can be committed.
+    let crashing = host::spawn(&config, false, &[("IDEM_TEST_CRASH_AFTER_COMMITS", "40")]);
+    let (status, _) = host::wait_report(crashing);
+    assert!(!status.success(), "the host died at the fault point: {status}");
+    assert_eq!(env.count(CHARGES).await, 40);
+
+    let (status, reports) = host::wait_report(host::spawn(&config, true, &[]));
+    assert!(status.success(), "{status}");
+    let r = &reports[0];
+    assert!(r.duplicates >= 1, "the event committed before the crash came back and was skipped: {r:?}");
+    assert_eq!(r.processed, 110, "{r:?}");
+    assert_eq!(env.count(CHARGES).await, 150, "0 lost");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 150, "0 double charges");
+    assert_eq!(env.provider.charges(), 150);
+    assert_eq!(env.provider.keys().len(), 150, "no event reached the provider twice");
+    env.finish().await;
+}
+
+/// Two hosts in one group: the second joins mid-stream, the first leaves
+/// mid-stream; every event is charged exactly once.
+async fn rebalance_mid_stream(assignor: &'static str) {
+    let env = Env::new(6).await;
+    env.provider.set_latency(Duration::from_millis(4));
+    env.send_orders(600).await;
+    let mut spec = env.billing();
+    spec.assignor = assignor;
+    spec.concurrency = 2;
+    let config = host::write_config(&env.db.url, &[spec.clone()]);
+
+    let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
+    let a = tokio::spawn({
+        let config = config.clone();
+        async move { host::run_in_process(&config, false, async { let _ = stopped_a.await; }).await }
+    });
+    wait_for(&env, 100).await;
+    let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
+    let b = tokio::spawn({
+        let config = config.clone();
+        async move { host::run_in_process(&config, false, async { let _ = stopped_b.await; }).await }
+    });
+    wait_for(&env, 300).await;
+    let _ = stop_a.send(());
+    let ra = a.await.expect("host a");
+    // b takes a's partitions over and finishes the stream.
+    wait_for(&env, 600).await;
+    let _ = stop_b.send(());
+    let rb = b.await.expect("host b");
+
+    assert_eq!(env.count(CHARGES).await, 600, "0 lost");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 600, "0 double effects");
+    assert_eq!(env.provider.charges(), 600);
+    assert!(ra[0].processed > 0 && rb[0].processed > 0, "both hosts worked: {ra:?} {rb:?}");
+    assert_eq!(ra[0].processed + rb[0].processed, 600, "{ra:?} {rb:?}");
+    assert!(rb[0].rebalances >= 2, "b saw its own join and a's departure: {rb:?}");
+    assert_eq!(
+        kafka::committed(&spec.group_id, &env.topic, 6),
+        kafka::high_watermarks(&env.topic, 6).into_iter().map(Some).collect::<Vec<_>>()
+    );
+    env.finish().await;
+}
+
+async fn wait_for(env: &Env, charges: i64) {
+    for _ in 0..600 {
+        if env.count(CHARGES).await >= charges {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {charges} charges after 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebalance_mid_stream_with_cooperative_sticky_loses_and_doubles_nothing() {
+    rebalance_mid_stream("cooperative-sticky").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebalance_mid_stream_with_an_eager_assignor_loses_and_doubles_nothing() {
+    rebalance_mid_stream("range").await;
+}
