@@ -16,6 +16,7 @@
 //!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`].
 
 mod capabilities;
+pub mod cli;
 pub mod config;
 pub mod dedup;
 pub mod error;

@@ -19,6 +19,8 @@ pub struct HandlerSpec {
     pub concurrency: usize,
     pub assignor: &'static str,
     pub provider_url: String,
+    /// `[handler.http] key_prefix`: tells which host sent a request.
+    pub key_prefix: Option<String>,
 }
 
 impl HandlerSpec {
@@ -32,6 +34,7 @@ impl HandlerSpec {
             concurrency: 3,
             assignor: "cooperative-sticky",
             provider_url: provider_url.into(),
+            key_prefix: None,
         }
     }
 
@@ -63,7 +66,7 @@ pub fn write_config(database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
         text.push_str(&format!(
             "\n[[handler]]\nname = \"{name}\"\ntopic = \"{topic}\"\ngroup_id = \"{group}\"\ncomponent = \"{component}\"\n\
              event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
-             [handler.http]\nallow = [\"{url}\"]\ntimeout_ms = 5000\n[handler.config]\npayment_base_url = \"{url}\"\n",
+             [handler.http]\nallow = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\n",
             name = h.name,
             topic = h.topic,
             group = h.group_id,
@@ -73,6 +76,7 @@ pub fn write_config(database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
             concurrency = h.concurrency,
             assignor = h.assignor,
             url = h.provider_url,
+            prefix = h.key_prefix.as_ref().map(|p| format!("key_prefix = \"{p}\"\n")).unwrap_or_default(),
         ));
     }
     let path = dir.join("idem.toml");
@@ -100,6 +104,8 @@ pub async fn run_in_process(
 pub fn spawn(config: &Path, exit_when_drained: bool, env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(crate::idem_bin());
     cmd.arg("run").arg("--config").arg(config).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    // The child logs to the test's stderr: warnings and worse unless IDEM_LOG says otherwise.
+    cmd.env("IDEM_LOG", std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()));
     if exit_when_drained {
         cmd.arg("--exit-when-drained");
     }

@@ -34,10 +34,15 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}_{}", &id[id.len() - 12..])
 }
 
-/// The `idem` binary that `cargo test` built next to this test binary.
+/// The `idem` command line as built by `cargo test` (or `cargo build`) of
+/// this package, next to the running test or binary.
 pub fn idem_bin() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    // <target>/<profile>/deps/<test> → <target>/<profile>/idem
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).map(std::path::Path::to_path_buf).unwrap_or_default();
-    profile_dir.join("idem")
+    // Binaries live in <target>/<profile>/, integration tests in <target>/<profile>/deps/.
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("idem-under-test"))
+        .find(|candidate| candidate.exists())
+        .unwrap_or_else(|| panic!("no idem-under-test binary next to {}; build the idem-tests package", exe.display()))
 }

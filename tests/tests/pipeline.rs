@@ -209,38 +209,41 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
 /// mid-stream; every event is charged exactly once.
 async fn rebalance_mid_stream(assignor: &'static str) {
     let env = Env::new(6).await;
-    env.provider.set_latency(Duration::from_millis(4));
+    // Slow charges keep the stream going through both rebalances.
+    env.provider.set_latency(Duration::from_millis(50));
     env.send_orders(600).await;
     let mut spec = env.billing();
     spec.assignor = assignor;
     spec.concurrency = 2;
-    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    // Same handler, same group; the key prefix only tells who sent a charge
+    // (and would show an event charged by both as two charges).
+    let config_a = host::write_config(&env.db.url, &[HandlerSpec { key_prefix: Some("a".into()), ..spec.clone() }]);
+    let config_b = host::write_config(&env.db.url, &[HandlerSpec { key_prefix: Some("b".into()), ..spec.clone() }]);
+    let by = |prefix: &str| env.provider.keys().iter().flatten().filter(|k| k.starts_with(prefix)).count();
 
     let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
-    let a = tokio::spawn({
-        let config = config.clone();
-        async move { host::run_in_process(&config, false, async { let _ = stopped_a.await; }).await }
-    });
-    wait_for(&env, 100).await;
+    let a = tokio::spawn(async move { host::run_in_process(&config_a, false, async { let _ = stopped_a.await; }).await });
+    wait_until("a has charged 100 orders", || by("a:") >= 100).await;
     let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
-    let b = tokio::spawn({
-        let config = config.clone();
-        async move { host::run_in_process(&config, false, async { let _ = stopped_b.await; }).await }
-    });
-    wait_for(&env, 300).await;
+    let b = tokio::spawn(async move { host::run_in_process(&config_b, false, async { let _ = stopped_b.await; }).await });
+    // The rebalance gave b partitions while a kept working.
+    wait_until("b has charged 10 orders", || by("b:") >= 10).await;
     let _ = stop_a.send(());
     let ra = a.await.expect("host a");
+    let stopped_at = env.count(CHARGES).await;
+    assert!(stopped_at < 600, "a stopped mid-stream ({stopped_at} charged)");
     // b takes a's partitions over and finishes the stream.
-    wait_for(&env, 600).await;
+    wait_until("600 orders are charged", || env.provider.charges() >= 600).await;
     let _ = stop_b.send(());
     let rb = b.await.expect("host b");
 
     assert_eq!(env.count(CHARGES).await, 600, "0 lost");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 600, "0 double effects");
-    assert_eq!(env.provider.charges(), 600);
-    assert!(ra[0].processed > 0 && rb[0].processed > 0, "both hosts worked: {ra:?} {rb:?}");
+    assert_eq!(env.provider.charges(), 600, "no order was charged by both hosts");
+    assert_eq!(ra[0].processed as usize, by("a:"), "{ra:?}");
+    assert_eq!(rb[0].processed as usize, by("b:"), "{rb:?}");
     assert_eq!(ra[0].processed + rb[0].processed, 600, "{ra:?} {rb:?}");
-    assert!(rb[0].rebalances >= 2, "b saw its own join and a's departure: {rb:?}");
+    assert!(rb[0].rebalances >= 2, "b was assigned partitions at its join and at a's departure: {rb:?}");
     assert_eq!(
         kafka::committed(&spec.group_id, &env.topic, 6),
         kafka::high_watermarks(&env.topic, 6).into_iter().map(Some).collect::<Vec<_>>()
@@ -248,14 +251,14 @@ async fn rebalance_mid_stream(assignor: &'static str) {
     env.finish().await;
 }
 
-async fn wait_for(env: &Env, charges: i64) {
-    for _ in 0..600 {
-        if env.count(CHARGES).await >= charges {
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1200 {
+        if done() {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("fewer than {charges} charges after 60 s");
+    panic!("not within 60 s: {what}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -268,30 +268,26 @@ impl IdemContext {
         }
     }
 
-    /// Every assigned partition has been consumed up to its high watermark
-    /// and every record is resolved.
-    pub(crate) fn drained(&self, consumer: &BaseConsumer<Self>) -> bool {
+    /// Every assigned partition is resolved up to its high watermark, as
+    /// `probe` (a client of its own: its broker round trips never hold up
+    /// the polling thread) sees them. A partition that ends in a control
+    /// record (transaction marker) never counts as drained.
+    pub(crate) fn drained(&self, probe: &BaseConsumer) -> bool {
         let states = self.states();
         if states.is_empty() {
             return false;
         }
-        let Ok(positions) = consumer.position() else { return false };
         states.iter().all(|s| {
             if s.is_busy() || s.queued.load(Ordering::SeqCst) > 0 || !s.tracker().is_settled() {
                 return false;
             }
-            let Ok((low, high)) = consumer.fetch_watermarks(&s.topic, s.partition, Duration::from_secs(2)) else {
+            let Ok((low, high)) = probe.fetch_watermarks(&s.topic, s.partition, Duration::from_secs(5)) else {
                 return false;
-            };
-            let resolved = s.tracker().position();
-            let fetched = match positions.find_partition(&s.topic, s.partition).map(|e| e.offset()) {
-                Some(Offset::Offset(n)) => Some(n),
-                _ => None,
             };
             // A partition that delivered nothing yet is drained if its
             // committed offset already is the end.
             let committed = s.expected_start.lock().unwrap_or_else(|e| e.into_inner()).flatten();
-            high == low || resolved.max(fetched).max(committed).is_some_and(|p| p >= high)
+            high == low || s.tracker().position().max(committed).is_some_and(|p| p >= high)
         })
     }
 }

@@ -7,7 +7,7 @@ mod consumer;
 mod partition;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -91,23 +91,34 @@ pub async fn run(
             committed: AtomicU64::new(0),
         });
         let consumer = build_consumer(&prepared.config, &config, shared.clone())?;
+        let drained = Arc::new(AtomicBool::new(false));
+        if options.exit_when_drained {
+            let probe = probe_client(&prepared.config)?;
+            let (context, drained, stop) = (consumer.context().clone(), drained.clone(), stop_rx.clone());
+            std::thread::Builder::new()
+                .name(format!("idem-drain-{}", config.name))
+                .spawn(move || watch_drained(&context, &probe, &drained, &stop))
+                .context("failed to start the drain watcher")?;
+        }
         consumer.subscribe(&[config.topic.as_str()]).with_context(|| format!("failed to subscribe to {}", config.topic))?;
         tracing::info!(handler = %config.name, topic = %config.topic, group = %config.group_id, "consuming");
-        let (stop, options, reset) = (stop_rx.clone(), options.clone(), config.auto_offset_reset.clone());
-        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, options, &reset)));
+        let (stop, reset) = (stop_rx.clone(), config.auto_offset_reset.clone());
+        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained, &reset)));
     }
     drop(fatal_tx);
 
     let all = futures::future::join_all(threads);
     tokio::pin!(all, shutdown);
     let mut fatal = None;
+    let mut stopping = false;
     let mut log_every = tokio::time::interval(Duration::from_secs(30));
     log_every.tick().await;
     let joined = loop {
         tokio::select! {
             joined = &mut all => break joined,
-            () = &mut shutdown => {
+            () = &mut shutdown, if !stopping => {
                 tracing::info!("shutting down: finishing in-flight events");
+                stopping = true;
                 let _ = stop_tx.send(true);
             }
             Some(message) = fatal_rx.recv(), if fatal.is_none() => {
@@ -128,6 +139,27 @@ pub async fn run(
         anyhow::bail!("stopped on a fatal error: {message}");
     }
     Ok(all_stats.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+/// Sets `drained` once every assigned partition is resolved to its end.
+fn watch_drained(context: &IdemContext, probe: &BaseConsumer, drained: &AtomicBool, stop: &watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        std::thread::sleep(Duration::from_millis(300));
+        if context.drained(probe) {
+            drained.store(true, Ordering::SeqCst);
+            return;
+        }
+    }
+}
+
+/// A group-less client for metadata look-ups off the polling thread.
+fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer> {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", &config.kafka.brokers);
+    for (key, value) in &config.kafka.properties {
+        client.set(key, value);
+    }
+    client.create().context("failed to create a Kafka client")
 }
 
 fn build_consumer(config: &Config, handler: &HandlerConfig, shared: Arc<Shared>) -> anyhow::Result<BaseConsumer<IdemContext>> {
@@ -156,10 +188,9 @@ fn build_consumer(config: &Config, handler: &HandlerConfig, shared: Arc<Shared>)
 /// Offsets resolved since the last commit are committed this often.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 
-fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, options: RunOptions, reset: &str) {
+fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool, reset: &str) {
     let ctx = consumer.context();
     let mut last_commit = Instant::now();
-    let mut last_drain_check = Instant::now();
     while !*stop.borrow() {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => ctx.route(consumer::record(&message)),
@@ -172,12 +203,9 @@ fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, o
             consumer::commit(&consumer, &ctx.states(), CommitMode::Async);
             last_commit = Instant::now();
         }
-        if options.exit_when_drained && last_drain_check.elapsed() >= Duration::from_millis(500) {
-            last_drain_check = Instant::now();
-            if ctx.drained(&consumer) {
-                tracing::info!("drained: every assigned partition is consumed and committed to its end");
-                break;
-            }
+        if drained.load(Ordering::SeqCst) {
+            tracing::info!("drained: every assigned partition is consumed to its end");
+            break;
         }
     }
     // Stop taking records, let in-flight events finish, commit what is done.

@@ -1,0 +1,105 @@
+//! The command line: `idem run`, `idem check`, `idem migrate`. The `idem`
+//! binary is [`main`] and nothing else.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "idem", version, about = "Kafka consumers as WebAssembly components, each event's effect exactly once")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Consumes every configured topic until SIGINT/SIGTERM.
+    Run {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// Exit once every assigned partition is consumed and committed to its end.
+        #[arg(long)]
+        exit_when_drained: bool,
+    },
+    /// Runs every start-up check of `run`, consumes nothing, exits non-zero on a problem.
+    Check {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+    },
+    /// Applies idem's migrations (schema `idem`) to the database.
+    Migrate {
+        /// PostgreSQL URL; defaults to IDEM_DATABASE_URL, then DATABASE_URL.
+        #[arg(long)]
+        database_url: Option<String>,
+    },
+}
+
+/// Parses the arguments, runs the command, and returns the exit code.
+pub fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("idem: failed to start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idem: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run { config, exit_when_drained } => {
+            let prepared = crate::startup::prepare(&config).await?;
+            let options = crate::pipeline::RunOptions { exit_when_drained };
+            let reports = crate::pipeline::run(prepared, options, shutdown_signal()).await?;
+            // One JSON line on stdout: what happened to every record.
+            println!("{}", serde_json::json!({ "handlers": reports }));
+            Ok(())
+        }
+        Command::Check { config } => {
+            let prepared = crate::startup::prepare(&config).await?;
+            println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
+            Ok(())
+        }
+        Command::Migrate { database_url } => {
+            let url = database_url
+                .or_else(|| std::env::var("IDEM_DATABASE_URL").ok())
+                .or_else(|| std::env::var("DATABASE_URL").ok())
+                .context("no database: pass --database-url or set IDEM_DATABASE_URL")?;
+            let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {url}"))?;
+            crate::migrate::apply(&pool).await?;
+            println!("idem: migrations applied");
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot listen for SIGTERM ({e}); only SIGINT stops idem");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
