@@ -214,9 +214,7 @@ impl FromValue for bool {
 impl FromValue for String {
     fn from_value(value: &Value) -> Result<Self, &'static str> {
         match value {
-            Value::Text(v) | Value::Uuid(v) | Value::Timestamp(v) | Value::Numeric(v) | Value::Json(v) => {
-                Ok(v.clone())
-            }
+            Value::Text(v) | Value::Uuid(v) | Value::Timestamp(v) | Value::Numeric(v) | Value::Json(v) => Ok(v.clone()),
             _ => Err("text"),
         }
     }

@@ -39,11 +39,7 @@ impl Error {
     }
 
     pub(crate) fn into_wit(self) -> HandlerError {
-        if self.retryable {
-            HandlerError::Retryable(self.message)
-        } else {
-            HandlerError::Permanent(self.message)
-        }
+        if self.retryable { HandlerError::Retryable(self.message) } else { HandlerError::Permanent(self.message) }
     }
 }
 

@@ -53,7 +53,8 @@ pub struct RequestBuilder {
 
 impl RequestBuilder {
     pub fn new(method: &str, url: impl Into<String>) -> Self {
-        let request = wit::Request { method: method.to_owned(), url: url.into(), headers: Vec::new(), body: None, label: None };
+        let request =
+            wit::Request { method: method.to_owned(), url: url.into(), headers: Vec::new(), body: None, label: None };
         Self { request, error: None }
     }
 

@@ -8,7 +8,11 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "idem", version, about = "Kafka consumers as WebAssembly components, each event's effect exactly once")]
+#[command(
+    name = "idem",
+    version,
+    about = "Kafka consumers as WebAssembly components, each event's effect exactly once"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -141,7 +141,8 @@ impl Config {
     /// Reads `path`, applies the environment overrides, resolves relative
     /// paths against the file's folder and checks the whole.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("failed to read config {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("failed to read config {}", path.display()))?;
         let mut config: Config = toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?;
         if let Ok(brokers) = std::env::var("IDEM_KAFKA_BROKERS") {
             config.kafka.brokers = brokers;
@@ -195,7 +196,8 @@ impl Config {
             }
             check_properties(&format!("{at} properties"), &h.properties)?;
             for base in &h.http.allow {
-                let url = reqwest::Url::parse(base).with_context(|| format!("{at}: http.allow `{base}` is not a URL"))?;
+                let url =
+                    reqwest::Url::parse(base).with_context(|| format!("{at}: http.allow `{base}` is not a URL"))?;
                 if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
                     bail!("{at}: http.allow `{base}` must be an http(s) URL with a host");
                 }

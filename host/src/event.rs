@@ -31,7 +31,11 @@ impl Event {
             partition: self.partition,
             offset: self.offset,
             key: self.key.clone(),
-            headers: self.headers.iter().map(|(name, value)| types::Header { name: name.clone(), value: value.clone() }).collect(),
+            headers: self
+                .headers
+                .iter()
+                .map(|(name, value)| types::Header { name: name.clone(), value: value.clone() })
+                .collect(),
             payload: self.payload.clone(),
             attempt,
         }

@@ -46,7 +46,8 @@ impl Executor {
     /// aborted state that would make PostgreSQL turn COMMIT into ROLLBACK.
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
         // READ COMMITTED whatever the server's default: see `dedup::claim`.
-        let tx = self.pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await.map_err(ExecError::from_host_sql)?;
+        let tx =
+            self.pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await.map_err(ExecError::from_host_sql)?;
         let (tx, result) = self.run_in(tx, event, attempt).await;
         match result {
             Ok(Outcome::Processed) => {

@@ -39,7 +39,8 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
     let mut loaded = Vec::new();
     for h in &config.handlers {
         let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
-        let handler = Handler::load(&runtime, &h.component, h.settings()).with_context(|| format!("handler `{}`", h.name))?;
+        let handler =
+            Handler::load(&runtime, &h.component, h.settings()).with_context(|| format!("handler `{}`", h.name))?;
         loaded.push((h.clone(), handler, validator));
     }
 

@@ -87,12 +87,8 @@ impl Validator {
         if chrono::DateTime::parse_from_rfc3339(occurred_at).is_err() {
             return Err(Invalid::BadOccurredAt(occurred_at.to_owned()));
         }
-        let errors: Vec<String> = self
-            .schema
-            .iter_errors(&payload)
-            .take(5)
-            .map(|e| format!("at `{}`: {e}", e.instance_path()))
-            .collect();
+        let errors: Vec<String> =
+            self.schema.iter_errors(&payload).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
         if !errors.is_empty() {
             return Err(Invalid::Schema(errors.join("; ")));
         }
@@ -112,7 +108,8 @@ impl Validator {
 
 /// R-KFK-IDEM-1: the event id is a UUID v7, in its canonical 36-character form.
 fn parse_v7(raw: &str) -> Result<Uuid, Invalid> {
-    let id = Uuid::try_parse(raw).ok().filter(|_| raw.len() == 36).ok_or_else(|| Invalid::EventIdNotUuid(raw.to_owned()))?;
+    let id =
+        Uuid::try_parse(raw).ok().filter(|_| raw.len() == 36).ok_or_else(|| Invalid::EventIdNotUuid(raw.to_owned()))?;
     match id.get_version_num() {
         7 => Ok(id),
         version => Err(Invalid::EventIdNotV7 { id: raw.to_owned(), version }),
@@ -134,17 +131,28 @@ mod tests {
     }
 
     fn record(payload: &[u8]) -> Record {
-        Record { topic: "t".into(), partition: 2, offset: 9, key: None, payload: Some(payload.to_vec()), headers: vec![] }
+        Record {
+            topic: "t".into(),
+            partition: 2,
+            offset: 9,
+            key: None,
+            payload: Some(payload.to_vec()),
+            headers: vec![],
+        }
     }
 
     fn payload(id: &str, event_type: &str, occurred_at: &str, order_id: serde_json::Value) -> Vec<u8> {
-        json!({"eventId": id, "eventType": event_type, "occurredAt": occurred_at, "orderId": order_id}).to_string().into_bytes()
+        json!({"eventId": id, "eventType": event_type, "occurredAt": occurred_at, "orderId": order_id})
+            .to_string()
+            .into_bytes()
     }
 
     #[test]
     fn a_valid_payload_becomes_an_event_keyed_by_its_event_id() {
         let id = Uuid::now_v7().to_string();
-        let event = validator().validate(&record(&payload(&id, "order.confirmed.v1", "2026-11-30T10:00:00+01:00", json!(5)))).expect("valid");
+        let event = validator()
+            .validate(&record(&payload(&id, "order.confirmed.v1", "2026-11-30T10:00:00+01:00", json!(5))))
+            .expect("valid");
         assert_eq!(event.id.to_string(), id);
         assert_eq!((event.partition, event.offset), (2, 9));
     }
@@ -158,9 +166,18 @@ mod tests {
         assert!(matches!(check(b"not json"), Invalid::NotJson(_)));
         assert_eq!(check(b"[1]"), Invalid::NotObject);
         assert_eq!(check(br#"{"eventType":"order.confirmed.v1"}"#), Invalid::MissingField("eventId"));
-        assert!(matches!(check(&payload(v4, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))), Invalid::EventIdNotV7 { version: 4, .. }));
-        assert!(matches!(check(&payload("42", "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))), Invalid::EventIdNotUuid(_)));
-        assert!(matches!(check(&payload(&v7, "order.cancelled.v1", "2026-11-30T10:00:00Z", json!(5))), Invalid::UnknownEventType(_)));
+        assert!(matches!(
+            check(&payload(v4, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))),
+            Invalid::EventIdNotV7 { version: 4, .. }
+        ));
+        assert!(matches!(
+            check(&payload("42", "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))),
+            Invalid::EventIdNotUuid(_)
+        ));
+        assert!(matches!(
+            check(&payload(&v7, "order.cancelled.v1", "2026-11-30T10:00:00Z", json!(5))),
+            Invalid::UnknownEventType(_)
+        ));
         assert!(matches!(check(&payload(&v7, "order.confirmed.v1", "yesterday", json!(5))), Invalid::BadOccurredAt(_)));
         let schema = check(&payload(&v7, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(0)));
         assert!(matches!(schema, Invalid::Schema(ref m) if m.contains("orderId")), "{schema}");

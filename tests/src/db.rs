@@ -35,8 +35,12 @@ impl TestDb {
     pub async fn empty() -> anyhow::Result<Self> {
         let server = server_url();
         let name = crate::unique_name(PREFIX);
-        let mut admin = PgConnection::connect(&server).await.with_context(|| format!("failed to connect to {server}"))?;
-        admin.execute(format!("CREATE DATABASE {name}").as_str()).await.context("failed to create the test database")?;
+        let mut admin =
+            PgConnection::connect(&server).await.with_context(|| format!("failed to connect to {server}"))?;
+        admin
+            .execute(format!("CREATE DATABASE {name}").as_str())
+            .await
+            .context("failed to create the test database")?;
         let url = with_database(&server, &name);
         let pool = PgPoolOptions::new().max_connections(20).connect(&url).await?;
         Ok(Self { name, url, pool })
@@ -47,7 +51,9 @@ impl TestDb {
         let Self { name, url, pool } = Self::empty().await?;
         idem::migrate::apply(&pool).await?;
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        for schema in ["examples/billing/schema.sql", "examples/notification/schema.sql", "tests/guests/scenarios/schema.sql"] {
+        for schema in
+            ["examples/billing/schema.sql", "examples/notification/schema.sql", "tests/guests/scenarios/schema.sql"]
+        {
             let sql = std::fs::read_to_string(root.join(schema)).with_context(|| format!("failed to read {schema}"))?;
             pool.execute(sql.as_str()).await.with_context(|| format!("failed to apply {schema}"))?;
         }

@@ -43,10 +43,8 @@ fn start_tansu() -> Result<String, String> {
         .map_err(|e| format!("failed to start tansu ({bin}): {e}; run scripts/setup or set KAFKA_BROKERS"))?;
     let brokers = format!("127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(30);
-    let probe: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .map_err(|e| e.to_string())?;
+    let probe: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", &brokers).create().map_err(|e| e.to_string())?;
     while Instant::now() < deadline {
         if probe.fetch_metadata(None, Duration::from_secs(1)).is_ok() {
             return Ok(brokers);
@@ -106,7 +104,8 @@ pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> 
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap_or_else(|e| panic!("committed offsets: {e}"));
+    let committed =
+        consumer.committed_offsets(tpl, Duration::from_secs(10)).unwrap_or_else(|e| panic!("committed offsets: {e}"));
     (0..partitions)
         .map(|p| match committed.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(n)) => Some(n),
@@ -117,11 +116,11 @@ pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> 
 
 /// Each partition's high watermark: the offset after its last record.
 pub fn high_watermarks(topic: &str, partitions: i32) -> Vec<i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .create()
-        .unwrap_or_else(|e| panic!("consumer: {e}"));
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap_or_else(|e| panic!("consumer: {e}"));
     (0..partitions)
-        .map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap_or_else(|e| panic!("watermarks: {e}")).1)
+        .map(|p| {
+            consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap_or_else(|e| panic!("watermarks: {e}")).1
+        })
         .collect()
 }

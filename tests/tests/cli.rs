@@ -1,6 +1,8 @@
 //! The `idem` binary: `migrate` on an empty database, and `check` refusing
 //! each kind of bad start-up with a message that names the problem.
 
+#![expect(clippy::expect_used, reason = "test helpers state their expectations with expect, like the tests")]
+
 use std::path::Path;
 use std::process::Command;
 
@@ -70,8 +72,14 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
     let cases: Vec<(std::path::PathBuf, &str)> = vec![
         (config.with_file_name("missing.toml"), "failed to read config"),
         (variant(&config, "concurrency = 3", "concurrency = 3\nconcurency = 4"), "unknown field `concurency`"),
-        (variant(&config, "[kafka.properties]", "[kafka.properties]\n\"enable.auto.commit\" = \"true\""), "enable.auto.commit"),
-        (variant(&config, "[kafka.properties]", "[kafka.properties]\n\"enable.auto.offset.store\" = \"true\""), "enable.auto.offset.store"),
+        (
+            variant(&config, "[kafka.properties]", "[kafka.properties]\n\"enable.auto.commit\" = \"true\""),
+            "enable.auto.commit",
+        ),
+        (
+            variant(&config, "[kafka.properties]", "[kafka.properties]\n\"enable.auto.offset.store\" = \"true\""),
+            "enable.auto.offset.store",
+        ),
         (variant(&config, "concurrency = 3", "concurrency = 3\nmax_events = 100"), "max_events"),
         (variant(&config, &billing_component, not_wasm.to_str().expect("path")), "not-a-component.wasm"),
         (variant(&config, &schema, bad_schema.to_str().expect("path")), "does not compile"),

@@ -1,6 +1,8 @@
 //! `idem run` against a real broker and real PostgreSQL: offsets, duplicates,
 //! invalid records, crashes, rebalances.
 
+#![expect(clippy::expect_used, reason = "test helpers state their expectations with expect, like the tests")]
+
 use std::time::Duration;
 
 use idem_tests::db::TestDb;
@@ -67,7 +69,7 @@ async fn a_thousand_events_with_redelivered_duplicates_are_charged_once_each() {
         env.send(partition as i32, payload).await;
     }
     let spec = env.billing();
-    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let reports = host::run_until_drained(&config).await;
     let r = &reports[0];
 
@@ -128,12 +130,16 @@ async fn invalid_records_are_counted_and_skipped_and_the_partition_keeps_flowing
     }
     let after = env.send_orders(3).await;
     let spec = env.billing();
-    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
     assert_eq!((r.invalid, r.processed, r.failed), (5, 6, 0), "{r:?}");
     assert_eq!(env.count(CHARGES).await, 6, "valid events before and after the invalid ones were charged");
     assert_eq!(after.len(), 3);
-    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(11)], "the invalid records were committed past");
+    assert_eq!(
+        kafka::committed(&spec.group_id, &env.topic, 1),
+        vec![Some(11)],
+        "the invalid records were committed past"
+    );
     env.finish().await;
 }
 
@@ -161,7 +167,7 @@ async fn after_a_clean_stop_the_committed_offsets_are_the_end_and_nothing_is_red
     let env = Env::new(3).await;
     env.send_orders(90).await;
     let spec = env.billing();
-    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
     assert_eq!(r.processed, 90);
     let ends: Vec<Option<i64>> = kafka::high_watermarks(&env.topic, 3).into_iter().map(Some).collect();
@@ -184,7 +190,7 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
     let env = Env::new(3).await;
     env.send_orders(150).await;
     let spec = env.billing();
-    let config = host::write_config(&env.db.url, &[spec.clone()]);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
 
     // The fault point aborts the process right after the 40th transaction
     // committed, before its offset can be committed.
@@ -222,10 +228,20 @@ async fn rebalance_mid_stream(assignor: &'static str) {
     let by = |prefix: &str| env.provider.keys().iter().flatten().filter(|k| k.starts_with(prefix)).count();
 
     let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
-    let a = tokio::spawn(async move { host::run_in_process(&config_a, false, async { let _ = stopped_a.await; }).await });
+    let a = tokio::spawn(async move {
+        host::run_in_process(&config_a, false, async {
+            let _ = stopped_a.await;
+        })
+        .await
+    });
     wait_until("a has charged 100 orders", || by("a:") >= 100).await;
     let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
-    let b = tokio::spawn(async move { host::run_in_process(&config_b, false, async { let _ = stopped_b.await; }).await });
+    let b = tokio::spawn(async move {
+        host::run_in_process(&config_b, false, async {
+            let _ = stopped_b.await;
+        })
+        .await
+    });
     // The rebalance gave b partitions while a kept working.
     wait_until("b has charged 10 orders", || by("b:") >= 10).await;
     let _ = stop_a.send(());

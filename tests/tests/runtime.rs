@@ -106,7 +106,8 @@ async fn the_same_event_twice_is_processed_once() {
     assert_eq!(s.count(CHARGES).await, 1);
     assert_eq!(s.count(CLAIMS).await, 1);
     assert_eq!(s.provider.keys(), vec![Some(e.id.to_string())], "the duplicate never reached the provider");
-    let consumer: String = sqlx::query_scalar("SELECT consumer FROM idem.processed_event").fetch_one(&s.db.pool).await.expect("claim row");
+    let consumer: String =
+        sqlx::query_scalar("SELECT consumer FROM idem.processed_event").fetch_one(&s.db.pool).await.expect("claim row");
     assert_eq!(consumer, "billing", "the dedup namespace is the handler's name");
     s.finish().await;
 }
@@ -142,7 +143,10 @@ async fn a_guest_that_writes_then_fails_or_traps_leaves_nothing() {
     assert_eq!(err.class(), ErrorClass::Retryable, "{err}");
 
     let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("trap");
-    assert!(matches!(err, ExecError::Trapped(ref m) if m.contains("trapping on purpose")), "the panic message explains the trap: {err}");
+    assert!(
+        matches!(err, ExecError::Trapped(ref m) if m.contains("trapping on purpose")),
+        "the panic message explains the trap: {err}"
+    );
     assert_eq!(err.class(), ErrorClass::Permanent);
 
     assert_eq!(s.count(EFFECTS).await, 0, "nothing the guests wrote survived");
@@ -199,7 +203,10 @@ async fn transaction_control_and_session_changes_are_refused() {
     assert_eq!(s.count(EFFECTS).await, 0);
     assert_eq!(s.count(CLAIMS).await, 0);
     // An allowed statement goes through, in the same transaction.
-    let e = scenario_with("statement", json!({ "sql": "insert into scenario.effect values (gen_random_uuid(), 'allowed')" }));
+    let e = scenario_with(
+        "statement",
+        json!({ "sql": "insert into scenario.effect values (gen_random_uuid(), 'allowed')" }),
+    );
     assert_eq!(exec.execute(&e, 1).await.expect("allowed"), Outcome::Processed);
     assert_eq!(s.count(EFFECTS).await, 2);
     s.finish().await;
@@ -326,9 +333,11 @@ async fn values_round_trip_through_the_db_capability() {
 #[tokio::test]
 async fn a_file_that_is_not_a_handler_component_is_rejected_with_its_reason() {
     let runtime = Runtime::new().expect("runtime");
-    let err = Handler::from_bytes(&runtime, "garbage.wasm", b"not wasm", HandlerSettings::new("x")).expect_err("garbage");
+    let err =
+        Handler::from_bytes(&runtime, "garbage.wasm", b"not wasm", HandlerSettings::new("x")).expect_err("garbage");
     assert!(err.to_string().contains("not a WebAssembly component"), "{err}");
     let core_module = b"\0asm\x01\0\0\0";
-    let err = Handler::from_bytes(&runtime, "core.wasm", core_module, HandlerSettings::new("x")).expect_err("core module");
+    let err =
+        Handler::from_bytes(&runtime, "core.wasm", core_module, HandlerSettings::new("x")).expect_err("core module");
     assert!(err.to_string().contains("core.wasm"), "{err}");
 }

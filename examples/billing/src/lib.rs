@@ -23,7 +23,10 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         &[&event.id(), &order.order_id, &order.customer_id, &order.total_amount, &order.currency],
     )?;
     let body = json!({ "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency });
-    http::post(format!("{}/v1/charges", config::require("payment_base_url")?)).json(&body).send()?.error_for_status()?;
+    http::post(format!("{}/v1/charges", config::require("payment_base_url")?))
+        .json(&body)
+        .send()?
+        .error_for_status()?;
     Ok(())
 }
 

@@ -97,7 +97,8 @@ impl HostState {
     async fn send_checked(&mut self, request: Request) -> Result<Response, HttpError> {
         let method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("method `{}`", request.method)))?;
-        let url = Url::parse(&request.url).map_err(|e| HttpError::InvalidRequest(format!("URL `{}`: {e}", request.url)))?;
+        let url =
+            Url::parse(&request.url).map_err(|e| HttpError::InvalidRequest(format!("URL `{}`: {e}", request.url)))?;
         if !matches!(url.scheme(), "http" | "https") || !url.username().is_empty() || url.password().is_some() {
             return Err(HttpError::InvalidRequest(format!("URL `{url}`: only http(s) URLs without credentials")));
         }
@@ -118,13 +119,11 @@ impl HostState {
         if unsafe_method {
             let key = self.http.key(request.label.as_deref())?;
             let print = fingerprint(&method, &url, request.body.as_deref());
-            if let Some(&seen) = self.http.used.get(&key) {
-                if seen != print {
-                    return Err(HttpError::InvalidRequest(format!(
-                        "Idempotency-Key `{key}` was already used in this invocation for a different request; \
-                         give each unsafe operation its own label"
-                    )));
-                }
+            if self.http.used.get(&key).is_some_and(|&seen| seen != print) {
+                return Err(HttpError::InvalidRequest(format!(
+                    "Idempotency-Key `{key}` was already used in this invocation for a different request; \
+                     give each unsafe operation its own label"
+                )));
             }
             self.http.used.insert(key.clone(), print);
             builder = builder.header("Idempotency-Key", key);

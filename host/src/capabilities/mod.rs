@@ -2,8 +2,8 @@
 //! implements its interface's `Host` trait on the store state.
 
 pub(crate) mod db;
-pub(crate) mod http;
 mod host_info;
+pub(crate) mod http;
 
 /// A failure of the host itself while serving a guest call. It traps the
 /// guest; the executor finds it in the trap and classifies the event's

@@ -60,7 +60,12 @@ impl IdemContext {
         for element in tpl.elements() {
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
             let (state, queue) = PartitionState::new(element.topic(), element.partition());
-            tracing::debug!(topic = element.topic(), partition = element.partition(), generation, "partition worker started");
+            tracing::debug!(
+                topic = element.topic(),
+                partition = element.partition(),
+                generation,
+                "partition worker started"
+            );
             self.runtime.spawn(partition::work(self.shared.clone(), state.clone(), queue));
             map.insert((element.topic().to_owned(), element.partition()), state);
         }
@@ -194,14 +199,14 @@ impl IdemContext {
     /// Logs and counts a partition that did not resume at its committed offset.
     fn check_start(&self, state: &PartitionState, offset: i64) {
         let mut expected = state.expected_start.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(Some(committed)) = *expected {
-            if committed != offset {
-                tracing::warn!(
-                    handler = %self.shared.name, topic = %state.topic, partition = state.partition,
-                    committed, resumed_at = offset, "offset reset: the partition did not resume at its committed offset"
-                );
-                Stats::add(&self.shared.stats.offset_resets);
-            }
+        if let Some(Some(committed)) = *expected
+            && committed != offset
+        {
+            tracing::warn!(
+                handler = %self.shared.name, topic = %state.topic, partition = state.partition,
+                committed, resumed_at = offset, "offset reset: the partition did not resume at its committed offset"
+            );
+            Stats::add(&self.shared.stats.offset_resets);
         }
         *expected = Some(None);
     }

@@ -100,7 +100,9 @@ pub async fn run(
                 .spawn(move || watch_drained(&context, &probe, &drained, &stop))
                 .context("failed to start the drain watcher")?;
         }
-        consumer.subscribe(&[config.topic.as_str()]).with_context(|| format!("failed to subscribe to {}", config.topic))?;
+        consumer
+            .subscribe(&[config.topic.as_str()])
+            .with_context(|| format!("failed to subscribe to {}", config.topic))?;
         tracing::info!(handler = %config.name, topic = %config.topic, group = %config.group_id, "consuming");
         let (stop, reset) = (stop_rx.clone(), config.auto_offset_reset.clone());
         threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained, &reset)));
@@ -162,7 +164,11 @@ fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer> {
     client.create().context("failed to create a Kafka client")
 }
 
-fn build_consumer(config: &Config, handler: &HandlerConfig, shared: Arc<Shared>) -> anyhow::Result<BaseConsumer<IdemContext>> {
+fn build_consumer(
+    config: &Config,
+    handler: &HandlerConfig,
+    shared: Arc<Shared>,
+) -> anyhow::Result<BaseConsumer<IdemContext>> {
     let mut client = ClientConfig::new();
     client
         .set("bootstrap.servers", &config.kafka.brokers)

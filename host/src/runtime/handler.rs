@@ -9,9 +9,9 @@ use std::time::Duration;
 use wasmtime::component::Component;
 use wasmtime::{Store, StoreLimitsBuilder};
 
+use super::Runtime;
 use super::bindings::{HandlerPre, types};
 use super::state::HostState;
-use super::Runtime;
 
 /// What an operator configures for one handler, as the runtime needs it.
 #[derive(Debug, Clone)]
@@ -90,10 +90,16 @@ impl Handler {
         Self::from_bytes(runtime, &shown, &bytes, settings)
     }
 
-    pub fn from_bytes(runtime: &Runtime, what: &str, bytes: &[u8], settings: HandlerSettings) -> Result<Self, LoadError> {
+    pub fn from_bytes(
+        runtime: &Runtime,
+        what: &str,
+        bytes: &[u8],
+        settings: HandlerSettings,
+    ) -> Result<Self, LoadError> {
         let component = Component::new(runtime.engine(), bytes)
             .map_err(|e| LoadError::NotAComponent { path: what.to_owned(), reason: format!("{e:#}") })?;
-        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
+        let wrong_world =
+            |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
         Ok(Self { runtime: runtime.clone(), pre, settings: Arc::new(settings) })
@@ -128,7 +134,10 @@ impl Handler {
     }
 
     pub(crate) fn new_state(&self) -> StateSeed {
-        StateSeed { settings: self.settings.clone(), limits: StoreLimitsBuilder::new().memory_size(self.settings.max_memory_bytes).instances(4).build() }
+        StateSeed {
+            settings: self.settings.clone(),
+            limits: StoreLimitsBuilder::new().memory_size(self.settings.max_memory_bytes).instances(4).build(),
+        }
     }
 }
 

@@ -14,8 +14,8 @@ use anyhow::Context as _;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-pub use handler::{Handler, HandlerSettings, HttpPolicy, LoadError};
 pub(crate) use handler::Invocation;
+pub use handler::{Handler, HandlerSettings, HttpPolicy, LoadError};
 pub(crate) use state::HostState;
 
 /// How often the epoch advances. A running guest yields to the async runtime
@@ -39,7 +39,8 @@ impl Runtime {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
-        let engine = Engine::new(&config).map_err(anyhow::Error::from).context("failed to create the wasmtime engine")?;
+        let engine =
+            Engine::new(&config).map_err(anyhow::Error::from).context("failed to create the wasmtime engine")?;
 
         let mut linker = Linker::new(&engine);
         // A Rust guest built with std imports WASI's cli/io interfaces even if

@@ -31,7 +31,16 @@ impl HostState {
     pub(crate) fn new(seed: StateSeed, event_id: String, db: DbCapability, http: HttpCapability) -> Self {
         let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
         let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
-        Self { wasi, table: ResourceTable::new(), stderr, limits: seed.limits, settings: seed.settings, event_id, db, http }
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            stderr,
+            limits: seed.limits,
+            settings: seed.settings,
+            event_id,
+            db,
+            http,
+        }
     }
 
     /// The tail of what the guest wrote to stderr, for error messages.

@@ -101,8 +101,8 @@ async fn main() -> anyhow::Result<()> {
     let exec = Executor::new(handler, db.pool.clone(), http.clone());
 
     // Warm both paths (connections, prepared statements, code).
-    baseline(&db, &http, &provider.base_url(), &(0..50).map(|i| order(i)).collect::<Vec<_>>()).await?;
-    idem_run(&exec, &(0..50).map(|i| order(i)).collect::<Vec<_>>()).await?;
+    baseline(&db, &http, &provider.base_url(), &(0..50).map(order).collect::<Vec<_>>()).await?;
+    idem_run(&exec, &(0..50).map(order).collect::<Vec<_>>()).await?;
 
     let base_events: Vec<Event> = (0..n as i64).map(order).collect();
     let idem_events: Vec<Event> = (0..n as i64).map(order).collect();

@@ -55,7 +55,9 @@ async fn main() -> anyhow::Result<()> {
         kafka::produce(&producer, &topic, partition, "order", payload).await;
         duplicates += 1;
     }
-    for bad in [&b"not json"[..], br#"{"eventId":"0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e","eventType":"order.confirmed.v1"}"#] {
+    for bad in
+        [&b"not json"[..], br#"{"eventId":"0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e","eventType":"order.confirmed.v1"}"#]
+    {
         kafka::produce(&producer, &topic, 0, "order", bad).await;
         invalid += 1;
     }
@@ -66,7 +68,8 @@ async fn main() -> anyhow::Result<()> {
     let config = host::write_config(&db_url, &[spec]);
     println!("5. idem run --config {} --exit-when-drained", config.display());
     let started = Instant::now();
-    let (status, reports) = tokio::task::spawn_blocking(move || host::wait_report(host::spawn(&config, true, &[]))).await?;
+    let (status, reports) =
+        tokio::task::spawn_blocking(move || host::wait_report(host::spawn(&config, true, &[]))).await?;
     let elapsed = started.elapsed().as_secs_f64();
     if !status.success() {
         bail!("idem run failed: {status}");
@@ -85,7 +88,10 @@ async fn main() -> anyhow::Result<()> {
     println!("  events delivered:     {}", report.delivered);
     println!("  duplicates skipped:   {}", report.duplicates);
     println!("  invalid messages:     {}", report.invalid);
-    println!("  charges made:         {charges} rows in billing.charge, {} charges at the provider", provider.charges());
+    println!(
+        "  charges made:         {charges} rows in billing.charge, {} charges at the provider",
+        provider.charges()
+    );
     println!("  double charges:       {}", doubled as usize + provider_double);
     println!("  failed events:        {}", report.failed);
     println!(

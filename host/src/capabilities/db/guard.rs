@@ -32,10 +32,7 @@ pub(crate) fn check(sql: &str) -> Result<(), String> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| format!("not valid SQL: {e}"))?;
     let statements = &parsed.protobuf.stmts;
     if statements.len() != 1 {
-        return Err(format!(
-            "{} statements in one call: send exactly one statement per call",
-            statements.len()
-        ));
+        return Err(format!("{} statements in one call: send exactly one statement per call", statements.len()));
     }
     match statements[0].stmt.as_ref().and_then(|s| s.node.as_ref()) {
         Some(NodeEnum::SelectStmt(select)) if select.into_clause.is_some() => {
@@ -49,9 +46,11 @@ pub(crate) fn check(sql: &str) -> Result<(), String> {
             | NodeEnum::MergeStmt(_),
         ) => {}
         Some(NodeEnum::TransactionStmt(_)) => {
-            return Err("transaction control (BEGIN, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, …) belongs to the host, \
+            return Err(
+                "transaction control (BEGIN, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, …) belongs to the host, \
                         which commits when `handle` returns ok"
-                .into());
+                    .into(),
+            );
         }
         Some(NodeEnum::VariableSetStmt(_) | NodeEnum::DiscardStmt(_)) => {
             return Err("session changes (SET, RESET, SET ROLE, SET SESSION AUTHORIZATION, DISCARD) are not allowed: \
@@ -120,7 +119,14 @@ mod tests {
 
     #[test]
     fn refuses_session_changes_and_roles() {
-        for sql in ["SET search_path = x", "set role postgres", "RESET ROLE", "SET SESSION AUTHORIZATION postgres", "reset all", "DISCARD ALL"] {
+        for sql in [
+            "SET search_path = x",
+            "set role postgres",
+            "RESET ROLE",
+            "SET SESSION AUTHORIZATION postgres",
+            "reset all",
+            "DISCARD ALL",
+        ] {
             let why = check(sql).expect_err(sql);
             assert!(why.contains("session changes"), "{sql}: {why}");
         }

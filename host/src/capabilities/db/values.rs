@@ -81,7 +81,8 @@ pub(super) fn bind(statement: &str, params: Vec<Value>) -> Result<Bound, String>
                 ("timestamptz", args.add(ts.with_timezone(&Utc)))
             }
             Value::Numeric(v) => {
-                let number = BigDecimal::from_str(&v).map_err(|e| format!("parameter ${n}: `{v}` is not a decimal number: {e}"))?;
+                let number = BigDecimal::from_str(&v)
+                    .map_err(|e| format!("parameter ${n}: `{v}` is not a decimal number: {e}"))?;
                 ("numeric", args.add(number))
             }
         };
@@ -89,16 +90,18 @@ pub(super) fn bind(statement: &str, params: Vec<Value>) -> Result<Bound, String>
         signature.push_str(if signature.is_empty() { "" } else { "," });
         signature.push_str(tag);
     }
-    let sql = if signature.is_empty() { statement.to_owned() } else { format!("{statement}\n/* idem params: {signature} */") };
+    let sql = if signature.is_empty() {
+        statement.to_owned()
+    } else {
+        format!("{statement}\n/* idem params: {signature} */")
+    };
     Ok(Bound { sql, args })
 }
 
 /// Converts fetched rows to the guest's representation.
 pub(super) fn rows(fetched: &[PgRow]) -> Result<Rows, String> {
-    let columns = fetched
-        .first()
-        .map(|row| row.columns().iter().map(|c| c.name().to_owned()).collect())
-        .unwrap_or_default();
+    let columns =
+        fetched.first().map(|row| row.columns().iter().map(|c| c.name().to_owned()).collect()).unwrap_or_default();
     let rows = fetched.iter().map(row).collect::<Result<_, _>>()?;
     Ok(Rows { columns, rows })
 }
@@ -133,7 +136,9 @@ fn column(row: &PgRow, i: usize) -> Result<Value, String> {
                 .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
         ),
         // Without a zone there is no instant: hand it over as text.
-        "TIMESTAMP" => Value::Text(row.try_get::<NaiveDateTime, _>(i).map_err(decode_error)?.format("%Y-%m-%dT%H:%M:%S%.f").to_string()),
+        "TIMESTAMP" => Value::Text(
+            row.try_get::<NaiveDateTime, _>(i).map_err(decode_error)?.format("%Y-%m-%dT%H:%M:%S%.f").to_string(),
+        ),
         "DATE" => Value::Text(row.try_get::<NaiveDate, _>(i).map_err(decode_error)?.to_string()),
         "TIME" => Value::Text(row.try_get::<NaiveTime, _>(i).map_err(decode_error)?.to_string()),
         "NUMERIC" => {

@@ -48,7 +48,10 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             record(db, event, "after-violation")
         }
         "two-labeled-posts" => {
-            http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send()?.error_for_status()?;
+            http::post(format!("{}/v1/charges", base()?))
+                .json(&serde_json::json!({"what": "charge"}))
+                .send()?
+                .error_for_status()?;
             http::post(format!("{}/v1/charges", base()?))
                 .label("fee")
                 .json(&serde_json::json!({"what": "fee"}))
@@ -99,7 +102,12 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             Ok(())
         }
         "resend-after-timeout" => {
-            let send = || http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send().map_err(Error::from);
+            let send = || {
+                http::post(format!("{}/v1/charges", base()?))
+                    .json(&serde_json::json!({"what": "charge"}))
+                    .send()
+                    .map_err(Error::from)
+            };
             match http::post(format!("{}/v1/charges", base()?)).json(&serde_json::json!({"what": "charge"})).send() {
                 Err(HttpError::Timeout(_)) => {
                     record(db, event, "timed-out-once")?;
