@@ -13,6 +13,22 @@ pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 /// Every SDK error converts with `?`: database and HTTP errors that can pass
 /// (deadlocks, timeouts, resets, 5xx) become retryable, the rest permanent,
 /// and a payload that does not fit its type is permanent.
+///
+/// ```
+/// use idem_guest::Error;
+///
+/// fn check_stock(available: u32) -> idem_guest::Result {
+///     if available == 0 {
+///         // The warehouse may restock: ask the host to execute the event again later.
+///         return Err(Error::retryable("no stock yet"));
+///     }
+///     Ok(())
+/// }
+///
+/// let e = check_stock(0).unwrap_err();
+/// assert!(e.is_retryable());
+/// assert_eq!(e.to_string(), "retryable: no stock yet");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     retryable: bool,

@@ -46,8 +46,12 @@ impl Executor {
     /// aborted state that would make PostgreSQL turn COMMIT into ROLLBACK.
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
         // READ COMMITTED whatever the server's default: see `dedup::claim`.
-        let tx =
-            self.pool.begin_with("BEGIN ISOLATION LEVEL READ COMMITTED").await.map_err(ExecError::from_host_sql)?;
+        // The statement timeout bounds every statement by the invocation's
+        // limit: a guest's `pg_sleep(3600)` is cancelled by the server, so
+        // the rollback after a timed-out invocation never waits on it.
+        let timeout_ms = self.handler.settings().timeout.as_millis().max(1);
+        let begin = format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = {timeout_ms}");
+        let tx = self.pool.begin_with(begin).await.map_err(ExecError::from_host_sql)?;
         let (tx, result) = self.run_in(tx, event, attempt).await;
         match result {
             Ok(Outcome::Processed) => {

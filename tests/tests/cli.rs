@@ -82,6 +82,14 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
         ),
         (variant(&config, "concurrency = 3", "concurrency = 3\nmax_events = 100"), "max_events"),
         (variant(&config, &billing_component, not_wasm.to_str().expect("path")), "not-a-component.wasm"),
+        (
+            variant(
+                &config,
+                &billing_component,
+                idem_tests::guests::component("not-a-handler").to_str().expect("path"),
+            ),
+            "does not implement the idem:handler@0.1.0 world",
+        ),
         (variant(&config, &schema, bad_schema.to_str().expect("path")), "does not compile"),
         (variant(&config, &db.url, "postgres://postgres@127.0.0.1:1/nowhere"), "database unreachable"),
         (variant(&config, &idem_tests::kafka::brokers(), "127.0.0.1:1"), "broker unreachable"),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem::{ErrorClass, Event, ExecError, Executor, Handler, HandlerSettings, Outcome, Runtime};
+use idem::{ErrorClass, Event, ExecError, Executor, Handler, HandlerSettings, LoadError, Outcome, Runtime};
 use idem_tests::db::TestDb;
 use idem_tests::guests;
 use idem_tests::provider::{Fault, PaymentProvider};
@@ -340,4 +340,26 @@ async fn a_file_that_is_not_a_handler_component_is_rejected_with_its_reason() {
     let err =
         Handler::from_bytes(&runtime, "core.wasm", core_module, HandlerSettings::new("x")).expect_err("core module");
     assert!(err.to_string().contains("core.wasm"), "{err}");
+    let command = guests::component("not-a-handler");
+    let err = Handler::load(&runtime, &command, HandlerSettings::new("x")).expect_err("another world");
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{err}");
+    assert!(err.to_string().contains("does not implement the idem:handler@0.1.0 world"), "{err}");
+}
+
+#[tokio::test]
+async fn a_statement_that_outlives_the_time_limit_is_cancelled_and_rolled_back() {
+    let s = Setup::new().await;
+    let mut settings = s.settings("scenarios");
+    settings.timeout = Duration::from_millis(500);
+    let exec = s.executor("scenarios", settings);
+    let started = std::time::Instant::now();
+    let err = exec
+        .execute(&scenario_with("statement", json!({ "sql": "SELECT pg_sleep(60)" })), 1)
+        .await
+        .expect_err("the statement cannot finish in time");
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+    assert_eq!(err.class(), ErrorClass::Retryable, "{err}");
+    assert_eq!(s.count(CLAIMS).await, 0);
+    assert_eq!(s.count(EFFECTS).await, 0);
+    s.finish().await;
 }

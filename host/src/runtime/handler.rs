@@ -136,7 +136,7 @@ impl Handler {
     pub(crate) fn new_state(&self) -> StateSeed {
         StateSeed {
             settings: self.settings.clone(),
-            limits: StoreLimitsBuilder::new().memory_size(self.settings.max_memory_bytes).instances(4).build(),
+            limits: StoreLimitsBuilder::new().memory_size(self.settings.max_memory_bytes).build(),
         }
     }
 }
