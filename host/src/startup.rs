@@ -5,8 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::consumer::Consumer as _;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -64,12 +63,7 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
 
 /// Fails unless the brokers answer a metadata request.
 fn check_broker(config: &Config) -> anyhow::Result<()> {
-    let mut client = ClientConfig::new();
-    client.set("bootstrap.servers", &config.kafka.brokers);
-    for (key, value) in &config.kafka.properties {
-        client.set(key, value);
-    }
-    let probe: BaseConsumer = client.create().context("failed to create a Kafka client")?;
+    let probe = crate::pipeline::probe_client(config)?;
     let metadata = probe
         .fetch_metadata(None, Duration::from_secs(10))
         .with_context(|| format!("broker unreachable at {}", config.kafka.brokers))?;

@@ -155,7 +155,7 @@ fn watch_drained(context: &IdemContext, probe: &BaseConsumer, drained: &AtomicBo
 }
 
 /// A group-less client for metadata look-ups off the polling thread.
-fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer> {
+pub(crate) fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer> {
     let mut client = ClientConfig::new();
     client.set("bootstrap.servers", &config.kafka.brokers);
     for (key, value) in &config.kafka.properties {

@@ -7,6 +7,7 @@
 //! this, PostgreSQL would leave the transaction aborted and turn the host's
 //! COMMIT into a silent ROLLBACK. If the savepoint itself cannot be rolled
 //! back, the host traps: the event fails and nothing is committed.
+//! (`DbCapability::in_savepoint` says how this costs one round trip.)
 //!
 //! Every statement goes through the extended protocol (prepared and bound,
 //! even without parameters), which runs exactly one statement per call.
@@ -23,11 +24,13 @@ use crate::runtime::bindings::db::{self, DbError, Rows, SqlError, Value};
 /// The event's transaction, lent to the guest for one invocation.
 pub(crate) struct DbCapability {
     tx: Transaction<'static, Postgres>,
+    /// `idem_statement` exists: set by the previous guest statement.
+    savepoint: bool,
 }
 
 impl DbCapability {
     pub(crate) fn new(tx: Transaction<'static, Postgres>) -> Self {
-        Self { tx }
+        Self { tx, savepoint: false }
     }
 
     /// Takes the transaction back after the invocation.
@@ -35,8 +38,40 @@ impl DbCapability {
         self.tx
     }
 
-    fn conn(&mut self) -> &mut PgConnection {
-        &mut self.tx
+    /// Runs `run` under a savepoint: on a database error the statement alone
+    /// is undone and the error goes to the guest; on a connection error the
+    /// host traps.
+    ///
+    /// One round trip per statement: the previous statement's savepoint is
+    /// released (folded into the transaction) in the same simple query that
+    /// sets this one's, and the last one is released by COMMIT. Nesting never
+    /// grows past one level, so a guest running many statements never
+    /// overflows PostgreSQL's subtransaction cache.
+    async fn in_savepoint<T>(
+        &mut self,
+        run: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> wasmtime::Result<Result<T, DbError>> {
+        let fault = |e| wasmtime::Error::new(HostFault::Database(e));
+        let conn: &mut PgConnection = &mut self.tx;
+        let set = if self.savepoint {
+            "RELEASE SAVEPOINT idem_statement; SAVEPOINT idem_statement"
+        } else {
+            "SAVEPOINT idem_statement"
+        };
+        conn.execute(set).await.map_err(fault)?;
+        self.savepoint = true;
+        let error = match run(&mut *conn).await {
+            Ok(value) => return Ok(Ok(value)),
+            Err(sqlx::Error::Database(e)) => classify(e.as_ref()),
+            Err(sqlx::Error::ColumnDecode { index, source }) => {
+                DbError::InvalidValue(format!("column {index}: {source}"))
+            }
+            Err(e) => return Err(fault(e)),
+        };
+        // Undo the statement alone; the savepoint stays, released by the next
+        // statement or by COMMIT.
+        conn.execute("ROLLBACK TO SAVEPOINT idem_statement").await.map_err(fault)?;
+        Ok(Err(error))
     }
 }
 
@@ -45,36 +80,6 @@ impl DbCapability {
 fn prepare(statement: &str, params: Vec<Value>) -> Result<values::Bound, DbError> {
     guard::check(statement).map_err(DbError::Refused)?;
     values::bind(statement, params).map_err(DbError::InvalidValue)
-}
-
-/// Runs `run` under a savepoint: on a database error the statement alone is
-/// undone and the error goes to the guest; on a connection error the host
-/// traps.
-async fn in_savepoint<T>(
-    conn: &mut PgConnection,
-    run: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
-) -> wasmtime::Result<Result<T, DbError>> {
-    let fault = |e| wasmtime::Error::new(HostFault::Database(e));
-    conn.execute("SAVEPOINT idem_statement").await.map_err(fault)?;
-    match run(&mut *conn).await {
-        Ok(value) => {
-            conn.execute("RELEASE SAVEPOINT idem_statement").await.map_err(fault)?;
-            Ok(Ok(value))
-        }
-        Err(sqlx::Error::Database(e)) => {
-            conn.execute("ROLLBACK TO SAVEPOINT idem_statement; RELEASE SAVEPOINT idem_statement")
-                .await
-                .map_err(fault)?;
-            Ok(Err(classify(e.as_ref())))
-        }
-        Err(sqlx::Error::ColumnDecode { index, source }) => {
-            conn.execute("ROLLBACK TO SAVEPOINT idem_statement; RELEASE SAVEPOINT idem_statement")
-                .await
-                .map_err(fault)?;
-            Ok(Err(DbError::InvalidValue(format!("column {index}: {source}"))))
-        }
-        Err(e) => Err(fault(e)),
-    }
 }
 
 fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
@@ -95,8 +100,7 @@ impl db::Host for HostState {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
-        let conn = self.db.conn();
-        in_savepoint(conn, async |c| bound.execute(c).await).await
+        self.db.in_savepoint(async |c| bound.execute(c).await).await
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
@@ -104,8 +108,7 @@ impl db::Host for HostState {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
-        let conn = self.db.conn();
-        let fetched = in_savepoint(conn, async |c| bound.fetch_all(c).await).await?;
+        let fetched = self.db.in_savepoint(async |c| bound.fetch_all(c).await).await?;
         Ok(fetched.and_then(|rows| values::rows(&rows).map_err(DbError::InvalidValue)))
     }
 }
