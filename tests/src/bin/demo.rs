@@ -42,26 +42,26 @@ async fn main() -> anyhow::Result<()> {
     println!("3. broker {brokers}, topic {topic} ({PARTITIONS} partitions)");
 
     let producer = kafka::producer();
-    let mut sent = Vec::new();
-    let (mut duplicates, mut invalid) = (0, 0);
-    for i in 0..orders {
-        let (_, payload) = order_payload(i + 1);
-        kafka::produce(&producer, &topic, (i % i64::from(PARTITIONS)) as i32, "order", &payload).await;
-        sent.push(payload);
+    let originals: Vec<(i32, Vec<u8>)> =
+        (0..orders).map(|i| ((i % i64::from(PARTITIONS)) as i32, order_payload(i + 1).1)).collect();
+    // Redelivered: the same payload at a new offset, on the same partition or another.
+    let duplicates: Vec<(i32, Vec<u8>)> = originals
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 10 < 3)
+        .map(|(i, (p, payload))| (if i % 2 == 0 { *p } else { (*p + 1) % PARTITIONS }, payload.clone()))
+        .collect();
+    let invalid: Vec<(i32, Vec<u8>)> = vec![
+        (0, b"not json".to_vec()),
+        (0, br#"{"eventId":"0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e","eventType":"order.confirmed.v1"}"#.to_vec()),
+    ];
+    let (duplicates_n, invalid_n) = (duplicates.len(), invalid.len());
+    let records: Vec<(i32, Vec<u8>)> = originals.into_iter().chain(duplicates).chain(invalid).collect();
+    for chunk in records.chunks(1000) {
+        let sends = chunk.iter().map(|(p, payload)| kafka::produce(&producer, &topic, *p, "order", payload));
+        futures::future::join_all(sends).await;
     }
-    for (i, payload) in sent.iter().enumerate().filter(|(i, _)| i % 10 < 3) {
-        // Redelivered: the same payload at a new offset, on the same partition or another.
-        let partition = if i % 2 == 0 { i as i32 % PARTITIONS } else { (i as i32 + 1) % PARTITIONS };
-        kafka::produce(&producer, &topic, partition, "order", payload).await;
-        duplicates += 1;
-    }
-    for bad in
-        [&b"not json"[..], br#"{"eventId":"0b7f1d2e-8f9a-4c3b-9d2e-1f0a2b3c4d5e","eventType":"order.confirmed.v1"}"#]
-    {
-        kafka::produce(&producer, &topic, 0, "order", bad).await;
-        invalid += 1;
-    }
-    println!("4. produced {orders} orders, {duplicates} redelivered duplicates, {invalid} invalid records");
+    println!("4. produced {orders} orders, {duplicates_n} redelivered duplicates, {invalid_n} invalid records");
 
     let provider = PaymentProvider::start().await;
     let spec = HandlerSpec::billing(&topic, &provider.base_url());
@@ -101,6 +101,10 @@ async fn main() -> anyhow::Result<()> {
     );
     if charges != orders || doubled != 0 || provider_double != 0 || provider.charges() as i64 != orders {
         bail!("the example did not charge every order exactly once");
+    }
+    let produced = orders as u64 + (duplicates_n + invalid_n) as u64;
+    if report.delivered != produced || report.duplicates != duplicates_n as u64 || report.invalid != invalid_n as u64 {
+        bail!("the host did not account for every record produced ({produced})");
     }
     Ok(())
 }
