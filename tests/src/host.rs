@@ -21,6 +21,9 @@ pub struct HandlerSpec {
     pub provider_url: String,
     /// `[handler.http] key_prefix`: tells which host sent a request.
     pub key_prefix: Option<String>,
+    /// The payload's JSON Schema.
+    pub schema: PathBuf,
+    pub max_attempts: u32,
 }
 
 impl HandlerSpec {
@@ -35,6 +38,8 @@ impl HandlerSpec {
             assignor: "cooperative-sticky",
             provider_url: provider_url.into(),
             key_prefix: None,
+            schema: example_path("billing/order-confirmed.v1.schema.json"),
+            max_attempts: 5,
         }
     }
 
@@ -46,10 +51,22 @@ impl HandlerSpec {
             ..Self::billing(topic, "http://127.0.0.1:9")
         }
     }
+
+    /// The `scenarios` test handler: `test.scenario.v1` events, any payload.
+    pub fn scenarios(topic: &str, provider_url: &str) -> Self {
+        Self {
+            name: "scenarios".into(),
+            component: "scenarios",
+            group_id: crate::unique_name("scenarios"),
+            event_types: vec!["test.scenario.v1".into()],
+            schema: Path::new(env!("CARGO_MANIFEST_DIR")).join("guests/scenarios/any.schema.json"),
+            ..Self::billing(topic, provider_url)
+        }
+    }
 }
 
-fn schema_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/billing/order-confirmed.v1.schema.json")
+fn example_path(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(path)
 }
 
 /// Writes an `idem.toml` for `handlers` into a fresh folder and returns its path.
@@ -66,15 +83,17 @@ pub fn write_config(database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
         text.push_str(&format!(
             "\n[[handler]]\nname = \"{name}\"\ntopic = \"{topic}\"\ngroup_id = \"{group}\"\ncomponent = \"{component}\"\n\
              event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
-             [handler.http]\nallow = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\n",
+             max_attempts = {max_attempts}\n\
+             [handler.http]\nallow = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n",
             name = h.name,
             topic = h.topic,
             group = h.group_id,
             component = crate::guests::component(h.component).display(),
             types = types.join(", "),
-            schema = schema_path().display(),
+            schema = h.schema.display(),
             concurrency = h.concurrency,
             assignor = h.assignor,
+            max_attempts = h.max_attempts,
             url = h.provider_url,
             prefix = h.key_prefix.as_ref().map(|p| format!("key_prefix = \"{p}\"\n")).unwrap_or_default(),
         ));

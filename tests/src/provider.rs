@@ -12,6 +12,11 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A request whose body contains this (e.g. an order in currency `SLO`)
+/// is answered [`SLOW_LATENCY`] late: a slow partition on demand.
+pub const SLOW_MARKER: &str = "\"SLO\"";
+pub const SLOW_LATENCY: Duration = Duration::from_secs(2);
+
 /// One request as the provider saw it.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -125,7 +130,10 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         };
         (fault, status, s.latency)
     };
-    let (fault, status, latency) = fault;
+    let (fault, status, mut latency) = fault;
+    if request.body.contains(SLOW_MARKER) {
+        latency += SLOW_LATENCY;
+    }
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }

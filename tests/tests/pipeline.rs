@@ -286,3 +286,60 @@ async fn a_rebalance_mid_stream_with_cooperative_sticky_loses_and_doubles_nothin
 async fn a_rebalance_mid_stream_with_an_eager_assignor_loses_and_doubles_nothing() {
     rebalance_mid_stream("range").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_partition_does_not_stall_the_others() {
+    let env = Env::new(2).await;
+    // Partition 0: five orders the provider answers 2 s late each.
+    for i in 0..5 {
+        let (_, payload) = order_payload(10_000 + i);
+        let mut slow: serde_json::Value = serde_json::from_slice(&payload).expect("json");
+        slow["currency"] = "SLO".into();
+        env.send(0, slow.to_string().as_bytes()).await;
+    }
+    // Partition 1: two hundred ordinary ones.
+    for i in 0..200 {
+        env.send(1, &order_payload(i + 1).1).await;
+    }
+    let mut spec = env.billing();
+    spec.concurrency = 2;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let host = tokio::spawn(async move {
+        host::run_in_process(&config, false, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+
+    let slow = || env.provider.seen().iter().filter(|s| s.body.contains(idem_tests::provider::SLOW_MARKER)).count();
+    wait_until("the fast partition is done", || env.provider.charges() - slow() >= 200).await;
+    assert!(slow() < 5, "partition 1 finished while partition 0 was still working through its slow events");
+    wait_until("the slow partition is done", || env.provider.charges() >= 205).await;
+    let _ = stop.send(());
+    let r = host.await.expect("host");
+    assert_eq!(r[0].processed, 205, "{r:?}");
+    assert_eq!(env.count(CHARGES).await, 205);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_events_are_retried_then_skipped_counted_and_committed_past() {
+    let env = Env::new(1).await;
+    for scenario in ["ok", "write-then-fail", "write-then-retryable", "write-then-trap", "ok"] {
+        let payload = serde_json::json!({
+            "eventId": uuid::Uuid::now_v7().to_string(), "eventType": "test.scenario.v1",
+            "occurredAt": "2026-11-30T12:00:00Z", "scenario": scenario,
+        });
+        env.send(0, payload.to_string().as_bytes()).await;
+    }
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.max_attempts = 3;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.failed, r.retries), (2, 3, 2), "the retryable one ran 3 times, then was skipped: {r:?}");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 2, "the failed events left nothing");
+    assert_eq!(env.count("SELECT count(*) FROM idem.processed_event").await, 2);
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(5)], "and the partition moved past them");
+    env.finish().await;
+}
