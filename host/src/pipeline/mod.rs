@@ -74,8 +74,10 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let crash_after = std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok());
-    let mut threads = Vec::new();
+    // Every consumer is created and subscribed before any thread starts, so
+    // a failure here leaves nothing running behind.
     let mut all_stats = Vec::new();
+    let mut pipelines = Vec::new();
     for (config, executor, validator) in prepared.handlers {
         let stats = Arc::new(Stats::default());
         all_stats.push((config.name.clone(), stats.clone()));
@@ -90,20 +92,27 @@ pub async fn run(
             crash_after,
             committed: AtomicU64::new(0),
         });
-        let consumer = build_consumer(&prepared.config, &config, shared.clone())?;
-        let drained = Arc::new(AtomicBool::new(false));
-        if options.exit_when_drained {
-            let probe = probe_client(&prepared.config)?;
-            let (context, drained, stop) = (consumer.context().clone(), drained.clone(), stop_rx.clone());
-            std::thread::Builder::new()
-                .name(format!("idem-drain-{}", config.name))
-                .spawn(move || watch_drained(&context, &probe, &drained, &stop))
-                .context("failed to start the drain watcher")?;
-        }
+        let consumer = build_consumer(&prepared.config, &config, shared)?;
         consumer
             .subscribe(&[config.topic.as_str()])
             .with_context(|| format!("failed to subscribe to {}", config.topic))?;
+        let probe = if options.exit_when_drained { Some(probe_client(&prepared.config)?) } else { None };
         tracing::info!(handler = %config.name, topic = %config.topic, group = %config.group_id, "consuming");
+        pipelines.push((config, consumer, probe));
+    }
+    let mut threads = Vec::new();
+    for (config, consumer, probe) in pipelines {
+        let drained = Arc::new(AtomicBool::new(false));
+        if let Some(probe) = probe {
+            let (context, drained, stop) = (consumer.context().clone(), drained.clone(), stop_rx.clone());
+            let watcher = std::thread::Builder::new()
+                .name(format!("idem-drain-{}", config.name))
+                .spawn(move || watch_drained(&context, &probe, &drained, &stop));
+            if let Err(e) = watcher {
+                // Without the watcher the handler simply runs until stopped.
+                tracing::error!(handler = %config.name, "failed to start the drain watcher: {e}");
+            }
+        }
         let (stop, reset) = (stop_rx.clone(), config.auto_offset_reset.clone());
         threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained, &reset)));
     }
