@@ -343,3 +343,31 @@ async fn failing_events_are_retried_then_skipped_counted_and_committed_past() {
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(5)], "and the partition moved past them");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_mid_stream_finishes_in_flight_events_and_commits_them() {
+    let env = Env::new(3).await;
+    env.provider.set_latency(Duration::from_millis(30));
+    env.send_orders(300).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+
+    let child = host::spawn(&config, false, &[]);
+    wait_until("50 charges", || env.provider.charges() >= 50).await;
+    host::signal(&child, "TERM");
+    let (status, reports) = host::wait_report(child);
+    assert!(status.success(), "SIGTERM is a clean exit: {status}");
+    let charged = env.count(CHARGES).await;
+    assert!(charged < 300, "stopped mid-stream ({charged} charged)");
+    assert_eq!(reports[0].processed as i64, charged, "{:?}", reports[0]);
+    // Offsets start at 0 and every record is a distinct valid order, so the
+    // committed offsets add up to the records processed: every event that
+    // was in flight at SIGTERM finished and was committed.
+    let committed: i64 = kafka::committed(&spec.group_id, &env.topic, 3).iter().map(|o| o.unwrap_or(0)).sum();
+    assert_eq!(committed, charged);
+
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed as i64, r.duplicates), (300 - charged, 0), "nothing was redelivered: {r:?}");
+    assert_eq!(env.count(CHARGES).await, 300);
+    env.finish().await;
+}
