@@ -363,3 +363,16 @@ async fn a_statement_that_outlives_the_time_limit_is_cancelled_and_rolled_back()
     assert_eq!(s.count(EFFECTS).await, 0);
     s.finish().await;
 }
+
+#[tokio::test]
+async fn a_guest_over_its_memory_limit_traps_and_the_host_goes_on() {
+    let s = Setup::new().await;
+    let mut settings = s.settings("scenarios");
+    settings.max_memory_bytes = 32 << 20;
+    let exec = s.executor("scenarios", settings);
+    let err = exec.execute(&scenario("hog"), 1).await.expect_err("over the limit");
+    assert!(matches!(err, ExecError::Trapped(_)), "{err}");
+    assert_eq!(s.count(EFFECTS).await, 0);
+    assert_eq!(exec.execute(&scenario("ok"), 1).await.expect("the next event"), Outcome::Processed);
+    s.finish().await;
+}

@@ -31,6 +31,12 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         "write-then-fail" => Err(Error::permanent("failing on purpose after a write")),
         "write-then-retryable" => Err(Error::retryable("asking for a retry after a write")),
         "write-then-trap" => panic!("trapping on purpose after a write"),
+        "hog" => {
+            // Half a GiB: more than the host lets a test instance have.
+            let hog = vec![1u8; 512 << 20];
+            std::hint::black_box(&hog);
+            Ok(())
+        }
         "loop" => loop {
             std::hint::black_box(0u64);
         },
