@@ -211,8 +211,8 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
     env.finish().await;
 }
 
-/// Two hosts in one group: the second joins mid-stream, the first leaves
-/// mid-stream; every event is charged exactly once.
+/// Two host processes in one group: the second joins mid-stream, the first
+/// leaves mid-stream (SIGTERM); every event is charged exactly once.
 async fn rebalance_mid_stream(assignor: &'static str) {
     let env = Env::new(6).await;
     // Slow charges keep the stream going through both rebalances.
@@ -227,31 +227,22 @@ async fn rebalance_mid_stream(assignor: &'static str) {
     let config_b = host::write_config(&env.db.url, &[HandlerSpec { key_prefix: Some("b".into()), ..spec.clone() }]);
     let by = |prefix: &str| env.provider.keys().iter().flatten().filter(|k| k.starts_with(prefix)).count();
 
-    let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
-    let a = tokio::spawn(async move {
-        host::run_in_process(&config_a, false, async {
-            let _ = stopped_a.await;
-        })
-        .await
-    });
+    // Two `idem run` processes in one group.
+    let a = host::spawn(&config_a, false, &[]);
     wait_until("a has charged 100 orders", || by("a:") >= 100).await;
-    let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
-    let b = tokio::spawn(async move {
-        host::run_in_process(&config_b, false, async {
-            let _ = stopped_b.await;
-        })
-        .await
-    });
+    let b = host::spawn(&config_b, false, &[]);
     // The rebalance gave b partitions while a kept working.
     wait_until("b has charged 10 orders", || by("b:") >= 10).await;
-    let _ = stop_a.send(());
-    let ra = a.await.expect("host a");
+    host::signal(&a, "TERM");
+    let (status_a, ra) = tokio::task::spawn_blocking(move || host::wait_report(a)).await.expect("wait a");
+    assert!(status_a.success(), "{status_a}");
     let stopped_at = env.count(CHARGES).await;
     assert!(stopped_at < 600, "a stopped mid-stream ({stopped_at} charged)");
     // b takes a's partitions over and finishes the stream.
     wait_until("600 orders are charged", || env.provider.charges() >= 600).await;
-    let _ = stop_b.send(());
-    let rb = b.await.expect("host b");
+    host::signal(&b, "TERM");
+    let (status_b, rb) = tokio::task::spawn_blocking(move || host::wait_report(b)).await.expect("wait b");
+    assert!(status_b.success(), "{status_b}");
 
     assert_eq!(env.count(CHARGES).await, 600, "0 lost");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 600, "0 double effects");
