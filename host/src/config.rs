@@ -165,6 +165,15 @@ impl Config {
         }
         check_properties("[kafka.properties]", &self.kafka.properties)?;
         let (mut names, mut groups) = (HashSet::new(), HashSet::new());
+        let concurrency: usize = self.handlers.iter().map(|h| h.concurrency).sum();
+        if concurrency > self.database.max_connections as usize {
+            // Not an error: events would wait for a connection, not fail.
+            tracing::warn!(
+                "the handlers process {concurrency} partitions at once but [database] max_connections is {}: \
+                 events will wait for connections",
+                self.database.max_connections
+            );
+        }
         for h in &self.handlers {
             let at = format!("handler `{}`", h.name);
             if h.name.is_empty() || !h.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {

@@ -23,10 +23,19 @@ pub struct TestDb {
     pub pool: PgPool,
 }
 
-fn with_database(url: &str, name: &str) -> String {
-    match url.rfind('/') {
-        Some(i) if !url[..i].ends_with('/') => format!("{}/{name}", &url[..i]),
-        _ => format!("{url}/{name}"),
+/// `url` with its database replaced by `name` (query parameters kept).
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let server = match base.find("://").map(|i| i + 3) {
+        Some(start) => match base[start..].find('/') {
+            Some(slash) => &base[..start + slash],
+            None => base,
+        },
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{server}/{name}?{q}"),
+        None => format!("{server}/{name}"),
     }
 }
 
@@ -72,5 +81,16 @@ impl TestDb {
         if let Ok(mut admin) = PgConnection::connect(&server_url()).await {
             let _ = admin.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn with_database_replaces_only_the_database() {
+        use super::with_database;
+        assert_eq!(with_database("postgres://u@h:5432/postgres", "x"), "postgres://u@h:5432/x");
+        assert_eq!(with_database("postgres://u@h:5432", "x"), "postgres://u@h:5432/x");
+        assert_eq!(with_database("postgres://u@h/db?sslmode=disable", "x"), "postgres://u@h/x?sslmode=disable");
     }
 }

@@ -22,7 +22,7 @@ const PARTITIONS: i32 = 6;
 async fn main() -> anyhow::Result<()> {
     let orders: i64 = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(5000);
     let server = idem_tests::db::server_url();
-    let db_url = format!("{}/idem_demo", server.rsplit_once('/').map_or(server.as_str(), |(base, _)| base));
+    let db_url = idem_tests::db::with_database(&server, "idem_demo");
 
     println!("1. database {db_url}: recreate, `idem migrate`, billing schema");
     let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
