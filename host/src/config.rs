@@ -244,3 +244,45 @@ impl HandlerConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::Config;
+
+    #[test]
+    fn the_billing_example_config_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/billing/idem.toml");
+        let config = Config::load(&path).expect("the example config is valid");
+        let billing = &config.handlers[0];
+        assert_eq!((billing.name.as_str(), billing.concurrency, billing.max_events), ("billing", 3, 1));
+        assert!(
+            billing.schema.ends_with("examples/billing/order-confirmed.v1.schema.json"),
+            "resolved against the file"
+        );
+        assert_eq!(billing.assignor, "cooperative-sticky");
+        assert_eq!(billing.auto_offset_reset, "earliest");
+    }
+
+    #[test]
+    fn unknown_keys_and_owned_properties_are_refused() {
+        let base = "[kafka]\nbrokers = \"b\"\n[database]\nurl = \"u\"\n[[handler]]\nname = \"h\"\ntopic = \"t\"\n\
+                    group_id = \"g\"\ncomponent = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n";
+        let dir = std::env::temp_dir().join(format!("idem-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let load = |text: String| {
+            let path = dir.join("idem.toml");
+            std::fs::write(&path, text).expect("write");
+            Config::load(&path).map_err(|e| format!("{e:#}"))
+        };
+        assert!(load(base.to_owned()).is_ok());
+        assert!(load(format!("{base}colour = \"red\"\n")).expect_err("unknown").contains("unknown field `colour`"));
+        let on = format!("{base}[handler.properties]\n\"enable.auto.commit\" = \"true\"\n");
+        assert!(load(on).expect_err("auto commit").contains("enable.auto.commit"));
+        let off = format!("{base}[handler.properties]\n\"enable.auto.offset.store\" = \"false\"\n");
+        assert!(load(off).is_ok(), "turning it off explicitly is harmless");
+        assert!(load(format!("{base}concurrency = 0\n")).expect_err("zero").contains("concurrency"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
