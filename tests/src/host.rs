@@ -71,12 +71,16 @@ fn example_path(path: &str) -> PathBuf {
 
 /// Writes an `idem.toml` for `handlers` into a fresh folder and returns its path.
 pub fn write_config(database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
+    write_config_for(&crate::kafka::brokers(), database_url, handlers)
+}
+
+/// [`write_config`] for another broker (a mock cluster, say).
+pub fn write_config_for(brokers: &str, database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
     let dir = std::env::temp_dir().join(crate::unique_name("idem_config"));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("config dir: {e}"));
     let mut text = format!(
-        "[kafka]\nbrokers = \"{}\"\n[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\n\
-         [database]\nurl = \"{database_url}\"\n",
-        crate::kafka::brokers()
+        "[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\n\
+         [database]\nurl = \"{database_url}\"\n"
     );
     for h in handlers {
         let types: Vec<String> = h.event_types.iter().map(|t| format!("\"{t}\"")).collect();

@@ -128,3 +128,16 @@ pub fn high_watermarks(topic: &str, partitions: i32) -> Vec<i64> {
         })
         .collect()
 }
+
+/// Commits `offset` for `group` on one partition, as an operator's tool would.
+pub fn commit(group: &str, topic: &str, partition: i32, offset: i64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap_or_else(|e| panic!("consumer: {e}"));
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).unwrap_or_else(|e| panic!("offset: {e}"));
+    consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).unwrap_or_else(|e| panic!("commit: {e}"));
+}

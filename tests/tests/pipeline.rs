@@ -362,3 +362,43 @@ async fn sigterm_mid_stream_finishes_in_flight_events_and_commits_them() {
     assert_eq!(env.count(CHARGES).await, 300);
     env.finish().await;
 }
+
+/// Tansu answers a fetch past the end with no records rather than
+/// OFFSET_OUT_OF_RANGE, so this runs against librdkafka's mock cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_committed_offset_out_of_range_is_reset_logged_and_counted() {
+    use rdkafka::ClientConfig;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    idem_tests::init_logging();
+    let db = TestDb::new().await.expect("database");
+    let provider = PaymentProvider::start().await;
+    let mock = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+    let brokers = mock.bootstrap_servers();
+    mock.create_topic("orders", 1, 1).expect("topic");
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("producer");
+    for i in 0..10 {
+        let payload = order_payload(i + 1).1;
+        producer
+            .send(FutureRecord::to("orders").partition(0).key("k").payload(&payload), Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    let spec = HandlerSpec::billing("orders", &provider.base_url());
+    // As if the log had been recreated, or the committed offset were stale.
+    let admin: rdkafka::consumer::BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", &spec.group_id)
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset("orders", 0, rdkafka::Offset::Offset(1_000)).expect("offset");
+    rdkafka::consumer::Consumer::commit(&admin, &tpl, rdkafka::consumer::CommitMode::Sync).expect("commit");
+
+    let config = host::write_config_for(&brokers, &db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!(r.offset_resets, 1, "{r:?}");
+    assert_eq!(r.processed, 10, "auto.offset.reset = earliest started over: {r:?}");
+    db.drop_database().await;
+}

@@ -21,7 +21,7 @@ use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::Shared;
-use super::partition::{self, PartitionState};
+use super::partition::{self, PartitionState, Reset};
 use crate::stats::Stats;
 use crate::validate::Record;
 
@@ -38,11 +38,19 @@ pub(crate) struct IdemContext {
     runtime: tokio::runtime::Handle,
     /// How long a revocation waits for in-flight events before abandoning them.
     revoke_timeout: Duration,
+    /// `auto.offset.reset`, for the log of a reset.
+    reset_policy: String,
 }
 
 impl IdemContext {
-    pub(crate) fn new(shared: Arc<Shared>, runtime: tokio::runtime::Handle, revoke_timeout: Duration) -> Self {
-        Self { shared, partitions: Mutex::new(HashMap::new()), generation: AtomicU64::new(0), runtime, revoke_timeout }
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        runtime: tokio::runtime::Handle,
+        revoke_timeout: Duration,
+        reset_policy: String,
+    ) -> Self {
+        let (partitions, generation) = (Mutex::new(HashMap::new()), AtomicU64::new(0));
+        Self { shared, partitions, generation, runtime, revoke_timeout, reset_policy }
     }
 
     fn partitions(&self) -> MutexGuard<'_, HashMap<Key, Arc<PartitionState>>> {
@@ -192,33 +200,33 @@ impl IdemContext {
             return;
         };
         Stats::add(&self.shared.stats.delivered);
-        self.check_start(&state, record.offset);
+        state.start().first.get_or_insert(record.offset);
+        self.report_reset(&state);
         state.push(record);
     }
 
-    /// Logs and counts a partition that did not resume at its committed offset.
-    fn check_start(&self, state: &PartitionState, offset: i64) {
-        let mut expected = state.expected_start.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(Some(committed)) = *expected
-            && committed != offset
-        {
-            tracing::warn!(
-                handler = %self.shared.name, topic = %state.topic, partition = state.partition,
-                committed, resumed_at = offset, "offset reset: the partition did not resume at its committed offset"
-            );
-            Stats::add(&self.shared.stats.offset_resets);
+    /// Logs and counts an offset reset of `state`, once it is known.
+    fn report_reset(&self, state: &PartitionState) {
+        let Some(reset) = state.start().check() else { return };
+        let (handler, topic, partition) = (&self.shared.name, &state.topic, state.partition);
+        match reset {
+            Reset::NoCommittedOffset => tracing::warn!(
+                %handler, %topic, partition, reset = %self.reset_policy,
+                "offset reset: no committed offset for this group, starting at auto.offset.reset"
+            ),
+            Reset::Moved { committed, resumed_at } => tracing::warn!(
+                %handler, %topic, partition, committed, resumed_at,
+                "offset reset: the partition did not resume at its committed offset"
+            ),
         }
-        *expected = Some(None);
+        Stats::add(&self.shared.stats.offset_resets);
     }
 
     /// Looks up the committed offsets of partitions assigned since the last
     /// call; a partition without one starts at `auto.offset.reset`.
-    pub(crate) fn look_up_starts(&self, consumer: &BaseConsumer<Self>, reset: &str) {
-        let fresh: Vec<Arc<PartitionState>> = self
-            .states()
-            .into_iter()
-            .filter(|s| s.expected_start.lock().unwrap_or_else(|e| e.into_inner()).is_none())
-            .collect();
+    pub(crate) fn look_up_starts(&self, consumer: &BaseConsumer<Self>) {
+        let fresh: Vec<Arc<PartitionState>> =
+            self.states().into_iter().filter(|s| s.start().committed.is_none()).collect();
         if fresh.is_empty() {
             return;
         }
@@ -234,19 +242,12 @@ impl IdemContext {
             }
         };
         for s in &fresh {
-            let offset = committed.find_partition(&s.topic, s.partition).map(|e| e.offset());
-            let start = match offset {
+            let offset = match committed.find_partition(&s.topic, s.partition).map(|e| e.offset()) {
                 Some(Offset::Offset(n)) => Some(n),
-                _ => {
-                    tracing::warn!(
-                        handler = %self.shared.name, topic = %s.topic, partition = s.partition,
-                        "offset reset: no committed offset for this group, starting at `{reset}`"
-                    );
-                    Stats::add(&self.shared.stats.offset_resets);
-                    None
-                }
+                _ => None,
             };
-            *s.expected_start.lock().unwrap_or_else(|e| e.into_inner()) = Some(start);
+            s.start().committed = Some(offset);
+            self.report_reset(s);
         }
     }
 
@@ -290,9 +291,10 @@ impl IdemContext {
                 return false;
             };
             // A partition that delivered nothing yet is drained if its
-            // committed offset already is the end.
-            let committed = s.expected_start.lock().unwrap_or_else(|e| e.into_inner()).flatten();
-            high == low || s.tracker().position().max(committed).is_some_and(|p| p >= high)
+            // committed offset is exactly the end (one past it is out of
+            // range: librdkafka is about to reset and deliver).
+            let committed = s.start().committed.flatten();
+            high == low || s.tracker().position().is_some_and(|p| p >= high) || committed == Some(high)
         })
     }
 }

@@ -113,8 +113,8 @@ pub async fn run(
                 tracing::error!(handler = %config.name, "failed to start the drain watcher: {e}");
             }
         }
-        let (stop, reset) = (stop_rx.clone(), config.auto_offset_reset.clone());
-        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained, &reset)));
+        let stop = stop_rx.clone();
+        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained)));
     }
     drop(fatal_tx);
 
@@ -194,7 +194,8 @@ fn build_consumer(
     // the message out, and auto-commit would then commit unprocessed records.
     client.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false");
     let revoke_timeout = Duration::from_millis(handler.timeout_ms).min(Duration::from_secs(30));
-    let context = IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_timeout);
+    let context =
+        IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_timeout, handler.auto_offset_reset.clone());
     client
         .create_with_context(context)
         .with_context(|| format!("failed to create the Kafka consumer of handler {}", handler.name))
@@ -203,7 +204,7 @@ fn build_consumer(
 /// Offsets resolved since the last commit are committed this often.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 
-fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool, reset: &str) {
+fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool) {
     let ctx = consumer.context();
     let mut last_commit = Instant::now();
     while !*stop.borrow() {
@@ -212,7 +213,7 @@ fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, d
             Some(Err(e)) => tracing::warn!("consumer error: {e}"),
             None => {}
         }
-        ctx.look_up_starts(&consumer, reset);
+        ctx.look_up_starts(&consumer);
         ctx.flow_control(&consumer);
         if last_commit.elapsed() >= COMMIT_INTERVAL {
             consumer::commit(&consumer, &ctx.states(), CommitMode::Async);

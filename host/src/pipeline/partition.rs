@@ -32,9 +32,8 @@ pub(crate) struct PartitionState {
     pub queued: AtomicUsize,
     /// The consumer paused fetching for this partition (queue too long).
     pub paused: AtomicBool,
-    /// The committed offset the partition should resume at, once looked up;
-    /// compared with the first record delivered to detect offset resets.
-    pub expected_start: Mutex<Option<Option<i64>>>,
+    /// Where the partition resumed, to detect offset resets.
+    pub start: Mutex<Start>,
     sender: mpsc::UnboundedSender<Record>,
 }
 
@@ -50,10 +49,14 @@ impl PartitionState {
             busy: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
-            expected_start: Mutex::new(None),
+            start: Mutex::new(Start::default()),
             sender,
         };
         (Arc::new(state), receiver)
+    }
+
+    pub(crate) fn start(&self) -> MutexGuard<'_, Start> {
+        self.start.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn tracker(&self) -> MutexGuard<'_, OffsetTracker> {
@@ -81,6 +84,44 @@ impl PartitionState {
 
     pub(crate) fn is_busy(&self) -> bool {
         self.busy.load(Ordering::SeqCst)
+    }
+}
+
+/// Where a partition resumed in this assignment. The group's committed
+/// offset is looked up after the assignment and the first record may arrive
+/// before or after that answer; whichever comes second completes the check.
+#[derive(Debug, Default)]
+pub(crate) struct Start {
+    /// The group's committed offset at assignment (`Some(None)`: none).
+    pub committed: Option<Option<i64>>,
+    /// The first offset delivered in this assignment.
+    pub first: Option<i64>,
+    checked: bool,
+}
+
+/// An offset reset: the partition did not resume at a committed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// The group had no committed offset: `auto.offset.reset` chose.
+    NoCommittedOffset,
+    /// The first record delivered was not at the committed offset.
+    Moved { committed: i64, resumed_at: i64 },
+}
+
+impl Start {
+    /// The reset to report, once, when enough is known.
+    pub(crate) fn check(&mut self) -> Option<Reset> {
+        if self.checked {
+            return None;
+        }
+        let reset = match (self.committed?, self.first) {
+            (None, _) => Some(Reset::NoCommittedOffset),
+            (Some(committed), Some(first)) if first != committed => Some(Reset::Moved { committed, resumed_at: first }),
+            (Some(_), Some(_)) => None,
+            (Some(_), None) => return None,
+        };
+        self.checked = true;
+        reset
     }
 }
 
@@ -162,5 +203,27 @@ async fn process(shared: &Shared, state: &PartitionState, record: Record) -> boo
             return false;
         }
         attempt += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Reset, Start};
+
+    #[test]
+    fn a_reset_is_reported_once_whichever_comes_first() {
+        let mut before = Start { first: Some(7), ..Start::default() };
+        assert_eq!(before.check(), None, "the committed offset is not known yet");
+        before.committed = Some(Some(5));
+        assert_eq!(before.check(), Some(Reset::Moved { committed: 5, resumed_at: 7 }));
+        assert_eq!(before.check(), None, "reported once");
+
+        let mut after = Start { committed: Some(Some(5)), ..Start::default() };
+        assert_eq!(after.check(), None, "nothing delivered yet");
+        after.first = Some(5);
+        assert_eq!(after.check(), None, "resumed where committed: no reset");
+
+        let mut fresh = Start { committed: Some(None), ..Start::default() };
+        assert_eq!(fresh.check(), Some(Reset::NoCommittedOffset));
     }
 }
