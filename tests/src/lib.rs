@@ -8,6 +8,7 @@
 //! - [`provider`]: a local payment provider that deduplicates by
 //!   `Idempotency-Key` and can misbehave on purpose;
 //! - [`host`]: config files for `idem run`, in-process or as a child process;
+//! - [`proxy`]: a TCP proxy to cut, for database outages;
 //! - [`kafka`]: a broker (`KAFKA_BROKERS`, or a Tansu started for the run)
 //!   and random topics.
 
@@ -16,6 +17,7 @@ pub mod guests;
 pub mod host;
 pub mod kafka;
 pub mod provider;
+pub mod proxy;
 
 use std::sync::Once;
 

@@ -402,3 +402,48 @@ async fn a_committed_offset_out_of_range_is_reset_logged_and_counted() {
     assert_eq!(r.processed, 10, "auto.offset.reset = earliest started over: {r:?}");
     db.drop_database().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_outage_mid_stream_delays_events_but_loses_and_doubles_none() {
+    let env = Env::new(2).await;
+    env.provider.set_latency(Duration::from_millis(20));
+    env.send_orders(60).await;
+    // The host reaches PostgreSQL through a proxy the test can cut.
+    let mut url = reqwest::Url::parse(&env.db.url).expect("database URL");
+    let (host, port) = (url.host_str().unwrap_or("127.0.0.1").to_owned(), url.port().unwrap_or(5432));
+    let server = tokio::net::lookup_host((host.as_str(), port)).await.ok().and_then(|mut a| a.next()).expect("server");
+    let proxy = idem_tests::proxy::Proxy::start(server).await;
+    url.set_host(Some("127.0.0.1")).expect("host");
+    url.set_port(Some(proxy.addr.port())).expect("port");
+    let via_proxy = url.to_string();
+    let config = host::write_config(&via_proxy, std::slice::from_ref(&env.billing()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let host = tokio::spawn(async move {
+        host::run_in_process(&config, false, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+
+    wait_until("10 charges", || env.provider.charges() >= 10).await;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = env.count(CHARGES).await;
+    assert!(during < 60, "the outage happened mid-stream ({during} charged)");
+    proxy.restore();
+    wait_until("60 charges at the provider", || env.provider.charges() >= 60).await;
+    for _ in 0..200 {
+        if env.count(CHARGES).await >= 60 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(());
+    let r = host.await.expect("host");
+    assert_eq!(env.count(CHARGES).await, 60, "0 lost: {:?}", r[0]);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 60, "0 double effects");
+    assert_eq!(env.provider.charges(), 60, "a retried charge reused its key");
+    assert_eq!(r[0].failed, 0, "an outage is not the events' fault: none was given up: {:?}", r[0]);
+    assert!(r[0].retries > 0, "events were retried during the outage: {:?}", r[0]);
+    env.finish().await;
+}
