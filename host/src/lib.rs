@@ -8,7 +8,7 @@
 //! the validated event and two capabilities bound to that transaction.
 //!
 //! - [`runtime`]: the wasmtime engine, loading and invoking components;
-//! - [`capabilities`](crate::capabilities): what a guest can call (`db`, `http`, `config`, `log`);
+//! - `capabilities` (private): what a guest can call (`db`, `http`, `config`, `log`);
 //! - [`executor`]: one event, one transaction: claim, handler, commit;
 //! - [`dedup`]: the claim in `idem.processed_event`;
 //! - [`migrate`]: idem's own schema;

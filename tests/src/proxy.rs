@@ -24,7 +24,7 @@ impl Drop for Proxy {
 }
 
 impl Proxy {
-    /// Forwards 127.0.0.1:<some port> to `target`.
+    /// Forwards a free port on 127.0.0.1 to `target`.
     pub async fn start(target: SocketAddr) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("proxy bind: {e}"));
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("proxy address: {e}"));
