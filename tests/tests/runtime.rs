@@ -376,3 +376,14 @@ async fn a_guest_over_its_memory_limit_traps_and_the_host_goes_on() {
     assert_eq!(exec.execute(&scenario("ok"), 1).await.expect("the next event"), Outcome::Processed);
     s.finish().await;
 }
+
+#[tokio::test]
+async fn a_malformed_request_is_a_permanent_error_and_is_never_sent() {
+    let s = Setup::new().await;
+    let exec = s.scenarios();
+    let err = exec.execute(&scenario("bad-header"), 1).await.expect_err("malformed");
+    assert_eq!(err.class(), ErrorClass::Permanent, "retrying would not fix it: {err}");
+    assert!(err.to_string().contains("not a valid header name"), "{err}");
+    assert!(s.provider.seen().is_empty());
+    s.finish().await;
+}

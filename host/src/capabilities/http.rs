@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::sync::Arc;
 
+use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 
 use crate::runtime::bindings::http::{self, HttpError, Request, Response};
@@ -113,6 +114,10 @@ impl HostState {
             if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
                 return Err(HttpError::InvalidRequest(format!("header `{name}` is set by the host")));
             }
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| HttpError::InvalidRequest(format!("`{name}` is not a valid header name")))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| HttpError::InvalidRequest(format!("the value of header `{name}` is not valid")))?;
             builder = builder.header(name, value);
         }
         let unsafe_method = matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
@@ -164,7 +169,14 @@ fn transport_error(e: reqwest::Error) -> HttpError {
         message.push_str(&s.to_string());
         source = s.source();
     }
-    if e.is_timeout() { HttpError::Timeout(message) } else { HttpError::Connection(message) }
+    if e.is_timeout() {
+        HttpError::Timeout(message)
+    } else if e.is_builder() {
+        // The request could not be built: retrying would not change that.
+        HttpError::InvalidRequest(message)
+    } else {
+        HttpError::Connection(message)
+    }
 }
 
 impl http::Host for HostState {

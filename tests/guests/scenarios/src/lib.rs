@@ -125,6 +125,10 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             }
             Ok(())
         }
+        "bad-header" => {
+            http::post(format!("{}/v1/charges", base()?)).header("bad header", "x").send()?;
+            Ok(())
+        }
         "get" => {
             let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;
             http::get(url).send()?.error_for_status()?;
