@@ -68,6 +68,23 @@ impl Executor {
         }
     }
 
+    /// Instantiates the handler once, in a transaction rolled back at once.
+    /// A start-up check: a component that cannot be instantiated under its
+    /// limits would fail every event.
+    pub async fn check_instantiation(&self) -> anyhow::Result<()> {
+        let tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
+        let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string())).await;
+        let _ = state.db.into_transaction().rollback().await;
+        result.map_err(|e| anyhow::anyhow!("cannot be instantiated under its limits: {e:#}"))
+    }
+
+    /// A store's state for one event of this handler, holding `tx`.
+    fn state(&self, tx: Transaction<'static, Postgres>, event_id: String) -> HostState {
+        let settings = self.handler.settings();
+        let http = HttpCapability::new(self.http.clone(), Arc::new(settings.http.clone()), event_id.clone());
+        HostState::new(self.handler.new_state(), event_id, DbCapability::new(tx), http)
+    }
+
     /// Claims `event` and runs the handler inside `tx`, which the caller
     /// commits or rolls back. The unit a batch of events will repeat, each
     /// under its own savepoint.
@@ -77,15 +94,12 @@ impl Executor {
         event: &Event,
         attempt: u32,
     ) -> (Transaction<'static, Postgres>, Result<Outcome, ExecError>) {
-        let settings = self.handler.settings();
-        match dedup::claim(&mut tx, event, &settings.name).await {
+        match dedup::claim(&mut tx, event, &self.handler.settings().name).await {
             Ok(true) => {}
             Ok(false) => return (tx, Ok(Outcome::Duplicate)),
             Err(e) => return (tx, Err(ExecError::from_host_sql(e))),
         }
-        let event_id = event.id.hyphenated().to_string();
-        let http = HttpCapability::new(self.http.clone(), Arc::new(settings.http.clone()), event_id.clone());
-        let state = HostState::new(self.handler.new_state(), event_id, DbCapability::new(tx), http);
+        let state = self.state(tx, event.id.hyphenated().to_string());
         let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt)).await;
         let stderr = state.stderr_tail();
         let tx = state.db.into_transaction();

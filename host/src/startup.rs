@@ -54,10 +54,13 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
     check_broker(&config)?;
 
     let http = crate::capabilities::http::client().context("failed to build the HTTP client")?;
-    let handlers = loaded
+    let handlers: Vec<_> = loaded
         .into_iter()
         .map(|(h, handler, validator)| (h, Executor::new(handler, pool.clone(), http.clone()), validator))
         .collect();
+    for (h, executor, _) in &handlers {
+        executor.check_instantiation().await.with_context(|| format!("handler `{}`", h.name))?;
+    }
     Ok(Prepared { config, pool, handlers })
 }
 

@@ -91,6 +91,10 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
             "does not implement the idem:handler@0.1.0 world",
         ),
         (variant(&config, &schema, bad_schema.to_str().expect("path")), "does not compile"),
+        (
+            variant(&config, "concurrency = 3", "concurrency = 3\nmax_memory_mib = 1"),
+            "cannot be instantiated under its limits",
+        ),
         (variant(&config, &db.url, "postgres://postgres@127.0.0.1:1/nowhere"), "database unreachable"),
         (variant(&config, &idem_tests::kafka::brokers(), "127.0.0.1:1"), "broker unreachable"),
     ];

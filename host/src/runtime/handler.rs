@@ -113,11 +113,7 @@ impl Handler {
     /// `handle(event)`. Returns the state (and with it the transaction)
     /// whatever happened, plus the guest's answer or the trap.
     pub(crate) async fn invoke(&self, state: HostState, event: &types::Event) -> (HostState, Invocation) {
-        let mut store = Store::new(self.runtime.engine(), state);
-        store.limiter(|s| &mut s.limits);
-        // Yield at every epoch tick: lets the wall-clock limit below fire
-        // inside a guest that never calls the host.
-        store.epoch_deadline_async_yield_and_update(1);
+        let mut store = self.store(state);
 
         let call = async {
             let instance = self.pre.instantiate_async(&mut store).await?;
@@ -131,6 +127,25 @@ impl Handler {
             Err(_) => Invocation::TimedOut(self.settings.timeout),
         };
         (store.into_data(), answer)
+    }
+
+    /// Instantiates the component once in a store like an event's, without
+    /// calling it. A start-up check: it finds what would otherwise fail
+    /// every event (a memory limit below the guest's initial memory, say).
+    pub(crate) async fn try_instantiate(&self, state: HostState) -> (HostState, wasmtime::Result<()>) {
+        let mut store = self.store(state);
+        let result = self.pre.instantiate_async(&mut store).await.map(drop);
+        (store.into_data(), result)
+    }
+
+    /// A fresh store for one event, with the handler's limits.
+    fn store(&self, state: HostState) -> Store<HostState> {
+        let mut store = Store::new(self.runtime.engine(), state);
+        store.limiter(|s| &mut s.limits);
+        // Yield at every epoch tick: lets the invocation's wall-clock limit
+        // fire inside a guest that never calls the host.
+        store.epoch_deadline_async_yield_and_update(1);
+        store
     }
 
     pub(crate) fn new_state(&self) -> StateSeed {
