@@ -199,13 +199,16 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
     let crashing = host::spawn(&config, false, &[("IDEM_TEST_CRASH_AFTER_COMMITS", "40")]);
     let (status, _) = host::wait_report(crashing);
     assert!(!status.success(), "the host died at the fault point: {status}");
-    assert_eq!(env.count(CHARGES).await, 40);
+    // 40, or a little more: other partitions' transactions may commit in the
+    // instant before the abort.
+    let at_crash = env.count(CHARGES).await;
+    assert!((40..150).contains(&at_crash), "{at_crash} charged before the crash");
 
     let (status, reports) = host::wait_report(host::spawn(&config, true, &[]));
     assert!(status.success(), "{status}");
     let r = &reports[0];
     assert!(r.duplicates >= 1, "the event committed before the crash came back and was skipped: {r:?}");
-    assert_eq!(r.processed, 110, "{r:?}");
+    assert_eq!(r.processed as i64, 150 - at_crash, "{r:?}");
     assert_eq!(env.count(CHARGES).await, 150, "0 lost");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 150, "0 double charges");
     assert_eq!(env.provider.charges(), 150);
