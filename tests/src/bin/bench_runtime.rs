@@ -1,13 +1,15 @@
-//! Per-event cost of the handler runtime on the billing example.
+//! Per-event cost of the handler runtime on the examples.
 //!
 //! `cargo run --release -p idem-tests --bin bench-runtime [-- EVENTS]`
 //!
-//! Runs the same work two ways, one event at a time on one connection, in
-//! the same process against the same PostgreSQL and local provider:
+//! For the billing example (INSERT + POST) and the notification example
+//! (the INSERT alone: the runtime's cost without HTTP), runs the same work
+//! two ways, one event at a time on one connection, in the same process
+//! against the same PostgreSQL and local provider:
 //! - baseline: hand-written Rust doing what the seed does per event (BEGIN,
-//!   claim INSERT … RETURNING, charge INSERT, POST with Idempotency-Key,
-//!   COMMIT);
-//! - idem: `Executor::execute` with the billing component (fresh Store,
+//!   claim INSERT … RETURNING, the business INSERT, for billing the POST
+//!   with Idempotency-Key, COMMIT);
+//! - idem: `Executor::execute` with the example's component (fresh Store,
 //!   instantiate, guest code, savepoint per statement, the same SQL and POST).
 //!
 //! Prints µs/event and events/s for each and the ratio idem/baseline.
@@ -40,7 +42,9 @@ fn order(i: i64) -> Event {
     }
 }
 
-async fn baseline(db: &TestDb, http: &reqwest::Client, url: &str, events: &[Event]) -> anyhow::Result<f64> {
+/// The seed's per-event work by hand; `post_to` adds the charge request
+/// (billing), without it the row is the whole effect (notification).
+async fn baseline(db: &TestDb, http: &reqwest::Client, post_to: Option<&str>, events: &[Event]) -> anyhow::Result<f64> {
     let start = Instant::now();
     for (i, e) in events.iter().enumerate() {
         let mut tx = db.pool.begin().await?;
@@ -56,7 +60,10 @@ async fn baseline(db: &TestDb, http: &reqwest::Client, url: &str, events: &[Even
         if claimed.is_none() {
             continue;
         }
-        sqlx::query("INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)")
+        if post_to.is_some() {
+            sqlx::query(
+                "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)",
+            )
             .bind(uuid::Uuid::now_v7())
             .bind(i as i64)
             .bind(7i64)
@@ -64,13 +71,23 @@ async fn baseline(db: &TestDb, http: &reqwest::Client, url: &str, events: &[Even
             .bind("EUR")
             .execute(&mut *tx)
             .await?;
-        http.post(format!("{url}/v1/charges"))
-            .header("Idempotency-Key", e.id.to_string())
-            .header("content-type", "application/json")
-            .body(json!({"orderId": i, "amount": 10.25, "currency": "EUR"}).to_string())
-            .send()
-            .await?
-            .error_for_status()?;
+        } else {
+            sqlx::query("INSERT INTO notification.sent (event_id, customer_id, message) VALUES ($1, $2, $3)")
+                .bind(uuid::Uuid::now_v7())
+                .bind(7i64)
+                .bind(format!("Your order {i} is confirmed."))
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(url) = post_to {
+            http.post(format!("{url}/v1/charges"))
+                .header("Idempotency-Key", e.id.to_string())
+                .header("content-type", "application/json")
+                .body(json!({"orderId": i, "amount": 10.25, "currency": "EUR"}).to_string())
+                .send()
+                .await?
+                .error_for_status()?;
+        }
         tx.commit().await?;
     }
     Ok(start.elapsed().as_secs_f64())
@@ -84,37 +101,48 @@ async fn idem_run(exec: &Executor, events: &[Event]) -> anyhow::Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+fn load(runtime: &Runtime, name: &str, provider: &PaymentProvider) -> anyhow::Result<(Handler, f64)> {
+    let mut settings = HandlerSettings::new(name);
+    settings.http.allow = vec![provider.base_url()];
+    settings.config.insert("payment_base_url".into(), provider.base_url());
+    let started = Instant::now();
+    let handler = Handler::load(runtime, &guests::component(name), settings)?;
+    Ok((handler, started.elapsed().as_secs_f64() * 1e3))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let n: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(2000);
     let db = TestDb::new().await?;
     let provider = PaymentProvider::start().await;
     let runtime = Runtime::new()?;
-    let mut settings = HandlerSettings::new("billing");
-    settings.http.allow = vec![provider.base_url()];
-    settings.config.insert("payment_base_url".into(), provider.base_url());
-    let component = guests::component("billing");
-    let load = Instant::now();
-    let handler = Handler::load(&runtime, &component, settings)?;
-    let load_ms = load.elapsed().as_secs_f64() * 1e3;
     let http = idem::http_client()?;
-    let exec = Executor::new(handler, db.pool.clone(), http.clone());
-
-    // Warm both paths (connections, prepared statements, code).
-    baseline(&db, &http, &provider.base_url(), &(0..50).map(order).collect::<Vec<_>>()).await?;
-    idem_run(&exec, &(0..50).map(order).collect::<Vec<_>>()).await?;
-
-    let base_events: Vec<Event> = (0..n as i64).map(order).collect();
-    let idem_events: Vec<Event> = (0..n as i64).map(order).collect();
-    let base = baseline(&db, &http, &provider.base_url(), &base_events).await?;
-    let ours = idem_run(&exec, &idem_events).await?;
-
+    let url = provider.base_url();
     let per = |secs: f64| secs * 1e6 / n as f64;
-    println!("billing example, {n} events, one at a time, one connection");
-    println!("component load (compile + link): {load_ms:.0} ms");
-    println!("baseline (hand-written sqlx + reqwest): {:>8.1} µs/event {:>8.0} events/s", per(base), n as f64 / base);
-    println!("idem executor (billing component):      {:>8.1} µs/event {:>8.0} events/s", per(ours), n as f64 / ours);
-    println!("ratio idem/baseline (time per event):   {:>8.2}", ours / base);
+    println!("{n} events per run, one at a time, one connection");
+
+    // billing: INSERT + POST; notification: the INSERT alone, which shows
+    // the runtime's own cost without the HTTP round trip.
+    for (name, post_to) in [("billing", Some(url.as_str())), ("notification", None)] {
+        let (handler, load_ms) = load(&runtime, name, &provider)?;
+        let exec = Executor::new(handler, db.pool.clone(), http.clone());
+        // Warm both paths (connections, prepared statements, code).
+        baseline(&db, &http, post_to, &(0..50).map(order).collect::<Vec<_>>()).await?;
+        idem_run(&exec, &(0..50).map(order).collect::<Vec<_>>()).await?;
+
+        let base = baseline(&db, &http, post_to, &(0..n as i64).map(order).collect::<Vec<_>>()).await?;
+        let ours = idem_run(&exec, &(0..n as i64).map(order).collect::<Vec<_>>()).await?;
+        println!();
+        println!("{name} (component load: {load_ms:.0} ms)");
+        println!(
+            "  baseline, hand-written sqlx{}: {:>8.1} µs/event {:>7.0} events/s",
+            if post_to.is_some() { " + reqwest" } else { "" },
+            per(base),
+            n as f64 / base
+        );
+        println!("  idem executor, {name} component: {:>8.1} µs/event {:>7.0} events/s", per(ours), n as f64 / ours);
+        println!("  ratio idem/baseline (time per event): {:.2}", ours / base);
+    }
     db.drop_database().await;
     Ok(())
 }
