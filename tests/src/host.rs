@@ -123,6 +123,32 @@ pub async fn run_in_process(
     idem::pipeline::run(prepared, options, shutdown).await.unwrap_or_else(|e| panic!("run: {e:#}"))
 }
 
+/// A host running in this process until [`InProcess::stop`].
+pub struct InProcess {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Vec<HandlerReport>>,
+}
+
+impl InProcess {
+    pub fn start(config: &Path) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let config = config.to_path_buf();
+        let task = tokio::spawn(async move {
+            run_in_process(&config, false, async {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Self { stop, task }
+    }
+
+    /// Stops the host the way SIGTERM would and returns its counters.
+    pub async fn stop(self) -> Vec<HandlerReport> {
+        let _ = self.stop.send(());
+        self.task.await.unwrap_or_else(|e| panic!("host: {e}"))
+    }
+}
+
 /// `idem run` as a child process.
 pub fn spawn(config: &Path, exit_when_drained: bool, env: &[(&str, &str)]) -> Child {
     let mut cmd = Command::new(crate::idem_bin());

@@ -300,20 +300,13 @@ async fn a_slow_partition_does_not_stall_the_others() {
     let mut spec = env.billing();
     spec.concurrency = 2;
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let host = tokio::spawn(async move {
-        host::run_in_process(&config, false, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
+    let host = host::InProcess::start(&config);
 
     let slow = || env.provider.seen().iter().filter(|s| s.body.contains(idem_tests::provider::SLOW_MARKER)).count();
     wait_until("the fast partition is done", || env.provider.charges() - slow() >= 200).await;
     assert!(slow() < 5, "partition 1 finished while partition 0 was still working through its slow events");
     wait_until("the slow partition is done", || env.provider.charges() >= 205).await;
-    let _ = stop.send(());
-    let r = host.await.expect("host");
+    let r = host.stop().await;
     assert_eq!(r[0].processed, 205, "{r:?}");
     assert_eq!(env.count(CHARGES).await, 205);
     env.finish().await;
@@ -422,13 +415,7 @@ async fn a_database_outage_mid_stream_delays_events_but_loses_and_doubles_none()
     url.set_port(Some(proxy.addr.port())).expect("port");
     let via_proxy = url.to_string();
     let config = host::write_config(&via_proxy, std::slice::from_ref(&env.billing()));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let host = tokio::spawn(async move {
-        host::run_in_process(&config, false, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
+    let host = host::InProcess::start(&config);
 
     wait_until("10 charges", || env.provider.charges() >= 10).await;
     proxy.cut();
@@ -443,8 +430,7 @@ async fn a_database_outage_mid_stream_delays_events_but_loses_and_doubles_none()
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = stop.send(());
-    let r = host.await.expect("host");
+    let r = host.stop().await;
     assert_eq!(env.count(CHARGES).await, 60, "0 lost: {:?}", r[0]);
     assert_eq!(env.count(DISTINCT_ORDERS).await, 60, "0 double effects");
     assert_eq!(env.provider.charges(), 60, "a retried charge reused its key");

@@ -44,7 +44,14 @@ impl Setup {
     }
 
     fn scenarios(&self) -> Executor {
-        self.executor("scenarios", self.settings("scenarios"))
+        self.scenarios_with(|_| {})
+    }
+
+    /// The scenarios handler with some settings changed.
+    fn scenarios_with(&self, tune: impl FnOnce(&mut HandlerSettings)) -> Executor {
+        let mut settings = self.settings("scenarios");
+        tune(&mut settings);
+        self.executor("scenarios", settings)
     }
 
     async fn count(&self, sql: &str) -> i64 {
@@ -262,9 +269,7 @@ async fn labelled_requests_keep_their_keys_across_a_re_execution() {
 #[tokio::test]
 async fn a_resend_after_a_timeout_reuses_the_key() {
     let s = Setup::new().await;
-    let mut settings = s.settings("scenarios");
-    settings.http.timeout = Duration::from_millis(300);
-    let exec = s.executor("scenarios", settings);
+    let exec = s.scenarios_with(|settings| settings.http.timeout = Duration::from_millis(300));
     s.provider.set_fault(Fault::DelayOnce(Duration::from_millis(1500)));
     let e = scenario("resend-after-timeout");
     assert_eq!(exec.execute(&e, 1).await.expect("resent"), Outcome::Processed);
@@ -300,9 +305,7 @@ async fn a_key_prefix_separates_handlers() {
 #[tokio::test]
 async fn a_guest_that_never_returns_is_stopped_and_rolled_back() {
     let s = Setup::new().await;
-    let mut settings = s.settings("scenarios");
-    settings.timeout = Duration::from_millis(500);
-    let exec = s.executor("scenarios", settings);
+    let exec = s.scenarios_with(|settings| settings.timeout = Duration::from_millis(500));
     let err = exec.execute(&scenario("loop"), 1).await.expect_err("timed out");
     assert!(matches!(err, ExecError::TimedOut(_)), "{err}");
     assert_eq!(s.count(EFFECTS).await, 0);
@@ -349,9 +352,7 @@ async fn a_file_that_is_not_a_handler_component_is_rejected_with_its_reason() {
 #[tokio::test]
 async fn a_statement_that_outlives_the_time_limit_is_cancelled_and_rolled_back() {
     let s = Setup::new().await;
-    let mut settings = s.settings("scenarios");
-    settings.timeout = Duration::from_millis(500);
-    let exec = s.executor("scenarios", settings);
+    let exec = s.scenarios_with(|settings| settings.timeout = Duration::from_millis(500));
     let started = std::time::Instant::now();
     let err = exec
         .execute(&scenario_with("statement", json!({ "sql": "SELECT pg_sleep(60)" })), 1)
@@ -367,9 +368,7 @@ async fn a_statement_that_outlives_the_time_limit_is_cancelled_and_rolled_back()
 #[tokio::test]
 async fn a_guest_over_its_memory_limit_traps_and_the_host_goes_on() {
     let s = Setup::new().await;
-    let mut settings = s.settings("scenarios");
-    settings.max_memory_bytes = 32 << 20;
-    let exec = s.executor("scenarios", settings);
+    let exec = s.scenarios_with(|settings| settings.max_memory_bytes = 32 << 20);
     let err = exec.execute(&scenario("hog"), 1).await.expect_err("over the limit");
     assert!(matches!(err, ExecError::Trapped(_)), "{err}");
     assert_eq!(s.count(EFFECTS).await, 0);
