@@ -9,7 +9,7 @@
 //! runtime.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,8 @@ pub(crate) struct IdemContext {
     revoke_timeout: Duration,
     /// `auto.offset.reset`, for the log of a reset.
     reset_policy: String,
+    /// Partitions were assigned whose committed offsets are not looked up yet.
+    lookups_pending: AtomicBool,
 }
 
 impl IdemContext {
@@ -50,7 +52,8 @@ impl IdemContext {
         reset_policy: String,
     ) -> Self {
         let (partitions, generation) = (Mutex::new(HashMap::new()), AtomicU64::new(0));
-        Self { shared, partitions, generation, runtime, revoke_timeout, reset_policy }
+        let lookups_pending = AtomicBool::new(false);
+        Self { shared, partitions, generation, runtime, revoke_timeout, reset_policy, lookups_pending }
     }
 
     fn partitions(&self) -> MutexGuard<'_, HashMap<Key, Arc<PartitionState>>> {
@@ -77,6 +80,7 @@ impl IdemContext {
             self.runtime.spawn(partition::work(self.shared.clone(), state.clone(), queue));
             map.insert((element.topic().to_owned(), element.partition()), state);
         }
+        self.lookups_pending.store(true, Ordering::SeqCst);
         tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions assigned");
     }
 
@@ -225,6 +229,9 @@ impl IdemContext {
     /// Looks up the committed offsets of partitions assigned since the last
     /// call; a partition without one starts at `auto.offset.reset`.
     pub(crate) fn look_up_starts(&self, consumer: &BaseConsumer<Self>) {
+        if !self.lookups_pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
         let fresh: Vec<Arc<PartitionState>> =
             self.states().into_iter().filter(|s| s.start().committed.is_none()).collect();
         if fresh.is_empty() {
@@ -238,6 +245,7 @@ impl IdemContext {
             Ok(tpl) => tpl,
             Err(e) => {
                 tracing::warn!(handler = %self.shared.name, "failed to read committed offsets: {e}");
+                self.lookups_pending.store(true, Ordering::SeqCst);
                 return;
             }
         };
