@@ -14,6 +14,7 @@ pub struct Stats {
     pub failed: AtomicU64,
     pub retries: AtomicU64,
     pub offset_resets: AtomicU64,
+    pub pauses: AtomicU64,
     pub rebalances: AtomicU64,
 }
 
@@ -33,6 +34,7 @@ impl Stats {
             failed: get(&self.failed),
             retries: get(&self.retries),
             offset_resets: get(&self.offset_resets),
+            pauses: get(&self.pauses),
             rebalances: get(&self.rebalances),
         }
     }
@@ -54,7 +56,11 @@ pub struct HandlerReport {
     pub failed: u64,
     /// Executions repeated after a retryable failure.
     pub retries: u64,
-    /// Partitions that started somewhere other than their committed offset.
+    /// Partitions that resumed somewhere other than their committed offset
+    /// (a new group starting at `auto.offset.reset` is not one).
     pub offset_resets: u64,
+    /// Times a partition was paused because its queue was full (backpressure).
+    #[serde(default)]
+    pub pauses: u64,
     pub rebalances: u64,
 }

@@ -9,8 +9,8 @@
 //!   `Idempotency-Key` and can misbehave on purpose;
 //! - [`host`]: config files for `idem run`, in-process or as a child process;
 //! - [`proxy`]: a TCP proxy to cut, for database outages;
-//! - [`kafka`]: a broker (`KAFKA_BROKERS`, or a Tansu started for the run)
-//!   and random topics.
+//! - [`kafka`]: a broker (`KAFKA_BROKERS`, or librdkafka's mock cluster in
+//!   this process), random topics, a producer that batches like real ones.
 
 pub mod db;
 pub mod guests;

@@ -209,21 +209,26 @@ impl IdemContext {
         state.push(record);
     }
 
-    /// Logs and counts an offset reset of `state`, once it is known.
+    /// Logs how `state` started, once it is known. A new group starting at
+    /// `auto.offset.reset` is ordinary (info); a partition that did not
+    /// resume at its committed offset (out of range after retention, a
+    /// reset by hand) skipped or repeated records: a warning, counted.
     fn report_reset(&self, state: &PartitionState) {
         let Some(reset) = state.start().check() else { return };
         let (handler, topic, partition) = (&self.shared.name, &state.topic, state.partition);
         match reset {
-            Reset::NoCommittedOffset => tracing::warn!(
+            Reset::NoCommittedOffset => tracing::info!(
                 %handler, %topic, partition, reset = %self.reset_policy,
-                "offset reset: no committed offset for this group, starting at auto.offset.reset"
+                "no committed offset for this group: starting at auto.offset.reset"
             ),
-            Reset::Moved { committed, resumed_at } => tracing::warn!(
-                %handler, %topic, partition, committed, resumed_at,
-                "offset reset: the partition did not resume at its committed offset"
-            ),
+            Reset::Moved { committed, resumed_at } => {
+                tracing::warn!(
+                    %handler, %topic, partition, committed, resumed_at,
+                    "offset reset: the partition did not resume at its committed offset"
+                );
+                Stats::add(&self.shared.stats.offset_resets);
+            }
         }
-        Stats::add(&self.shared.stats.offset_resets);
     }
 
     /// Looks up the committed offsets of partitions assigned since the last
@@ -276,7 +281,12 @@ impl IdemContext {
             tpl.add_partition(&state.topic, state.partition);
             let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
             match result {
-                Ok(()) => state.paused.store(pause, Ordering::SeqCst),
+                Ok(()) => {
+                    state.paused.store(pause, Ordering::SeqCst);
+                    if pause {
+                        Stats::add(&self.shared.stats.pauses);
+                    }
+                }
                 Err(e) => tracing::warn!("failed to pause/resume {}/{}: {e}", state.topic, state.partition),
             }
         }

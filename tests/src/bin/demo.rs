@@ -37,9 +37,8 @@ async fn main() -> anyhow::Result<()> {
     conn.execute(schema.as_str()).await?;
 
     println!("2. billing component: {}", guests::component("billing").display());
-    let brokers = kafka::brokers();
     let topic = kafka::create_topic(PARTITIONS).await;
-    println!("3. broker {brokers}, topic {topic} ({PARTITIONS} partitions)");
+    println!("3. broker {}, topic {topic} ({PARTITIONS} partitions)", kafka::describe());
 
     let producer = kafka::producer();
     let originals: Vec<(i32, Vec<u8>)> =
@@ -57,10 +56,7 @@ async fn main() -> anyhow::Result<()> {
     ];
     let (duplicates_n, invalid_n) = (duplicates.len(), invalid.len());
     let records: Vec<(i32, Vec<u8>)> = originals.into_iter().chain(duplicates).chain(invalid).collect();
-    for chunk in records.chunks(1000) {
-        let sends = chunk.iter().map(|(p, payload)| kafka::produce(&producer, &topic, *p, "order", payload));
-        futures::future::join_all(sends).await;
-    }
+    kafka::produce_all(&producer, &topic, &records).await;
     println!("4. produced {orders} orders, {duplicates_n} redelivered duplicates, {invalid_n} invalid records");
 
     let provider = PaymentProvider::start().await;
