@@ -33,11 +33,17 @@ enum Command {
         #[arg(long, default_value = "idem.toml")]
         config: PathBuf,
     },
-    /// Applies idem's migrations (schema `idem`) to the database.
+    /// Applies idem's migrations (schema `idem`) to the database; with
+    /// `--config`, also creates or updates each handler's role, schema,
+    /// migrations and grants. Needs an administrator's URL.
     Migrate {
-        /// PostgreSQL URL; defaults to IDEM_DATABASE_URL, then DATABASE_URL.
+        /// PostgreSQL URL of an administrator; defaults to IDEM_DATABASE_URL,
+        /// then DATABASE_URL, then (with --config) the config's [database] url.
         #[arg(long)]
         database_url: Option<String>,
+        /// The handlers to provision.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -80,14 +86,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
             Ok(())
         }
-        Command::Migrate { database_url } => {
+        Command::Migrate { database_url, config } => {
+            let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
             let url = database_url
                 .or_else(|| std::env::var("IDEM_DATABASE_URL").ok())
                 .or_else(|| std::env::var("DATABASE_URL").ok())
-                .context("no database: pass --database-url or set IDEM_DATABASE_URL")?;
-            let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {url}"))?;
+                .or_else(|| config.as_ref().map(|c| c.database.url.clone()))
+                .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
+            let shown = crate::startup::redact(&url);
+            let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
             crate::migrate::apply(&pool).await?;
-            println!("idem: migrations applied");
+            println!("idem: idem's migrations applied");
+            if let Some(config) = config {
+                for line in crate::migrate::provision(&pool, &config).await? {
+                    println!("idem: {line}");
+                }
+            }
             Ok(())
         }
     }

@@ -33,11 +33,45 @@ pub struct KafkaConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
-    /// PostgreSQL URL. `IDEM_DATABASE_URL` overrides.
+    /// PostgreSQL URL of idem's own role (start-up checks, `idem migrate`).
+    /// `IDEM_DATABASE_URL` overrides. Handlers never use it: each logs in
+    /// as its own role (`[handler.database]`), on the same server and database.
     pub url: String,
-    /// Connections in the pool shared by all handlers.
+    /// Connections of idem's own pool (handlers have pools of their own).
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
+    /// `synchronous_commit` pinned in every event's transaction: `on`
+    /// (default), `remote_apply`, `remote_write` or `local`. `off` is
+    /// refused: a commit reported as processed could be lost in a crash.
+    #[serde(default = "default_synchronous_commit")]
+    pub synchronous_commit: String,
+}
+
+fn default_synchronous_commit() -> String {
+    "on".into()
+}
+
+/// A handler's place in the database: its schema, the migrations that
+/// create its tables, and the login role its connections use.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerDatabase {
+    /// The schema the handler owns the rows of (default: the handler's
+    /// name, with `-` and `.` as `_`). Its search_path is this schema, then
+    /// `pg_catalog`.
+    pub schema: Option<String>,
+    /// Folder of `NNNN_name.sql` files that `idem migrate --config` applies
+    /// in order, as the administrator, with `search_path` set to the schema.
+    /// Relative to the config file.
+    pub migrations: Option<PathBuf>,
+    /// The login role (default: `<database>_<schema>`, as roles are shared
+    /// by every database of a server).
+    pub role: Option<String>,
+    /// The environment variable holding the role's password (none: the
+    /// server authenticates the role some other way, e.g. trust or a cert).
+    /// `idem migrate` sets the role's password from it, `idem run` logs in
+    /// with it; it is never printed.
+    pub password_env: Option<String>,
 }
 
 fn default_max_connections() -> u32 {
@@ -87,6 +121,35 @@ pub struct HandlerConfig {
     /// Key/values the guest reads through `config`.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    #[serde(default)]
+    pub database: HandlerDatabase,
+    #[serde(default)]
+    pub limits: HandlerLimits,
+}
+
+/// Per-event caps on what a guest may ask of the host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerLimits {
+    /// Database statements one invocation may run.
+    #[serde(default = "default_max_db_statements")]
+    pub max_db_statements: u32,
+    /// HTTP requests one invocation may send.
+    #[serde(default = "default_max_http_requests")]
+    pub max_http_requests: u32,
+}
+
+impl Default for HandlerLimits {
+    fn default() -> Self {
+        Self { max_db_statements: default_max_db_statements(), max_http_requests: default_max_http_requests() }
+    }
+}
+
+fn default_max_db_statements() -> u32 {
+    1_000
+}
+fn default_max_http_requests() -> u32 {
+    16
 }
 
 fn default_concurrency() -> usize {
@@ -122,11 +185,36 @@ pub struct HandlerHttp {
     /// Prepended to every Idempotency-Key as `<prefix>:`.
     #[serde(default)]
     pub key_prefix: Option<String>,
+    /// Entries of `allow` that may reach private addresses (loopback,
+    /// RFC 1918, link-local, …). Every other entry reaches public ones only.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+    /// Headers the host adds to requests under a base URL, with values
+    /// from the environment; the guest never sees them.
+    #[serde(default, rename = "credential")]
+    pub credentials: Vec<HttpCredential>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCredential {
+    /// An entry of `allow`.
+    pub base: String,
+    /// e.g. `Authorization`.
+    pub header: String,
+    /// The environment variable holding the header's value.
+    pub value_env: String,
 }
 
 impl Default for HandlerHttp {
     fn default() -> Self {
-        Self { allow: Vec::new(), timeout_ms: default_http_timeout_ms(), key_prefix: None }
+        Self {
+            allow: Vec::new(),
+            timeout_ms: default_http_timeout_ms(),
+            key_prefix: None,
+            allow_private: Vec::new(),
+            credentials: Vec::new(),
+        }
     }
 }
 
@@ -154,6 +242,9 @@ impl Config {
         for h in &mut config.handlers {
             h.component = base.join(&h.component);
             h.schema = base.join(&h.schema);
+            if let Some(m) = &mut h.database.migrations {
+                *m = base.join(&*m);
+            }
         }
         config.check().with_context(|| format!("invalid config {}", path.display()))?;
         Ok(config)
@@ -164,16 +255,16 @@ impl Config {
             bail!("no [[handler]]: nothing to run");
         }
         check_properties("[kafka.properties]", &self.kafka.properties)?;
-        let (mut names, mut groups) = (HashSet::new(), HashSet::new());
-        let concurrency: usize = self.handlers.iter().map(|h| h.concurrency).sum();
-        if concurrency > self.database.max_connections as usize {
-            // Not an error: events would wait for a connection, not fail.
-            tracing::warn!(
-                "the handlers process {concurrency} partitions at once but [database] max_connections is {}: \
-                 events will wait for connections",
-                self.database.max_connections
+        let (mut names, mut groups, mut schemas, mut roles) =
+            (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
+        if !matches!(self.database.synchronous_commit.as_str(), "on" | "remote_apply" | "remote_write" | "local") {
+            bail!(
+                "[database] synchronous_commit `{}`: use on, remote_apply, remote_write or local (off could lose \
+                 a commit reported as processed)",
+                self.database.synchronous_commit
             );
         }
+        let database = self.database_name()?;
         for h in &self.handlers {
             let at = format!("handler `{}`", h.name);
             if h.name.is_empty() || !h.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
@@ -197,6 +288,29 @@ impl Config {
             if h.max_attempts == 0 {
                 bail!("{at}: max_attempts must be at least 1");
             }
+            if h.timeout_ms == 0 || h.http.timeout_ms == 0 {
+                bail!("{at}: timeout_ms and http.timeout_ms must be at least 1 (0 would fail every event)");
+            }
+            if let Some(prefix) = &h.http.key_prefix
+                && (prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_graphic()))
+            {
+                bail!(
+                    "{at}: http.key_prefix `{prefix}` must be printable ASCII without spaces (it goes into a header)"
+                );
+            }
+            let schema = h.schema_name();
+            check_identifier(&at, "database.schema", &schema)?;
+            if is_reserved_schema(&schema) {
+                bail!("{at}: database.schema `{schema}` is reserved (idem's own, PostgreSQL's or `public`)");
+            }
+            if !schemas.insert(schema.clone()) {
+                bail!("{at}: database.schema `{schema}` is another handler's: each handler owns its schema");
+            }
+            let role = h.role_name(&database);
+            check_identifier(&at, "database.role", &role)?;
+            if !roles.insert(role.clone()) {
+                bail!("{at}: database.role `{role}` is another handler's: each handler logs in as its own role");
+            }
             if !matches!(h.assignor.as_str(), "cooperative-sticky" | "range" | "roundrobin") {
                 bail!("{at}: assignor `{}`: use cooperative-sticky, range or roundrobin", h.assignor);
             }
@@ -211,9 +325,72 @@ impl Config {
                     bail!("{at}: http.allow `{base}` must be an http(s) URL with a host");
                 }
             }
+            for base in &h.http.allow_private {
+                if !h.http.allow.contains(base) {
+                    bail!("{at}: http.allow_private `{base}` is not an entry of http.allow");
+                }
+            }
+            for c in &h.http.credentials {
+                if !h.http.allow.contains(&c.base) {
+                    bail!("{at}: http.credential base `{}` is not an entry of http.allow", c.base);
+                }
+                if reqwest::header::HeaderName::from_bytes(c.header.as_bytes()).is_err() {
+                    bail!("{at}: http.credential header `{}` is not a header name", c.header);
+                }
+                if std::env::var(&c.value_env).is_err() {
+                    bail!("{at}: http.credential for `{}` reads {}, which is not set", c.base, c.value_env);
+                }
+            }
         }
+        self.warn_shared_keys();
         Ok(())
     }
+
+    /// Two handlers that may call the same origin with the same key prefix
+    /// send the same Idempotency-Key for one event: the provider would
+    /// answer the second with the first's result. Not an error (they may
+    /// call different operations), a warning.
+    fn warn_shared_keys(&self) {
+        let origin = |base: &String| reqwest::Url::parse(base).ok().map(|u| u.origin().ascii_serialization());
+        for (i, a) in self.handlers.iter().enumerate() {
+            for b in &self.handlers[i + 1..] {
+                if a.http.key_prefix != b.http.key_prefix {
+                    continue;
+                }
+                let shared = a
+                    .http
+                    .allow
+                    .iter()
+                    .filter_map(origin)
+                    .find(|o| b.http.allow.iter().filter_map(origin).any(|p| p == *o));
+                if let Some(shared) = shared {
+                    tracing::warn!(
+                        "handlers `{}` and `{}` may both call {shared} with the same http.key_prefix: their \
+                         Idempotency-Keys for one event would collide; give each its own key_prefix",
+                        a.name,
+                        b.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Names idem creates (schemas, roles) are plain lowercase identifiers, so
+/// that no quoting rule can be played with.
+fn check_identifier(at: &str, key: &str, name: &str) -> anyhow::Result<()> {
+    let valid = name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !valid {
+        bail!("{at}: {key} `{name}` must be lowercase letters, digits and `_`, at most 63 characters");
+    }
+    Ok(())
+}
+
+/// Schemas no handler may own.
+pub(crate) fn is_reserved_schema(schema: &str) -> bool {
+    matches!(schema, "idem" | "idem_api" | "public" | "information_schema") || schema.starts_with("pg_")
 }
 
 fn check_properties(at: &str, properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
@@ -229,7 +406,30 @@ fn check_properties(at: &str, properties: &BTreeMap<String, String>) -> anyhow::
     Ok(())
 }
 
+impl Config {
+    /// The database name in `[database] url` (roles are named after it).
+    pub fn database_name(&self) -> anyhow::Result<String> {
+        let options: sqlx::postgres::PgConnectOptions =
+            self.database.url.parse().context("[database] url is not a PostgreSQL URL")?;
+        Ok(options.get_database().unwrap_or(options.get_username()).to_owned())
+    }
+}
+
 impl HandlerConfig {
+    /// The schema this handler owns.
+    pub fn schema_name(&self) -> String {
+        self.database.schema.clone().unwrap_or_else(|| sanitize(&self.name))
+    }
+
+    /// The login role of this handler's connections in `database`.
+    pub fn role_name(&self, database: &str) -> String {
+        self.database.role.clone().unwrap_or_else(|| {
+            let mut role = format!("{}_{}", sanitize(database), self.schema_name());
+            role.truncate(63);
+            role
+        })
+    }
+
     pub fn settings(&self) -> HandlerSettings {
         HandlerSettings {
             name: self.name.clone(),
@@ -238,11 +438,29 @@ impl HandlerConfig {
                 allow: self.http.allow.clone(),
                 timeout: Duration::from_millis(self.http.timeout_ms),
                 key_prefix: self.http.key_prefix.clone(),
+                allow_private: self.http.allow_private.clone(),
+                credentials: self
+                    .http
+                    .credentials
+                    .iter()
+                    .map(|c| crate::runtime::Credential {
+                        base: c.base.clone(),
+                        header: c.header.clone(),
+                        value: std::env::var(&c.value_env).unwrap_or_default(),
+                    })
+                    .collect(),
             },
             timeout: Duration::from_millis(self.timeout_ms),
             max_memory_bytes: self.max_memory_mib << 20,
+            max_db_statements: self.limits.max_db_statements,
+            max_http_requests: self.limits.max_http_requests,
         }
     }
+}
+
+/// `name` as a lowercase identifier: other characters become `_`.
+fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect()
 }
 
 #[cfg(test)]
@@ -267,7 +485,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_owned_properties_are_refused() {
-        let base = "[kafka]\nbrokers = \"b\"\n[database]\nurl = \"u\"\n[[handler]]\nname = \"h\"\ntopic = \"t\"\n\
+        let base = "[kafka]\nbrokers = \"b\"\n[database]\nurl = \"postgres://u@h/db\"\n[[handler]]\nname = \"h\"\ntopic = \"t\"\n\
                     group_id = \"g\"\ncomponent = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n";
         let dir = std::env::temp_dir().join(format!("idem-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
@@ -283,6 +501,24 @@ mod tests {
         let off = format!("{base}[handler.properties]\n\"enable.auto.offset.store\" = \"false\"\n");
         assert!(load(off).is_ok(), "turning it off explicitly is harmless");
         assert!(load(format!("{base}concurrency = 0\n")).expect_err("zero").contains("concurrency"));
+        assert!(load(format!("{base}timeout_ms = 0\n")).expect_err("zero").contains("timeout_ms"));
+        let refused = |extra: &str, expected: &str| {
+            let err = load(format!("{base}{extra}")).expect_err(extra);
+            assert!(err.contains(expected), "{extra}: {err}");
+        };
+        refused("[handler.database]\nschema = \"idem\"\n", "reserved");
+        refused("[handler.database]\nschema = \"pg_catalog\"\n", "reserved");
+        refused("[handler.database]\nschema = \"Bad-Name\"\n", "lowercase");
+        refused("[handler.database]\nrole = \"x\\\"; DROP\"\n", "lowercase");
+        refused("[handler.http]\nkey_prefix = \"a b\"\n", "key_prefix");
+        refused("[handler.http]\nallow_private = [\"http://10.0.0.1\"]\n", "not an entry of http.allow");
+        let sync_off = base.replace("[database]\n", "[database]\nsynchronous_commit = \"off\"\n");
+        assert!(load(sync_off).expect_err("off").contains("synchronous_commit"));
+        let two = format!(
+            "{base}[handler.database]\nschema = \"s\"\n[[handler]]\nname = \"h2\"\ntopic = \"t\"\ngroup_id = \"g2\"\n\
+             component = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n[handler.database]\nschema = \"s\"\n"
+        );
+        assert!(load(two).expect_err("shared schema").contains("another handler's"));
         std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -27,6 +27,9 @@ pub enum ExecError {
     TimedOut(Duration),
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// A host statement overran its deadline; its connection was closed.
+    #[error("the database did not answer in time ({0}); the connection was closed")]
+    Deadline(&'static str),
     #[error("idem's tables are missing or unusable ({0}); run `idem migrate`")]
     Schema(#[source] sqlx::Error),
 }
@@ -34,7 +37,9 @@ pub enum ExecError {
 impl ExecError {
     pub fn class(&self) -> ErrorClass {
         match self {
-            Self::HandlerRetryable(_) | Self::TimedOut(_) | Self::Database(_) => ErrorClass::Retryable,
+            Self::HandlerRetryable(_) | Self::TimedOut(_) | Self::Database(_) | Self::Deadline(_) => {
+                ErrorClass::Retryable
+            }
             Self::HandlerPermanent(_) | Self::Trapped(_) => ErrorClass::Permanent,
             Self::Schema(_) => ErrorClass::Fatal,
         }

@@ -12,6 +12,7 @@
 //! - [`executor`]: one event, one transaction: claim, handler, commit;
 //! - [`dedup`]: the claim in `idem.processed_event`;
 //! - [`migrate`]: idem's own schema;
+//! - [`sandbox`]: each handler's database role, schema, grants and pool;
 //! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
 //!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`].
 
@@ -26,6 +27,7 @@ pub mod migrate;
 pub mod offsets;
 pub mod pipeline;
 pub mod runtime;
+pub mod sandbox;
 pub mod startup;
 pub mod stats;
 pub mod validate;

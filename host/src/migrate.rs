@@ -11,6 +11,20 @@ pub async fn apply(pool: &PgPool) -> anyhow::Result<()> {
     MIGRATOR.run(pool).await.context("failed to apply idem's migrations")
 }
 
+/// Provisions every handler of `config` (see `sandbox::provision`) in the
+/// database `admin` is connected to; returns what was done.
+pub async fn provision(admin: &PgPool, config: &crate::config::Config) -> anyhow::Result<Vec<String>> {
+    let database: String = sqlx::query_scalar("SELECT current_database()::text").fetch_one(admin).await?;
+    let mut done = Vec::new();
+    for h in &config.handlers {
+        let place = crate::sandbox::Place::of(h, &database)?;
+        for line in crate::sandbox::provision::apply(admin, &place).await? {
+            done.push(format!("handler `{}`: {line}", h.name));
+        }
+    }
+    Ok(done)
+}
+
 /// Fails unless every migration this binary knows is applied.
 pub async fn check(pool: &PgPool) -> anyhow::Result<()> {
     let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")

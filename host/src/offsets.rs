@@ -40,8 +40,24 @@ impl OffsetTracker {
         self.position.filter(|p| Some(*p) != self.committed)
     }
 
+    /// The position to commit even if it was handed to a commit already:
+    /// an asynchronous commit may have failed unseen (a rebalance in
+    /// progress), and committing a position again is harmless.
+    pub fn to_recommit(&self) -> Option<i64> {
+        self.position
+    }
+
+    /// `position` was handed to a commit (an asynchronous one may still fail).
     pub fn committed(&mut self, position: i64) {
         self.committed = Some(position);
+    }
+
+    /// The commit of `position` failed: commit it again next time (and at
+    /// shutdown), unless a later position was handed to a commit since.
+    pub fn commit_failed(&mut self, position: i64) {
+        if self.committed == Some(position) {
+            self.committed = None;
+        }
     }
 
     /// The position of the prefix resolved so far.
@@ -75,6 +91,22 @@ mod tests {
         t.completed(10);
         assert_eq!(t.to_commit(), Some(11));
         assert!(t.is_settled());
+    }
+
+    #[test]
+    fn a_failed_commit_is_committed_again() {
+        let mut t = OffsetTracker::default();
+        t.delivered(0);
+        t.completed(0);
+        t.committed(1);
+        assert_eq!(t.to_commit(), None);
+        t.commit_failed(1);
+        assert_eq!(t.to_commit(), Some(1), "the position goes out again");
+        t.delivered(1);
+        t.completed(1);
+        t.committed(2);
+        t.commit_failed(1);
+        assert_eq!(t.to_commit(), None, "a stale failure does not undo a later commit");
     }
 
     #[test]

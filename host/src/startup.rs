@@ -10,13 +10,15 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::config::{Config, HandlerConfig};
-use crate::executor::Executor;
+use crate::executor::{Executor, Pins};
 use crate::runtime::{Handler, Runtime};
+use crate::sandbox::Place;
 use crate::validate::Validator;
 
 /// Everything `run` needs, checked.
 pub struct Prepared {
     pub config: Config,
+    /// idem's own pool (`[database] url`); handlers have pools of their own.
     pub pool: PgPool,
     pub handlers: Vec<(HandlerConfig, Executor, Validator)>,
 }
@@ -53,13 +55,22 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
 
     check_broker(&config)?;
 
-    let http = crate::capabilities::http::client().context("failed to build the HTTP client")?;
-    let handlers: Vec<_> = loaded
-        .into_iter()
-        .map(|(h, handler, validator)| (h, Executor::new(handler, pool.clone(), http.clone()), validator))
-        .collect();
-    for (h, executor, _) in &handlers {
+    let database = config.database_name()?;
+    let schemas: Vec<String> = config.handlers.iter().map(|h| h.schema_name()).collect();
+    let mut handlers = Vec::new();
+    for (h, handler, validator) in loaded {
+        let place = Place::of(&h, &database)?;
+        let others: Vec<String> = schemas.iter().filter(|s| **s != place.schema).cloned().collect();
+        crate::sandbox::rights::check(&pool, &place, &others).await?;
+        let max_connections = u32::try_from(h.concurrency).unwrap_or(u32::MAX).saturating_add(1);
+        let handler_pool = crate::sandbox::pool::connect(&config.database.url, &place, max_connections).await?;
+        let pins =
+            Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
+        let http = crate::capabilities::http::client(&handler.settings().http)
+            .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
+        let executor = Executor::new(handler, handler_pool, http, pins);
         executor.check_instantiation().await.with_context(|| format!("handler `{}`", h.name))?;
+        handlers.push((h, executor, validator));
     }
     Ok(Prepared { config, pool, handlers })
 }
@@ -82,7 +93,7 @@ fn check_broker(config: &Config) -> anyhow::Result<()> {
 }
 
 /// The URL without its password, for messages.
-fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));

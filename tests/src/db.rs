@@ -4,11 +4,24 @@
 use std::path::Path;
 
 use anyhow::Context as _;
+use idem::sandbox::Place;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
 
-/// Databases made by the harness start with this; `.ci/run` drops leftovers.
+/// Databases (and their handlers' roles) made by the harness start with
+/// this; `scripts/test` drops leftovers.
 pub const PREFIX: &str = "idem_t";
+
+/// The handlers the tests run: name, schema, migrations folder.
+pub const HANDLERS: [(&str, &str, &str); 3] = [
+    ("billing", "billing", "examples/billing/migrations"),
+    ("notification", "notification", "examples/notification/migrations"),
+    ("scenarios", "scenario", "tests/guests/scenarios/migrations"),
+];
+
+fn root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
 
 pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
@@ -55,18 +68,35 @@ impl TestDb {
         Ok(Self { name, url, pool })
     }
 
-    /// A database migrated, with the examples' and test guests' tables.
+    /// A database migrated, with the examples' and test guests' handlers
+    /// provisioned the way `idem migrate --config` does it: a login role
+    /// each, a schema each, their migrations, their grants.
     pub async fn new() -> anyhow::Result<Self> {
-        let Self { name, url, pool } = Self::empty().await?;
-        idem::migrate::apply(&pool).await?;
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        for schema in
-            ["examples/billing/schema.sql", "examples/notification/schema.sql", "tests/guests/scenarios/schema.sql"]
-        {
-            let sql = std::fs::read_to_string(root.join(schema)).with_context(|| format!("failed to read {schema}"))?;
-            pool.execute(sql.as_str()).await.with_context(|| format!("failed to apply {schema}"))?;
+        let db = Self::empty().await?;
+        idem::migrate::apply(&db.pool).await?;
+        for (handler, schema, _) in HANDLERS {
+            idem::sandbox::provision::apply(&db.pool, &db.place(handler, schema)).await?;
         }
-        Ok(Self { name, url, pool })
+        Ok(db)
+    }
+
+    /// Where `handler` lives in this database: its role is named the way
+    /// idem names it by default (`<database>_<schema>`).
+    pub fn place(&self, handler: &str, schema: &str) -> Place {
+        let migrations = HANDLERS.iter().find(|(h, _, _)| *h == handler).map(|(_, _, m)| root().join(m));
+        Place {
+            handler: handler.into(),
+            schema: schema.into(),
+            role: format!("{}_{schema}", self.name),
+            password: None,
+            migrations,
+        }
+    }
+
+    /// A pool logged in as `handler`'s role, as `idem run` opens it.
+    pub async fn handler_pool(&self, handler: &str, schema: &str) -> PgPool {
+        let place = self.place(handler, schema);
+        idem::sandbox::pool::connect(&self.url, &place, 4).await.unwrap_or_else(|e| panic!("handler pool: {e:#}"))
     }
 
     pub async fn count(&self, sql: &str) -> i64 {
@@ -80,6 +110,9 @@ impl TestDb {
         self.pool.close().await;
         if let Ok(mut admin) = PgConnection::connect(&server_url()).await {
             let _ = admin.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str()).await;
+            for (_, schema, _) in HANDLERS {
+                let _ = admin.execute(format!("DROP ROLE IF EXISTS {}_{schema}", self.name).as_str()).await;
+            }
         }
     }
 }

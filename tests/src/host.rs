@@ -24,6 +24,11 @@ pub struct HandlerSpec {
     /// The payload's JSON Schema.
     pub schema: PathBuf,
     pub max_attempts: u32,
+    /// `[handler.database] schema`; its migrations are those of
+    /// [`crate::db::HANDLERS`].
+    pub db_schema: &'static str,
+    /// Extra TOML lines for the `[[handler]]` table (before its sub-tables).
+    pub extra: String,
 }
 
 impl HandlerSpec {
@@ -40,6 +45,8 @@ impl HandlerSpec {
             key_prefix: None,
             schema: example_path("billing/order-confirmed.v1.schema.json"),
             max_attempts: 5,
+            db_schema: "billing",
+            extra: String::new(),
         }
     }
 
@@ -47,6 +54,7 @@ impl HandlerSpec {
         Self {
             name: "notification".into(),
             component: "notification",
+            db_schema: "notification",
             group_id: crate::unique_name("notification"),
             ..Self::billing(topic, "http://127.0.0.1:9")
         }
@@ -57,6 +65,7 @@ impl HandlerSpec {
         Self {
             name: "scenarios".into(),
             component: "scenarios",
+            db_schema: "scenario",
             group_id: crate::unique_name("scenarios"),
             event_types: vec!["test.scenario.v1".into()],
             schema: Path::new(env!("CARGO_MANIFEST_DIR")).join("guests/scenarios/any.schema.json"),
@@ -87,8 +96,9 @@ pub fn write_config_for(brokers: &str, database_url: &str, handlers: &[HandlerSp
         text.push_str(&format!(
             "\n[[handler]]\nname = \"{name}\"\ntopic = \"{topic}\"\ngroup_id = \"{group}\"\ncomponent = \"{component}\"\n\
              event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
-             max_attempts = {max_attempts}\n\
-             [handler.http]\nallow = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n",
+             max_attempts = {max_attempts}\n{extra}\
+             [handler.database]\nschema = \"{db_schema}\"\nmigrations = \"{migrations}\"\n\
+             [handler.http]\nallow = [\"{url}\"]\nallow_private = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n",
             name = h.name,
             topic = h.topic,
             group = h.group_id,
@@ -98,6 +108,13 @@ pub fn write_config_for(brokers: &str, database_url: &str, handlers: &[HandlerSp
             concurrency = h.concurrency,
             assignor = h.assignor,
             max_attempts = h.max_attempts,
+            extra = h.extra,
+            db_schema = h.db_schema,
+            migrations = crate::db::HANDLERS
+                .iter()
+                .find(|(_, schema, _)| *schema == h.db_schema)
+                .map(|(_, _, m)| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(m).display().to_string())
+                .unwrap_or_default(),
             url = h.provider_url,
             prefix = h.key_prefix.as_ref().map(|p| format!("key_prefix = \"{p}\"\n")).unwrap_or_default(),
         ));
@@ -155,6 +172,7 @@ pub fn spawn(config: &Path, exit_when_drained: bool, env: &[(&str, &str)]) -> Ch
     cmd.arg("run").arg("--config").arg(config).stdout(Stdio::piped()).stderr(Stdio::inherit());
     // The child logs to the test's stderr: warnings and worse unless IDEM_LOG says otherwise.
     cmd.env("IDEM_LOG", std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()));
+    cmd.env("IDEM_TEST_PARENT_PID", std::process::id().to_string());
     if exit_when_drained {
         cmd.arg("--exit-when-drained");
     }

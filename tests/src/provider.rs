@@ -23,6 +23,7 @@ pub struct Seen {
     pub method: String,
     pub path: String,
     pub idempotency_key: Option<String>,
+    pub authorization: Option<String>,
     pub body: String,
 }
 
@@ -131,6 +132,17 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         (fault, status, s.latency)
     };
     let (fault, status, mut latency) = fault;
+    // Paths that misbehave whatever the fault: a redirect to outside any
+    // allowlist, and a 100 MB answer.
+    if request.path.starts_with("/redirect") {
+        let head = "HTTP/1.1 302 Found\r\nlocation: http://169.254.169.254/latest/meta-data/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let _ = stream.write_all(head.as_bytes()).await;
+        return;
+    }
+    if request.path.starts_with("/big") {
+        let _ = respond_big(&mut stream, 100 << 20).await;
+        return;
+    }
     if request.body.contains(SLOW_MARKER) {
         latency += SLOW_LATENCY;
     }
@@ -168,6 +180,22 @@ async fn respond(stream: &mut TcpStream, status: &str) -> std::io::Result<()> {
     stream.shutdown().await
 }
 
+/// Answers `len` bytes of JSON-ish filler, until the client hangs up.
+async fn respond_big(stream: &mut TcpStream, len: usize) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await?;
+    let chunk = vec![b' '; 64 << 10];
+    let mut sent = 0;
+    while sent < len {
+        let n = chunk.len().min(len - sent);
+        stream.write_all(&chunk[..n]).await?;
+        sent += n;
+    }
+    stream.shutdown().await
+}
+
 async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -199,5 +227,11 @@ async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         buf.extend_from_slice(&chunk[..n]);
     }
     let body = String::from_utf8_lossy(&buf[head_end..]).into_owned();
-    Some(Seen { method, path, idempotency_key: headers.remove("idempotency-key"), body })
+    Some(Seen {
+        method,
+        path,
+        idempotency_key: headers.remove("idempotency-key"),
+        authorization: headers.remove("authorization"),
+        body,
+    })
 }

@@ -41,8 +41,17 @@ async fn migrate_works_on_an_empty_database_and_check_then_passes() {
     let (ok, out) = idem(&["migrate", "--database-url", &db.url]);
     assert!(ok, "{out}");
     assert_eq!(db.count("SELECT count(*) FROM idem.processed_event").await, 0);
-    let (ok, out) = idem(&["migrate", "--database-url", &db.url]);
+    let (ok, out) = check(&config);
+    assert!(!ok && out.contains("does not exist") && out.contains("idem migrate --config"), "no role yet: {out}");
+
+    let config_arg = config.to_str().expect("path");
+    let (ok, out) = idem(&["migrate", "--config", config_arg]);
+    assert!(ok, "{out}");
+    assert!(out.contains("created role") && out.contains("applied migration 1 (charge)"), "{out}");
+    assert_eq!(db.count("SELECT count(*) FROM billing.charge").await, 0, "the handler's migration made its table");
+    let (ok, out) = idem(&["migrate", "--config", config_arg]);
     assert!(ok, "migrate is idempotent: {out}");
+    assert!(!out.contains("created role") && !out.contains("applied migration"), "nothing done twice: {out}");
 
     let (ok, out) = check(&config);
     assert!(ok, "{out}");
@@ -110,6 +119,9 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
     b.name = a.name.clone();
     let (ok, out) = check(&host::write_config(&db.url, &[a.clone(), b]));
     assert!(!ok && out.contains("two handlers have this name"), "{out}");
+    // Two handlers calling one provider with the same key prefix: a warning.
+    let (ok, out) = check(&host::write_config(&db.url, &[a.clone(), HandlerSpec::notification(&topic)]));
+    assert!(ok && out.contains("would collide"), "{out}");
     let mut c = HandlerSpec::notification(&topic);
     c.group_id = a.group_id.clone();
     let (ok, out) = check(&host::write_config(&db.url, &[a, c]));

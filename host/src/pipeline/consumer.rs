@@ -93,7 +93,7 @@ impl IdemContext {
         };
         tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions revoked");
         settle(&self.shared.name, &revoked, self.revoke_timeout);
-        commit(consumer, &revoked, CommitMode::Sync);
+        commit(consumer, &revoked, CommitMode::Sync, Positions::All);
     }
 }
 
@@ -116,12 +116,32 @@ pub(crate) fn settle(handler: &str, states: &[Arc<PartitionState>], timeout: Dur
     }
 }
 
-/// Commits the resolved position of each of `states` that moved.
-pub(crate) fn commit(consumer: &BaseConsumer<IdemContext>, states: &[Arc<PartitionState>], mode: CommitMode) {
+/// Which positions a commit carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Positions {
+    /// Those that moved since they were last handed to a commit.
+    Moved,
+    /// All of them: a periodic refresh, revocation and shutdown, so that a
+    /// position whose asynchronous commit failed unseen goes out again.
+    All,
+}
+
+/// Commits the resolved positions of `states`. Returns whether the broker
+/// accepted them (an asynchronous commit: whether it was queued).
+pub(crate) fn commit(
+    consumer: &BaseConsumer<IdemContext>,
+    states: &[Arc<PartitionState>],
+    mode: CommitMode,
+    which: Positions,
+) -> bool {
     let mut tpl = TopicPartitionList::new();
     let mut positions = Vec::new();
     for state in states {
-        if let Some(position) = state.tracker().to_commit() {
+        let position = match which {
+            Positions::Moved => state.tracker().to_commit(),
+            Positions::All => state.tracker().to_recommit(),
+        };
+        if let Some(position) = position {
             if let Err(e) = tpl.add_partition_offset(&state.topic, state.partition, Offset::Offset(position)) {
                 tracing::warn!("cannot commit {}/{}: {e}", state.topic, state.partition);
                 continue;
@@ -130,17 +150,21 @@ pub(crate) fn commit(consumer: &BaseConsumer<IdemContext>, states: &[Arc<Partiti
         }
     }
     if positions.is_empty() {
-        return;
+        return true;
     }
     match consumer.commit(&tpl, mode) {
         Ok(()) => {
             for (state, position) in positions {
                 state.tracker().committed(position);
             }
+            true
         }
         // Not fatal: the next commit carries the same positions, and anything
         // redelivered meanwhile is a duplicate the claim skips.
-        Err(e) => tracing::warn!("offset commit failed: {e}"),
+        Err(e) => {
+            tracing::warn!("offset commit failed: {e}");
+            false
+        }
     }
 }
 
@@ -171,9 +195,18 @@ impl ConsumerContext for IdemContext {
         }
     }
 
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        if let Err(e) = result {
-            tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}");
+    /// An asynchronous commit counted as done when it was queued; if it
+    /// failed (a rebalance in progress, a stale generation), its positions
+    /// go out again with the next commit, and at the latest at shutdown.
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        let Err(e) = result else { return };
+        tracing::warn!(handler = %self.shared.name, "offset commit failed, retrying with the next commit: {e}");
+        let partitions = self.partitions();
+        for element in offsets.elements() {
+            let key = (element.topic().to_owned(), element.partition());
+            if let (Some(state), Offset::Offset(position)) = (partitions.get(&key), element.offset()) {
+                state.tracker().commit_failed(position);
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::startup::Prepared;
 use crate::stats::{HandlerReport, Stats};
 use crate::validate::Validator;
 use consumer::IdemContext;
+use consumer::Positions;
 
 /// How `run` behaves beyond the config file.
 #[derive(Debug, Clone, Default)]
@@ -204,9 +205,19 @@ fn build_consumer(
 /// Offsets resolved since the last commit are committed this often.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 
+/// Every position is committed again this often: an asynchronous commit
+/// refused during a rebalance may fail without a word reaching the
+/// application, and must not leave its position uncommitted for good.
+const RECOMMIT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long shutdown keeps trying to commit the final positions while the
+/// group rebalances.
+const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(15);
+
 fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool) {
     let ctx = consumer.context();
     let mut last_commit = Instant::now();
+    let mut last_recommit = Instant::now();
     while !*stop.borrow() {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => ctx.route(consumer::record(&message)),
@@ -215,8 +226,11 @@ fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, d
         }
         ctx.look_up_starts(&consumer);
         ctx.flow_control(&consumer);
-        if last_commit.elapsed() >= COMMIT_INTERVAL {
-            consumer::commit(&consumer, &ctx.states(), CommitMode::Async);
+        if last_recommit.elapsed() >= RECOMMIT_INTERVAL {
+            consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::All);
+            (last_commit, last_recommit) = (Instant::now(), Instant::now());
+        } else if last_commit.elapsed() >= COMMIT_INTERVAL {
+            consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::Moved);
             last_commit = Instant::now();
         }
         if drained.load(Ordering::SeqCst) {
@@ -227,7 +241,18 @@ fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, d
     // Stop taking records, let in-flight events finish, commit what is done.
     let states = ctx.states();
     consumer::settle("shutdown", &states, Duration::from_secs(30));
-    consumer::commit(&consumer, &states, CommitMode::Sync);
+    // Synchronously, every position; a group in the middle of a rebalance
+    // refuses commits, so keep polling (which lets it settle) and retry.
+    let deadline = Instant::now() + FINAL_COMMIT_PATIENCE;
+    while !consumer::commit(&consumer, &states, CommitMode::Sync, Positions::All) {
+        if Instant::now() >= deadline {
+            tracing::error!(
+                "the final offset commit failed for {FINAL_COMMIT_PATIENCE:?}: uncommitted records will be redelivered and skipped as duplicates"
+            );
+            break;
+        }
+        let _ = consumer.poll(Duration::from_millis(200));
+    }
     // Dropping the consumer leaves the group (its revoke hook finds nothing
     // left to commit).
 }

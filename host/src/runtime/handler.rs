@@ -25,6 +25,10 @@ pub struct HandlerSettings {
     pub timeout: Duration,
     /// Linear memory one instance may grow to.
     pub max_memory_bytes: usize,
+    /// Database statements one invocation may run.
+    pub max_db_statements: u32,
+    /// HTTP requests one invocation may send.
+    pub max_http_requests: u32,
 }
 
 impl HandlerSettings {
@@ -35,6 +39,8 @@ impl HandlerSettings {
             http: HttpPolicy::default(),
             timeout: Duration::from_secs(30),
             max_memory_bytes: 256 << 20,
+            max_db_statements: 1_000,
+            max_http_requests: 16,
         }
     }
 }
@@ -49,11 +55,38 @@ pub struct HttpPolicy {
     /// Prepended to every `Idempotency-Key` as `<prefix>:`, so that two
     /// handlers calling one provider for the same event do not collide.
     pub key_prefix: Option<String>,
+    /// Entries of `allow` that may reach private addresses (loopback,
+    /// RFC 1918, link-local, …); every other entry reaches public ones only.
+    pub allow_private: Vec<String>,
+    /// Headers the host adds to requests under a base URL; the guest never
+    /// sees their values and cannot set those headers.
+    pub credentials: Vec<Credential>,
 }
 
 impl Default for HttpPolicy {
     fn default() -> Self {
-        Self { allow: Vec::new(), timeout: Duration::from_secs(10), key_prefix: None }
+        Self {
+            allow: Vec::new(),
+            timeout: Duration::from_secs(10),
+            key_prefix: None,
+            allow_private: Vec::new(),
+            credentials: Vec::new(),
+        }
+    }
+}
+
+/// A header the host injects into requests under `base`.
+#[derive(Clone)]
+pub struct Credential {
+    pub base: String,
+    pub header: String,
+    /// The secret (read from the environment); never printed.
+    pub value: String,
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credential").field("base", &self.base).field("header", &self.header).finish_non_exhaustive()
     }
 }
 
@@ -66,6 +99,8 @@ pub enum LoadError {
     NotAComponent { path: String, reason: String },
     #[error("{path} does not implement the idem:handler@0.1.0 world: {reason}")]
     WrongWorld { path: String, reason: String },
+    #[error("{path} {reason}")]
+    ForbiddenImport { path: String, reason: String },
 }
 
 /// A handler ready to run events.
@@ -98,6 +133,10 @@ impl Handler {
     ) -> Result<Self, LoadError> {
         let component = Component::new(runtime.engine(), bytes)
             .map_err(|e| LoadError::NotAComponent { path: what.to_owned(), reason: format!("{e:#}") })?;
+        for (import, _) in component.component_type().imports(runtime.engine()) {
+            super::imports::check(import)
+                .map_err(|reason| LoadError::ForbiddenImport { path: what.to_owned(), reason })?;
+        }
         let wrong_world =
             |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
@@ -151,7 +190,18 @@ impl Handler {
     pub(crate) fn new_state(&self) -> StateSeed {
         StateSeed {
             settings: self.settings.clone(),
-            limits: StoreLimitsBuilder::new().memory_size(self.settings.max_memory_bytes).build(),
+            // Beyond memory: bounds on what a component may create. Rust
+            // guests use a few instances, memories and tables; a
+            // componentize-py guest some tens of instances and tables of
+            // tens of thousands of elements. An instance over a bound traps.
+            limits: StoreLimitsBuilder::new()
+                .memory_size(self.settings.max_memory_bytes)
+                .table_elements(1 << 20)
+                .instances(128)
+                .memories(32)
+                .tables(128)
+                .trap_on_grow_failure(false)
+                .build(),
         }
     }
 }

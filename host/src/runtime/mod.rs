@@ -4,6 +4,7 @@
 
 pub mod bindings;
 mod handler;
+pub mod imports;
 mod state;
 
 use std::sync::{Arc, Weak};
@@ -15,7 +16,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
 pub(crate) use handler::Invocation;
-pub use handler::{Handler, HandlerSettings, HttpPolicy, LoadError};
+pub use handler::{Credential, Handler, HandlerSettings, HttpPolicy, LoadError};
 pub(crate) use state::HostState;
 
 /// How often the epoch advances. A running guest yields to the async runtime

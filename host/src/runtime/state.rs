@@ -12,13 +12,18 @@ use super::handler::{HandlerSettings, StateSeed};
 use crate::capabilities::db::DbCapability;
 use crate::capabilities::http::HttpCapability;
 
-/// Bytes of guest stderr kept per invocation, to explain a trap (a panic
-/// message lands there). A guest that writes more traps.
-const STDERR_CAPACITY: usize = 1 << 20;
+/// Bytes of guest stdout and of stderr kept per invocation (a panic
+/// message lands in stderr and explains the trap). A guest that writes more
+/// traps on the write.
+const OUTPUT_CAPACITY: usize = 64 << 10;
+
+/// Bytes of each stream that reach the host's log per invocation.
+const LOGGED_OUTPUT: usize = 4 << 10;
 
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
+    stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
     pub(crate) limits: StoreLimits,
     pub(crate) settings: Arc<HandlerSettings>,
@@ -29,11 +34,23 @@ pub(crate) struct HostState {
 
 impl HostState {
     pub(crate) fn new(seed: StateSeed, event_id: String, db: DbCapability, http: HttpCapability) -> Self {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-        let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+        // WASI with nothing behind it: no preopened directory, an empty
+        // environment, no arguments, stdin closed, every socket and name
+        // lookup denied (the defaults, spelled out so that a change of
+        // defaults cannot open anything). Output is captured for the log.
+        let mut wasi = WasiCtx::builder();
+        wasi.stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
         Self {
-            wasi,
+            wasi: wasi.build(),
             table: ResourceTable::new(),
+            stdout,
             stderr,
             limits: seed.limits,
             settings: seed.settings,
@@ -50,6 +67,23 @@ impl HostState {
         let text = text.trim();
         let start = text.char_indices().rev().nth(1999).map_or(0, |(i, _)| i);
         text[start..].to_owned()
+    }
+
+    /// Logs what the guest wrote to stdout and stderr, under its handler's
+    /// name, at most [`LOGGED_OUTPUT`] bytes of each.
+    pub(crate) fn log_output(&self) {
+        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = pipe.contents();
+            if bytes.is_empty() {
+                continue;
+            }
+            let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(LOGGED_OUTPUT)]);
+            let cut = if bytes.len() > LOGGED_OUTPUT { " (truncated)" } else { "" };
+            tracing::info!(
+                target: "guest", handler = %self.settings.name, event_id = %self.event_id, stream,
+                "{}{cut}", shown.trim_end()
+            );
+        }
     }
 }
 

@@ -9,14 +9,17 @@
 //! - baseline: hand-written Rust doing what the seed does per event (BEGIN,
 //!   claim INSERT … RETURNING, the business INSERT, for billing the POST
 //!   with Idempotency-Key, COMMIT);
-//! - idem: `Executor::execute` with the example's component (fresh Store,
-//!   instantiate, guest code, savepoint per statement, the same SQL and POST).
+//! - idem: `Executor::execute` with the example's component on the
+//!   handler's own pool and role (pinned settings at BEGIN, claim through
+//!   `idem_api.claim`, fresh Store, instantiate, guest code, savepoint per
+//!   statement, the same SQL and POST, connection reset on release).
 //!
 //! Prints µs/event and events/s for each and the ratio idem/baseline.
 
 use std::time::Instant;
 
 use anyhow::Context as _;
+use idem::executor::Pins;
 use idem::{Event, Executor, Handler, HandlerSettings, Runtime};
 use idem_tests::db::TestDb;
 use idem_tests::guests;
@@ -104,6 +107,7 @@ async fn idem_run(exec: &Executor, events: &[Event]) -> anyhow::Result<f64> {
 fn load(runtime: &Runtime, name: &str, provider: &PaymentProvider) -> anyhow::Result<(Handler, f64)> {
     let mut settings = HandlerSettings::new(name);
     settings.http.allow = vec![provider.base_url()];
+    settings.http.allow_private = vec![provider.base_url()];
     settings.config.insert("payment_base_url".into(), provider.base_url());
     let started = Instant::now();
     let handler = Handler::load(runtime, &guests::component(name), settings)?;
@@ -116,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let provider = PaymentProvider::start().await;
     let runtime = Runtime::new()?;
-    let http = idem::http_client()?;
+    let http = reqwest::Client::new();
     let url = provider.base_url();
     let per = |secs: f64| secs * 1e6 / n as f64;
     println!("{n} events per run, one at a time, one connection");
@@ -125,7 +129,11 @@ async fn main() -> anyhow::Result<()> {
     // the runtime's own cost without the HTTP round trip.
     for (name, post_to) in [("billing", Some(url.as_str())), ("notification", None)] {
         let (handler, load_ms) = load(&runtime, name, &provider)?;
-        let exec = Executor::new(handler, db.pool.clone(), http.clone());
+        // The handler's own pool and role, as `idem run` opens them.
+        let schema = name;
+        let pins = Pins { schema: schema.into(), synchronous_commit: "on".into() };
+        let client = idem::http_client(&handler.settings().http)?;
+        let exec = Executor::new(handler, db.handler_pool(name, schema).await, client, pins);
         // Warm both paths (connections, prepared statements, code).
         baseline(&db, &http, post_to, &(0..50).map(order).collect::<Vec<_>>()).await?;
         idem_run(&exec, &(0..50).map(order).collect::<Vec<_>>()).await?;

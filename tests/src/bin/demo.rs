@@ -6,7 +6,6 @@
 //! new offsets, some on other partitions) and a few invalid records; runs
 //! `idem run` until the topic is drained; prints a summary.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -24,20 +23,23 @@ async fn main() -> anyhow::Result<()> {
     let server = idem_tests::db::server_url();
     let db_url = idem_tests::db::with_database(&server, "idem_demo");
 
-    println!("1. database {db_url}: recreate, `idem migrate`, billing schema");
+    let provider = PaymentProvider::start().await;
+    let topic = kafka::create_topic(PARTITIONS).await;
+    let spec = HandlerSpec::billing(&topic, &provider.base_url());
+    let config = host::write_config(&db_url, &[spec]);
+
+    println!("1. database {db_url}: recreate, then `idem migrate --config {}`", config.display());
+    println!("   (idem's schema; the billing handler's role, schema, migrations and grants)");
     let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
     admin.execute("DROP DATABASE IF EXISTS idem_demo WITH (FORCE)").await?;
     admin.execute("CREATE DATABASE idem_demo").await?;
-    let migrate = Command::new(idem_tests::idem_bin()).args(["migrate", "--database-url", &db_url]).status()?;
+    let migrate = Command::new(idem_tests::idem_bin()).arg("migrate").arg("--config").arg(&config).status()?;
     if !migrate.success() {
         bail!("idem migrate failed");
     }
     let mut conn = PgConnection::connect(&db_url).await?;
-    let schema = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/billing/schema.sql"))?;
-    conn.execute(schema.as_str()).await?;
 
     println!("2. billing component: {}", guests::component("billing").display());
-    let topic = kafka::create_topic(PARTITIONS).await;
     println!("3. broker {}, topic {topic} ({PARTITIONS} partitions)", kafka::describe());
 
     let producer = kafka::producer();
@@ -59,9 +61,6 @@ async fn main() -> anyhow::Result<()> {
     kafka::produce_all(&producer, &topic, &records).await;
     println!("4. produced {orders} orders, {duplicates_n} redelivered duplicates, {invalid_n} invalid records");
 
-    let provider = PaymentProvider::start().await;
-    let spec = HandlerSpec::billing(&topic, &provider.base_url());
-    let config = host::write_config(&db_url, &[spec]);
     println!("5. idem run --config {} --exit-when-drained", config.display());
     let started = Instant::now();
     let (status, reports) =

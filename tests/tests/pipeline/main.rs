@@ -246,8 +246,12 @@ async fn rebalance_mid_stream(assignor: &'static str) {
     assert!(status_a.success(), "{status_a}");
     let stopped_at = env.count(CHARGES).await;
     assert!(stopped_at < 600, "a stopped mid-stream ({stopped_at} charged)");
-    // b takes a's partitions over and finishes the stream.
+    // b takes a's partitions over, finishes the stream and commits it to
+    // the end (a commit refused while the group rebalances goes out again).
     wait_until("600 orders are charged", || env.provider.charges() >= 600).await;
+    let ends: Vec<Option<i64>> = kafka::high_watermarks(&env.topic, 6).into_iter().map(Some).collect();
+    wait_until("b committed every partition to its end", || kafka::committed(&spec.group_id, &env.topic, 6) == ends)
+        .await;
     host::signal(&b, "TERM");
     let (status_b, rb) = tokio::task::spawn_blocking(move || host::wait_report(b)).await.expect("wait b");
     assert!(status_b.success(), "{status_b}");

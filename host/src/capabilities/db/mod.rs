@@ -15,27 +15,43 @@
 mod guard;
 mod values;
 
-use sqlx::{Executor as _, PgConnection, Postgres, Transaction};
+use sqlx::{Executor as _, PgConnection};
 
 use super::HostFault;
+use crate::executor::EventTx;
 use crate::runtime::HostState;
 use crate::runtime::bindings::db::{self, DbError, Rows, SqlError, Value};
 
 /// The event's transaction, lent to the guest for one invocation.
 pub(crate) struct DbCapability {
-    tx: Transaction<'static, Postgres>,
+    tx: EventTx,
     /// `idem_statement` exists: set by the previous guest statement.
     savepoint: bool,
+    /// Statements this invocation may still run.
+    remaining: u32,
+    limit: u32,
 }
 
 impl DbCapability {
-    pub(crate) fn new(tx: Transaction<'static, Postgres>) -> Self {
-        Self { tx, savepoint: false }
+    pub(crate) fn new(tx: EventTx, max_statements: u32) -> Self {
+        Self { tx, savepoint: false, remaining: max_statements, limit: max_statements }
     }
 
     /// Takes the transaction back after the invocation.
-    pub(crate) fn into_transaction(self) -> Transaction<'static, Postgres> {
+    pub(crate) fn into_transaction(self) -> EventTx {
         self.tx
+    }
+
+    /// Spends one statement of the invocation's allowance.
+    fn spend(&mut self) -> Result<(), DbError> {
+        if self.remaining == 0 {
+            return Err(DbError::Refused(format!(
+                "more than {} statements in one invocation (limits.max_db_statements)",
+                self.limit
+            )));
+        }
+        self.remaining -= 1;
+        Ok(())
     }
 
     /// Runs `run` under a savepoint: on a database error the statement alone
@@ -52,7 +68,7 @@ impl DbCapability {
         run: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> wasmtime::Result<Result<T, DbError>> {
         let fault = |e| wasmtime::Error::new(HostFault::Database(e));
-        let conn: &mut PgConnection = &mut self.tx;
+        let conn: &mut PgConnection = self.tx.conn();
         let set = if self.savepoint {
             "RELEASE SAVEPOINT idem_statement; SAVEPOINT idem_statement"
         } else {
@@ -96,6 +112,9 @@ fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
 
 impl db::Host for HostState {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<u64, DbError>> {
+        if let Err(e) = self.db.spend() {
+            return Ok(Err(e));
+        }
         let bound = match prepare(&statement, params) {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
@@ -104,6 +123,9 @@ impl db::Host for HostState {
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
+        if let Err(e) = self.db.spend() {
+            return Ok(Err(e));
+        }
         let bound = match prepare(&statement, params) {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),

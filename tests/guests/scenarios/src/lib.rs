@@ -129,6 +129,57 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             http::post(format!("{}/v1/charges", base()?)).header("bad header", "x").send()?;
             Ok(())
         }
+        "swallow" => {
+            // Runs the statement and hides its error: whatever it did must
+            // not outlive the event, and the event itself succeeds.
+            let sql = p.sql.ok_or_else(|| Error::permanent("no sql in payload"))?;
+            let note = match db.execute(&sql, &[]) {
+                Ok(_) => "swallow:ok".to_owned(),
+                Err(e) => format!("swallow:err:{e:?}"),
+            };
+            record(db, event, &note.chars().take(500).collect::<String>())
+        }
+        "statements" => {
+            // Many cheap statements: more than the per-invocation allowance.
+            for _ in 0..5_000 {
+                db.query("SELECT 1", &[])?;
+            }
+            Ok(())
+        }
+        "requests" => {
+            for i in 0..100 {
+                http::post(format!("{}/v1/charges", base()?)).label(format!("r{i}")).send()?;
+            }
+            Ok(())
+        }
+        "wasi" => {
+            // What WASI lets a guest see: each probe records what it got.
+            let probes = [
+                ("preopens", std::fs::read_dir("/").map(|d| d.count()).map_err(|e| e.kind())),
+                ("read-file", std::fs::read("/etc/passwd").map(|b| b.len()).map_err(|e| e.kind())),
+                ("cwd-file", std::fs::read("Cargo.toml").map(|b| b.len()).map_err(|e| e.kind())),
+                ("connect", std::net::TcpStream::connect("127.0.0.1:5432").map(|_| 1).map_err(|e| e.kind())),
+                (
+                    "resolve",
+                    std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 80))
+                        .map(|a| a.count())
+                        .map_err(|e| e.kind()),
+                ),
+                ("env", Ok(std::env::vars().count())),
+                ("args", Ok(std::env::args().count())),
+                ("stdin", std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 16]).map_err(|e| e.kind())),
+            ];
+            for (name, got) in probes {
+                let note = match got {
+                    Ok(n) => format!("{name}:ok:{n}"),
+                    Err(kind) => format!("{name}:err:{kind:?}"),
+                };
+                record(db, event, &note)?;
+            }
+            println!("hello from the guest's stdout");
+            eprintln!("hello from the guest's stderr");
+            Ok(())
+        }
         "get" => {
             let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;
             http::get(url).send()?.error_for_status()?;

@@ -1,6 +1,4 @@
-CREATE SCHEMA IF NOT EXISTS notification;
-
-CREATE TABLE IF NOT EXISTS notification.sent (
+CREATE TABLE notification.sent (
     event_id    uuid        PRIMARY KEY,
     customer_id bigint      NOT NULL,
     message     text        NOT NULL,

@@ -21,6 +21,8 @@ use std::sync::Arc;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 
+mod target;
+
 use crate::runtime::bindings::http::{self, HttpError, Request, Response};
 use crate::runtime::{HostState, HttpPolicy};
 
@@ -37,11 +39,14 @@ pub(crate) struct HttpCapability {
     event_id: String,
     /// Keys sent in this invocation, with a fingerprint of their request.
     used: HashMap<String, u64>,
+    /// Requests this invocation may still send.
+    remaining: u32,
+    limit: u32,
 }
 
 impl HttpCapability {
-    pub(crate) fn new(client: reqwest::Client, policy: Arc<HttpPolicy>, event_id: String) -> Self {
-        Self { client, policy, event_id, used: HashMap::new() }
+    pub(crate) fn new(client: reqwest::Client, policy: Arc<HttpPolicy>, event_id: String, max_requests: u32) -> Self {
+        Self { client, policy, event_id, used: HashMap::new(), remaining: max_requests, limit: max_requests }
     }
 
     /// The key for an unsafe request with `label`.
@@ -66,25 +71,7 @@ impl HttpCapability {
     }
 }
 
-/// A client shared by every handler: one connection pool per host.
-pub fn client() -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()
-}
-
-/// Whether `url` lies under one of the allowlist's base URLs.
-pub(crate) fn allowed(allow: &[String], url: &Url) -> bool {
-    allow.iter().filter_map(|base| Url::parse(base).ok()).any(|base| {
-        let path_ok = {
-            let prefix = base.path().trim_end_matches('/');
-            let path = url.path();
-            path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        };
-        base.scheme() == url.scheme()
-            && base.host_str().map(str::to_ascii_lowercase) == url.host_str().map(str::to_ascii_lowercase)
-            && base.port_or_known_default() == url.port_or_known_default()
-            && path_ok
-    })
-}
+pub use target::client;
 
 fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
     let mut h = DefaultHasher::new();
@@ -96,6 +83,13 @@ fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
 
 impl HostState {
     async fn send_checked(&mut self, request: Request) -> Result<Response, HttpError> {
+        if self.http.remaining == 0 {
+            return Err(HttpError::Denied(format!(
+                "more than {} requests in one invocation (limits.max_http_requests)",
+                self.http.limit
+            )));
+        }
+        self.http.remaining -= 1;
         let method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("method `{}`", request.method)))?;
         let url =
@@ -103,15 +97,25 @@ impl HostState {
         if !matches!(url.scheme(), "http" | "https") || !url.username().is_empty() || url.password().is_some() {
             return Err(HttpError::InvalidRequest(format!("URL `{url}`: only http(s) URLs without credentials")));
         }
-        if !allowed(&self.http.policy.allow, &url) {
+        let Some(entry) = target::matching_entry(&self.http.policy.allow, &url) else {
             return Err(HttpError::Denied(format!(
                 "`{url}` is not under this handler's allowlist ({})",
                 if self.http.policy.allow.is_empty() { "empty".to_owned() } else { self.http.policy.allow.join(", ") }
             )));
-        }
+        };
+        target::check_literal(&self.http.policy, entry, &url).map_err(HttpError::Denied)?;
+        let injected: Vec<&crate::runtime::Credential> = self
+            .http
+            .policy
+            .credentials
+            .iter()
+            .filter(|c| target::matching_entry(std::slice::from_ref(&c.base), &url).is_some())
+            .collect();
         let mut builder = self.http.client.request(method.clone(), url.clone()).timeout(self.http.policy.timeout);
         for (name, value) in &request.headers {
-            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            let reserved = RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+                || injected.iter().any(|c| c.header.eq_ignore_ascii_case(name));
+            if reserved {
                 return Err(HttpError::InvalidRequest(format!("header `{name}` is set by the host")));
             }
             let name = HeaderName::from_bytes(name.as_bytes())
@@ -134,6 +138,12 @@ impl HostState {
             builder = builder.header("Idempotency-Key", key);
         } else if request.label.is_some() {
             return Err(HttpError::InvalidRequest(format!("a label only names unsafe requests, not {method}")));
+        }
+        for credential in injected {
+            let value = HeaderValue::from_str(&credential.value).map_err(|_| {
+                HttpError::InvalidRequest(format!("credential for `{}` is not a header value", credential.base))
+            })?;
+            builder = builder.header(credential.header.as_str(), value);
         }
         if let Some(body) = request.body {
             builder = builder.body(body);
@@ -182,25 +192,5 @@ fn transport_error(e: reqwest::Error) -> HttpError {
 impl http::Host for HostState {
     async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
         Ok(self.send_checked(request).await)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn allowlist_matches_scheme_host_port_and_path_prefix() {
-        let allow = vec!["http://127.0.0.1:18080".to_owned(), "https://pay.example/v1/".to_owned()];
-        let ok = |u: &str| allowed(&allow, &Url::parse(u).expect("test URL"));
-        assert!(ok("http://127.0.0.1:18080/v1/charges"));
-        assert!(ok("https://pay.example/v1/charges"));
-        assert!(ok("https://PAY.example:443/v1"));
-        assert!(!ok("http://127.0.0.1:18081/v1/charges"));
-        assert!(!ok("https://127.0.0.1:18080/"));
-        assert!(!ok("https://pay.example/v10/charges"));
-        assert!(!ok("https://pay.example.evil.test/v1/charges"));
-        assert!(!ok("http://localhost:18080/"));
-        assert!(!allowed(&[], &Url::parse("http://127.0.0.1:18080/").expect("test URL")));
     }
 }

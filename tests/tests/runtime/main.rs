@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+mod hostile;
+
+use idem::executor::Pins;
 use idem::{ErrorClass, Event, ExecError, Executor, Handler, HandlerSettings, LoadError, Outcome, Runtime};
 use idem_tests::db::TestDb;
 use idem_tests::guests;
@@ -13,6 +16,8 @@ struct Setup {
     db: TestDb,
     provider: PaymentProvider,
     runtime: Runtime,
+    /// Each handler's own pool, logged in as its role (name, schema, pool).
+    pools: Vec<(&'static str, &'static str, sqlx::PgPool)>,
 }
 
 impl Setup {
@@ -21,12 +26,18 @@ impl Setup {
         let db = TestDb::new().await.unwrap_or_else(|e| panic!("test database: {e:#}"));
         let provider = PaymentProvider::start().await;
         let runtime = Runtime::new().unwrap_or_else(|e| panic!("runtime: {e:#}"));
-        Self { db, provider, runtime }
+        let mut pools = Vec::new();
+        for (name, schema) in [("billing", "billing"), ("scenarios", "scenario"), ("notification", "notification")] {
+            pools.push((name, schema, db.handler_pool(name, schema).await));
+        }
+        Self { db, provider, runtime, pools }
     }
 
     fn settings(&self, name: &str) -> HandlerSettings {
         let mut settings = HandlerSettings::new(name);
         settings.http.allow = vec![self.provider.base_url()];
+        // The provider listens on loopback: a private address, allowed explicitly.
+        settings.http.allow_private = vec![self.provider.base_url()];
         settings.config.insert("payment_base_url".into(), self.provider.base_url());
         settings.config.insert("provider_base_url".into(), self.provider.base_url());
         settings
@@ -35,8 +46,12 @@ impl Setup {
     fn executor(&self, component: &str, settings: HandlerSettings) -> Executor {
         let handler = Handler::load(&self.runtime, &guests::component(component), settings)
             .unwrap_or_else(|e| panic!("load {component}: {e}"));
-        let http = idem::http_client().unwrap_or_else(|e| panic!("http client: {e}"));
-        Executor::new(handler, self.db.pool.clone(), http)
+        let http = idem::http_client(&handler.settings().http).unwrap_or_else(|e| panic!("http client: {e}"));
+        // The pool (and so the role, and the dedup namespace) of the component's handler.
+        let (_, schema, pool) =
+            self.pools.iter().find(|(n, _, _)| *n == component).unwrap_or_else(|| panic!("no pool for {component}"));
+        let pins = Pins { schema: (*schema).to_owned(), synchronous_commit: "on".into() };
+        Executor::new(handler, pool.clone(), http, pins)
     }
 
     fn billing(&self) -> Executor {

@@ -1,8 +1,11 @@
-//! Executes one event: claim, handler, commit, all in one transaction.
+//! Executes one event: claim, handler, commit, all in one transaction on a
+//! connection of the handler's own pool (logged in as its role).
+
+mod transaction;
 
 use std::sync::Arc;
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::PgPool;
 
 use crate::capabilities::HostFault;
 use crate::capabilities::db::DbCapability;
@@ -11,6 +14,7 @@ use crate::dedup;
 use crate::error::ExecError;
 use crate::event::Event;
 use crate::runtime::{Handler, HostState, Invocation};
+pub use transaction::{EventTx, GRACE, Pins};
 
 /// What became of an event that did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,21 +25,28 @@ pub enum Outcome {
     Duplicate,
 }
 
-/// Runs events through one handler against one database.
+/// Runs events through one handler against its own pool.
 #[derive(Debug, Clone)]
 pub struct Executor {
     handler: Handler,
     pool: PgPool,
     http: reqwest::Client,
+    pins: Arc<Pins>,
 }
 
 impl Executor {
-    pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client) -> Self {
-        Self { handler, pool, http }
+    /// `pool` must be the handler's own (see `sandbox::pool`), never a
+    /// privileged one: its role is the sandbox's boundary.
+    pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
+        Self { handler, pool, http, pins: Arc::new(pins) }
     }
 
     pub fn handler(&self) -> &Handler {
         &self.handler
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
     }
 
     /// Executes `event` in a transaction of its own. `attempt` is 1 for the
@@ -44,63 +55,70 @@ impl Executor {
     /// `Ok(Processed)` is returned only after COMMIT succeeded. Every guest
     /// statement ran under a savepoint, so the transaction cannot be in the
     /// aborted state that would make PostgreSQL turn COMMIT into ROLLBACK.
+    /// Whatever happens, this returns within the handler's timeout plus
+    /// [`GRACE`] for each host statement after it.
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
-        // READ COMMITTED whatever the server's default: see `dedup::claim`.
-        // The statement timeout bounds every statement by the invocation's
-        // limit: a guest's `pg_sleep(3600)` is cancelled by the server, so
-        // the rollback after a timed-out invocation never waits on it.
-        let timeout_ms = self.handler.settings().timeout.as_millis().max(1);
-        let begin = format!("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = {timeout_ms}");
-        let tx = self.pool.begin_with(begin).await.map_err(ExecError::from_host_sql)?;
+        let tx = self.begin().await?;
         let (tx, result) = self.run_in(tx, event, attempt).await;
         match result {
             Ok(Outcome::Processed) => {
-                tx.commit().await.map_err(ExecError::from_host_sql)?;
+                tx.commit().await?;
                 Ok(Outcome::Processed)
+            }
+            Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_)) => {
+                // A statement may still be running, or the connection is in
+                // an unknown state: close it rather than wait on it.
+                tx.abandon();
+                result
             }
             other => {
                 // A duplicate wrote nothing; a failure must leave nothing.
-                if let Err(e) = tx.rollback().await {
-                    tracing::warn!(event_id = %event.id, "rollback failed (the connection is discarded): {e}");
-                }
+                tx.rollback().await;
                 other
             }
         }
+    }
+
+    /// Begins an event's transaction with the handler's pins and budget.
+    pub async fn begin(&self) -> Result<EventTx, ExecError> {
+        EventTx::begin(&self.pool, &self.pins, self.handler.settings().timeout).await
     }
 
     /// Instantiates the handler once, in a transaction rolled back at once.
     /// A start-up check: a component that cannot be instantiated under its
     /// limits would fail every event.
     pub async fn check_instantiation(&self) -> anyhow::Result<()> {
-        let tx = self.pool.begin().await.map_err(anyhow::Error::from)?;
+        let tx = self.begin().await.map_err(|e| anyhow::anyhow!("failed to begin a transaction: {e}"))?;
         let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string())).await;
-        let _ = state.db.into_transaction().rollback().await;
+        state.db.into_transaction().rollback().await;
         result.map_err(|e| anyhow::anyhow!("cannot be instantiated under its limits: {e:#}"))
     }
 
     /// A store's state for one event of this handler, holding `tx`.
-    fn state(&self, tx: Transaction<'static, Postgres>, event_id: String) -> HostState {
+    fn state(&self, tx: EventTx, event_id: String) -> HostState {
         let settings = self.handler.settings();
-        let http = HttpCapability::new(self.http.clone(), Arc::new(settings.http.clone()), event_id.clone());
-        HostState::new(self.handler.new_state(), event_id, DbCapability::new(tx), http)
+        let http = HttpCapability::new(
+            self.http.clone(),
+            Arc::new(settings.http.clone()),
+            event_id.clone(),
+            settings.max_http_requests,
+        );
+        HostState::new(self.handler.new_state(), event_id, DbCapability::new(tx, settings.max_db_statements), http)
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
     /// commits or rolls back. The unit a batch of events will repeat, each
     /// under its own savepoint.
-    pub async fn run_in(
-        &self,
-        mut tx: Transaction<'static, Postgres>,
-        event: &Event,
-        attempt: u32,
-    ) -> (Transaction<'static, Postgres>, Result<Outcome, ExecError>) {
-        match dedup::claim(&mut tx, event, &self.handler.settings().name).await {
+    pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
+        let deadline = tx.statement_deadline();
+        match transaction::within(deadline, "claim", dedup::claim(tx.conn(), event)).await {
             Ok(true) => {}
             Ok(false) => return (tx, Ok(Outcome::Duplicate)),
-            Err(e) => return (tx, Err(ExecError::from_host_sql(e))),
+            Err(e) => return (tx, Err(e)),
         }
         let state = self.state(tx, event.id.hyphenated().to_string());
         let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt)).await;
+        state.log_output();
         let stderr = state.stderr_tail();
         let tx = state.db.into_transaction();
         let result = match invocation {

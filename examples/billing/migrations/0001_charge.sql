@@ -1,8 +1,7 @@
--- The billing example's own table. The handler owns it; the host never
--- touches it. Apply it once per database (the demo and the tests do).
-CREATE SCHEMA IF NOT EXISTS billing;
-
-CREATE TABLE IF NOT EXISTS billing.charge (
+-- The billing example's own table. `idem migrate --config` applies this as
+-- the administrator, in the handler's schema; the handler's role gets
+-- SELECT, INSERT, UPDATE and DELETE on it, nothing more.
+CREATE TABLE billing.charge (
     event_id    uuid          PRIMARY KEY,
     order_id    bigint        NOT NULL,
     customer_id bigint        NOT NULL,

@@ -1,0 +1,129 @@
+//! The event's transaction on one of its handler's connections: what is
+//! pinned at BEGIN, and a deadline on every statement the host sends.
+//!
+//! The partition never waits on the database longer than the handler's
+//! budget plus [`GRACE`]: every host statement runs under a client-side
+//! deadline as well as the server's `statement_timeout`, and a connection
+//! whose statement overran (or whose state is unknown) is closed, never
+//! waited on or returned to the pool. The server then ends its backend
+//! within `client_connection_check_interval` (see `sandbox::pool`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Executor as _, PgConnection, PgPool, Postgres};
+use tokio::time::Instant;
+
+use crate::error::ExecError;
+use crate::sandbox::ident;
+
+/// What a host statement may take beyond the invocation's budget: COMMIT
+/// after a guest that used its whole budget still gets this long.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// What every event's transaction pins at BEGIN, whatever the role's or the
+/// server's defaults, and whatever the previous event did.
+#[derive(Debug, Clone)]
+pub struct Pins {
+    /// The handler's schema: `search_path` is it, then `pg_catalog`.
+    pub schema: String,
+    /// The operator's `synchronous_commit` (checked: never `off`).
+    pub synchronous_commit: String,
+}
+
+/// An open transaction; closes its connection when dropped while open.
+pub struct EventTx {
+    conn: PoolConnection<Postgres>,
+    open: bool,
+    deadline: Instant,
+    synchronous_commit: String,
+}
+
+impl std::fmt::Debug for EventTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventTx").field("open", &self.open).finish_non_exhaustive()
+    }
+}
+
+/// Runs `fut` until `deadline`; an overrun is [`ExecError::Deadline`].
+pub(crate) async fn within<T>(
+    deadline: Instant,
+    what: &'static str,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, ExecError> {
+    match tokio::time::timeout_at(deadline, fut).await {
+        Ok(result) => result.map_err(ExecError::from_host_sql),
+        Err(_) => Err(ExecError::Deadline(what)),
+    }
+}
+
+impl EventTx {
+    /// Begins a transaction with `budget` for the whole invocation.
+    pub async fn begin(pool: &PgPool, pins: &Pins, budget: Duration) -> Result<Self, ExecError> {
+        let deadline = Instant::now() + budget;
+        let conn = within(deadline, "acquiring a connection", pool.acquire()).await?;
+        let ms = budget.as_millis().max(1);
+        let idle_ms = (budget + GRACE * 2).as_millis();
+        let sc = &pins.synchronous_commit;
+        let begin = format!(
+            "BEGIN ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}; \
+             SET LOCAL idle_in_transaction_session_timeout = {idle_ms}; \
+             SET LOCAL synchronous_commit = {sc}; SET LOCAL standard_conforming_strings = on; \
+             SET LOCAL search_path = {}, pg_catalog",
+            ident(&pins.schema)
+        );
+        let mut tx = Self { conn, open: true, deadline, synchronous_commit: sc.clone() };
+        within(deadline + GRACE, "BEGIN", tx.conn.execute(begin.as_str())).await?;
+        Ok(tx)
+    }
+
+    pub fn conn(&mut self) -> &mut PgConnection {
+        &mut self.conn
+    }
+
+    /// The end of the invocation's budget.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// A deadline for one host statement: the budget's end plus [`GRACE`].
+    pub fn statement_deadline(&self) -> Instant {
+        self.deadline.max(Instant::now()) + GRACE
+    }
+
+    /// Commits. `synchronous_commit` is pinned again in the same round trip,
+    /// so nothing the guest did can make this commit asynchronous. An error
+    /// or an overrun leaves the outcome unknown: the connection is closed
+    /// and the caller retries (the claim tells whether it committed).
+    pub async fn commit(mut self) -> Result<(), ExecError> {
+        let deadline = self.statement_deadline();
+        let commit = format!("SET LOCAL synchronous_commit = {}; COMMIT", self.synchronous_commit);
+        within(deadline, "COMMIT", self.conn.execute(commit.as_str())).await?;
+        self.open = false;
+        Ok(())
+    }
+
+    /// Rolls back within [`GRACE`]; otherwise closes the connection.
+    pub async fn rollback(mut self) {
+        let deadline = Instant::now() + GRACE;
+        match within(deadline, "ROLLBACK", self.conn.execute("ROLLBACK")).await {
+            Ok(_) => self.open = false,
+            Err(e) => tracing::warn!("rollback failed, closing the connection instead: {e}"),
+        }
+    }
+
+    /// Closes the connection without a word to the server: for a connection
+    /// with a statement still running (the invocation overran mid-statement)
+    /// or in an unknown state. The server rolls the transaction back.
+    pub fn abandon(self) {}
+}
+
+impl Drop for EventTx {
+    fn drop(&mut self) {
+        if self.open {
+            self.conn.close_on_drop();
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! A hostile guest: one test per attack class. Each asserts that the attack
+//! failed (refused by the guard, denied by PostgreSQL, or undone), that the
+//! host went on processing events, and that the database is as it was:
+//! roles, schemas, objects, idem's rows, the other handlers' rows, the
+//! settings every connection of the handler's pool sees, advisory locks,
+//! temporary objects, replication slots, large objects and the server's
+//! files.
+//!
+//! Most attacks run twice: as a guest statement (the guard refuses it, or
+//! PostgreSQL does), and straight on a connection of the handler's pool,
+//! past the guard, as if the guard had a hole: PostgreSQL's privileges and
+//! the pool's reset must hold on their own.
+
+use std::time::Duration;
+
+use idem::{ErrorClass, Outcome};
+use serde_json::json;
+use sqlx::{Connection as _, Executor as _, PgPool};
+
+use super::{CLAIMS, EFFECTS, Setup, scenario, scenario_with};
+
+/// What must not change, as text (the test prints the difference).
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    roles: String,
+    memberships: String,
+    schemas: String,
+    objects: String,
+    idem_rows: String,
+    billing_rows: i64,
+    advisory_locks: i64,
+    temp_objects: i64,
+    replication_slots: i64,
+    large_objects: i64,
+    files: String,
+    /// Per connection of the handler's pool: settings, channels, cursors,
+    /// SQL-level prepared statements.
+    sessions: Vec<String>,
+}
+
+const SNAPSHOT: &str = "SELECT
+  (SELECT string_agg(format('%s:%s%s%s%s%s', rolname, rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls), ',' ORDER BY rolname)
+     FROM pg_roles WHERE rolname NOT LIKE 'idem\\_t\\_%' OR rolname LIKE current_database() || '%'),
+  (SELECT coalesce(string_agg(format('%s>%s', g.rolname, m.rolname), ',' ORDER BY g.rolname, m.rolname), '')
+     FROM pg_auth_members a JOIN pg_roles g ON g.oid = a.roleid JOIN pg_roles m ON m.oid = a.member
+     WHERE m.rolname NOT LIKE 'idem\\_t\\_%' OR m.rolname LIKE current_database() || '%'),
+  (SELECT string_agg(nspname, ',' ORDER BY nspname) FROM pg_namespace WHERE nspname NOT LIKE 'pg_temp%' AND nspname NOT LIKE 'pg_toast_temp%'),
+  (SELECT format('%s classes, %s functions, %s triggers', (SELECT count(*) FROM pg_class), (SELECT count(*) FROM pg_proc), (SELECT count(*) FROM pg_trigger))),
+  (SELECT coalesce(md5(string_agg(event_id::text || consumer, ',' ORDER BY event_id, consumer)), '') FROM idem.processed_event)
+     || (SELECT coalesce(md5(string_agg(role_name || handler, ',' ORDER BY role_name)), '') FROM idem.handler_role),
+  (SELECT count(*) FROM billing.charge),
+  (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())),
+  (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE 'pg_temp%'),
+  (SELECT count(*) FROM pg_replication_slots),
+  (SELECT count(*) FROM pg_largeobject_metadata),
+  (SELECT string_agg(f, ',' ORDER BY f) FROM pg_ls_dir('.') f)";
+
+const SESSION: &str = "SELECT
+  -- (plpgsql's settings appear, at their defaults, once the claim function
+  -- has loaded the language in a session: not a guest's doing.)
+  (SELECT string_agg(name || '=' || setting, ',' ORDER BY name) FROM pg_settings
+     WHERE NOT (name LIKE 'plpgsql.%' AND source = 'default'))
+  || ' user=' || current_user || ' session=' || session_user
+  || ' channels=' || (SELECT count(*) FROM pg_listening_channels())
+  || ' cursors=' || (SELECT count(*) FROM pg_cursors)
+  || ' prepared=' || (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)";
+
+async fn snapshot(s: &Setup, pool: &PgPool) -> Snapshot {
+    // Every connection the pool holds, at once: none is left unchecked, and
+    // each is back from its release (and its reset) before anything is read.
+    let mut conns = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        conns.push(pool.acquire().await.unwrap_or_else(|e| panic!("acquire: {e}")));
+    }
+    let row: (String, String, String, String, String, i64, i64, i64, i64, i64, String) =
+        sqlx::query_as(SNAPSHOT).fetch_one(&s.db.pool).await.unwrap_or_else(|e| panic!("snapshot: {e}"));
+    let mut sessions = Vec::new();
+    for conn in &mut conns {
+        sessions.push(sqlx::query_scalar(SESSION).fetch_one(&mut **conn).await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    drop(conns);
+    // Which connection comes first is the pool's business.
+    sessions.sort();
+    Snapshot {
+        roles: row.0,
+        memberships: row.1,
+        schemas: row.2,
+        objects: row.3,
+        idem_rows: row.4,
+        billing_rows: row.5,
+        advisory_locks: row.6,
+        temp_objects: row.7,
+        replication_slots: row.8,
+        large_objects: row.9,
+        files: row.10,
+        sessions,
+    }
+}
+
+/// Asserts `after` equals `before`, printing only what differs.
+fn assert_same(before: &Snapshot, after: &Snapshot, what: &str) {
+    if before == after {
+        return;
+    }
+    let fields = |s: &Snapshot| {
+        vec![
+            ("roles", s.roles.clone()),
+            ("memberships", s.memberships.clone()),
+            ("schemas", s.schemas.clone()),
+            ("objects", s.objects.clone()),
+            ("idem rows", s.idem_rows.clone()),
+            ("billing rows", s.billing_rows.to_string()),
+            ("advisory locks", s.advisory_locks.to_string()),
+            ("temp objects", s.temp_objects.to_string()),
+            ("replication slots", s.replication_slots.to_string()),
+            ("large objects", s.large_objects.to_string()),
+            ("files", s.files.clone()),
+            ("sessions", s.sessions.join(" | ")),
+        ]
+    };
+    let mut differences = Vec::new();
+    for ((name, b), (_, a)) in fields(before).into_iter().zip(fields(after)) {
+        if a != b {
+            let split = |s: &str| s.split([',', ' ']).map(str::to_owned).collect::<std::collections::BTreeSet<_>>();
+            let (sb, sa) = (split(&b), split(&a));
+            let gone: Vec<_> = sb.difference(&sa).take(10).collect();
+            let new: Vec<_> = sa.difference(&sb).take(10).collect();
+            differences.push(format!("{name} (gone: {gone:?}; new: {new:?}; {} vs {} chars)", b.len(), a.len()));
+        }
+    }
+    panic!("{what}: the database changed: {}", differences.join("; "));
+}
+
+fn scenarios_pool(s: &Setup) -> PgPool {
+    s.pools
+        .iter()
+        .find(|(n, _, _)| *n == "scenarios")
+        .map(|(_, _, p)| p.clone())
+        .unwrap_or_else(|| panic!("no scenarios pool"))
+}
+
+/// Statements an attacker would send, each with a word of what it tries.
+const ATTACKS: &[(&str, &str)] = &[
+    // Running OS commands: write a catalog, then call what was written.
+    ("catalog write", "UPDATE pg_catalog.pg_language SET lanpltrusted = true WHERE lanname = 'c'"),
+    ("catalog write", "INSERT INTO pg_catalog.pg_proc SELECT * FROM pg_catalog.pg_proc LIMIT 1"),
+    ("program", "COPY (SELECT 1) TO PROGRAM 'id'"),
+    ("DO block", "DO $$ BEGIN PERFORM 1; END $$"),
+    // Files, large objects, password hashes.
+    ("read a file", "SELECT pg_read_file('/etc/passwd')"),
+    ("list files", "SELECT pg_ls_dir('.')"),
+    ("large object import", "SELECT lo_import('/etc/passwd')"),
+    ("large object", "SELECT lo_from_bytea(0, '\\x41'::bytea)"),
+    ("password hashes", "SELECT rolpassword FROM pg_authid"),
+    ("password hashes", "SELECT passwd FROM pg_shadow"),
+    // Dedup claims.
+    ("delete claims", "DELETE FROM idem.processed_event"),
+    (
+        "forge a claim",
+        "INSERT INTO idem.processed_event (event_id, consumer, topic, \"partition\", \"offset\") VALUES (gen_random_uuid(), 'billing', 't', 0, 0)",
+    ),
+    ("read the role map", "SELECT * FROM idem.handler_role"),
+    ("claim directly", "SELECT idem_api.claim(gen_random_uuid(), 't', 0, 0)"),
+    // Another handler's rows.
+    ("read another handler", "SELECT * FROM billing.charge"),
+    ("write another handler", "INSERT INTO billing.charge VALUES (gen_random_uuid(), 1, 1, 1, 'EUR')"),
+    // Session state that would outlive the event.
+    ("search_path", "SELECT set_config('search_path', 'billing', false)"),
+    ("synchronous_commit", "SELECT set_config('synchronous_commit', 'off', false)"),
+    ("statement_timeout", "SELECT set_config('statement_timeout', '0', false)"),
+    ("parse differently", "SELECT set_config('standard_conforming_strings', 'off', false)"),
+    ("role", "SELECT set_config('role', 'postgres', false)"),
+    ("role", "SET ROLE postgres"),
+    ("role", "RESET ROLE"),
+    ("session authorization", "SET SESSION AUTHORIZATION postgres"),
+    ("advisory lock", "SELECT pg_advisory_lock(42)"),
+    ("temp table", "CREATE TEMP TABLE effect (event_id uuid, note text)"),
+    ("listen", "LISTEN idem_attack"),
+    ("prepare", "PREPARE attack AS SELECT 1"),
+    ("cursor", "DECLARE attack CURSOR WITH HOLD FOR SELECT 1"),
+    ("create", "CREATE TABLE scenario.attack (a int)"),
+    ("create", "CREATE FUNCTION scenario.f() RETURNS int LANGUAGE sql AS 'SELECT 1'"),
+    ("alter own role", "ALTER ROLE CURRENT_USER SET statement_timeout = 0"),
+    // Other backends, replication.
+    ("terminate backends", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"),
+    ("replication slot", "SELECT pg_create_physical_replication_slot('idem_attack')"),
+    // SQL text executed by a function, out of a parser's sight.
+    ("sql in a string", "SELECT query_to_xml('DELETE FROM idem.processed_event RETURNING 1', true, true, '')"),
+    // Transaction control and smuggling.
+    ("commit", "COMMIT"),
+    ("two statements", "SELECT 1; SELECT set_config('search_path', 'billing', false)"),
+];
+
+#[tokio::test]
+async fn every_attack_statement_fails_in_the_guest_and_leaves_the_database_as_it_was() {
+    let s = Setup::new().await;
+    let exec = s.scenarios();
+    let pool = scenarios_pool(&s);
+    // Something to protect: another handler's committed row and claim.
+    assert_eq!(s.billing().execute(&super::order(), 1).await.expect("billing"), Outcome::Processed);
+    let before = snapshot(&s, &pool).await;
+
+    for (what, sql) in ATTACKS {
+        // The guest runs it and fails with the error...
+        let err = exec.execute(&scenario_with("statement", json!({ "sql": sql })), 1).await.expect_err(what);
+        assert_ne!(err.class(), ErrorClass::Fatal, "{what}: a guest never stops the host: {err}");
+        // ...or hides the error and succeeds: whatever it did is undone.
+        let outcome = exec.execute(&scenario_with("swallow", json!({ "sql": sql })), 1).await;
+        assert_eq!(outcome.expect(what), Outcome::Processed, "{what}");
+        let note: String = sqlx::query_scalar("SELECT note FROM scenario.effect WHERE note LIKE 'swallow:%' LIMIT 1")
+            .fetch_one(&s.db.pool)
+            .await
+            .expect("note");
+        assert!(note.starts_with("swallow:err:"), "{what}: `{sql}` went through: {note}");
+        sqlx::query("DELETE FROM scenario.effect").execute(&s.db.pool).await.expect("clean");
+        sqlx::query("DELETE FROM idem.processed_event WHERE consumer = 'scenarios'").execute(&s.db.pool).await.ok();
+        // The host goes on.
+        assert_eq!(exec.execute(&scenario("ok"), 1).await.expect(what), Outcome::Processed, "{what}");
+        sqlx::query("DELETE FROM scenario.effect").execute(&s.db.pool).await.expect("clean");
+        sqlx::query("DELETE FROM idem.processed_event WHERE consumer = 'scenarios'").execute(&s.db.pool).await.ok();
+        assert_same(&before, &snapshot(&s, &pool).await, &format!("{what}: `{sql}`"));
+    }
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_rest() {
+    let s = Setup::new().await;
+    let pool = scenarios_pool(&s);
+    assert_eq!(s.billing().execute(&super::order(), 1).await.expect("billing"), Outcome::Processed);
+    let before = snapshot(&s, &pool).await;
+
+    // The role may call the claim, but only ever claims as itself.
+    let mut conn = pool.acquire().await.expect("acquire");
+    let id = uuid::Uuid::now_v7();
+    let claimed: bool = sqlx::query_scalar("SELECT idem_api.claim($1, 't', 0, 0)")
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("claim as itself");
+    assert!(claimed);
+    let consumer: String = sqlx::query_scalar("SELECT consumer FROM idem.processed_event WHERE event_id = $1")
+        .bind(id)
+        .fetch_one(&s.db.pool)
+        .await
+        .expect("claim row");
+    assert_eq!(consumer, "scenarios", "a direct claim lands in the caller's own namespace");
+    sqlx::query("DELETE FROM idem.processed_event WHERE event_id = $1").bind(id).execute(&s.db.pool).await.ok();
+    drop(conn);
+
+    // Session state: PostgreSQL lets a role change its own settings, so the
+    // pool must reset them before the next event, of any handler, sees them.
+    let session_level = [
+        "SELECT set_config('search_path', 'billing', false)",
+        "SELECT set_config('synchronous_commit', 'off', false)",
+        "SELECT set_config('statement_timeout', '0', false)",
+        "SELECT set_config('standard_conforming_strings', 'off', false)",
+        "SELECT pg_advisory_lock(42)",
+        "LISTEN idem_attack",
+        "PREPARE attack AS SELECT 1",
+        "DECLARE attack CURSOR WITH HOLD FOR SELECT 1",
+    ];
+    for sql in session_level {
+        let mut conn = pool.acquire().await.expect("acquire");
+        conn.execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        drop(conn);
+        assert_same(&before, &snapshot(&s, &pool).await, &format!("`{sql}` outlived its connection's lease"));
+    }
+
+    // Everything else: denied by PostgreSQL itself.
+    let denied = [
+        "UPDATE pg_catalog.pg_language SET lanpltrusted = true WHERE lanname = 'c'",
+        "COPY (SELECT 1) TO PROGRAM 'id'",
+        "SELECT pg_read_file('/etc/passwd')",
+        "SELECT pg_ls_dir('.')",
+        "SELECT lo_import('/etc/passwd')",
+        "SELECT rolpassword FROM pg_authid",
+        "DELETE FROM idem.processed_event",
+        "INSERT INTO idem.processed_event (event_id, consumer, topic, \"partition\", \"offset\") VALUES (gen_random_uuid(), 'billing', 't', 0, 0)",
+        "SELECT * FROM idem.handler_role",
+        "SELECT * FROM billing.charge",
+        "SET ROLE postgres",
+        "SELECT set_config('role', 'postgres', false)",
+        "SET SESSION AUTHORIZATION postgres",
+        "CREATE TEMP TABLE effect (event_id uuid, note text)",
+        "CREATE TABLE scenario.attack (a int)",
+        "CREATE TABLE public.attack (a int)",
+        "CREATE SCHEMA attack",
+        "DROP TABLE scenario.effect",
+        "ALTER TABLE scenario.effect ADD COLUMN x int",
+        "TRUNCATE scenario.effect",
+        "SELECT pg_create_physical_replication_slot('idem_attack')",
+        "SELECT query_to_xml('DELETE FROM idem.processed_event RETURNING 1', true, true, '')",
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'postgres'",
+    ];
+    for sql in denied {
+        let mut conn = pool.acquire().await.expect("acquire");
+        let mut tx = conn.begin().await.expect("begin");
+        let result = tx.execute(sql).await;
+        let failed = match &result {
+            Err(e) => e.as_database_error().is_some(),
+            // pg_terminate_backend answers false for a backend it may not signal.
+            Ok(_) => sql.contains("pg_terminate_backend"),
+        };
+        assert!(failed, "PostgreSQL let the handler's role run `{sql}`: {result:?}");
+        drop(tx);
+        drop(conn);
+        assert_same(&before, &snapshot(&s, &pool).await, &format!("`{sql}`"));
+    }
+    let alive: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE usename = 'postgres'")
+        .fetch_one(&s.db.pool)
+        .await
+        .expect("count");
+    assert!(alive >= 1, "no other backend was terminated");
+    // And the handler still works.
+    assert_eq!(s.scenarios().execute(&scenario("ok"), 1).await.expect("ok"), Outcome::Processed);
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_statement_past_the_budget_cannot_hold_the_partition_or_the_connection() {
+    let s = Setup::new().await;
+    let pool = scenarios_pool(&s);
+    let before = snapshot(&s, &pool).await;
+    let exec = s.scenarios_with(|settings| settings.timeout = Duration::from_millis(500));
+    // The guest hides the server's cancellation and loops until the host stops it.
+    for sql in ["SELECT pg_sleep(30)", "SELECT count(*) FROM generate_series(1, 100000000000)"] {
+        let started = std::time::Instant::now();
+        let err = exec.execute(&scenario_with("swallow", json!({ "sql": sql })), 1).await;
+        let elapsed = started.elapsed();
+        // Either the server cancelled it (statement_timeout) and the guest
+        // went on, or the invocation overran: never longer than budget + grace.
+        assert!(
+            elapsed < Duration::from_millis(500) + idem::executor::GRACE,
+            "`{sql}` held the partition for {elapsed:?}"
+        );
+        if let Err(e) = err {
+            assert_eq!(e.class(), ErrorClass::Retryable, "{e}");
+        }
+    }
+    // A guest whose statement runs past the budget: the partition is released
+    // within budget + grace, the connection is closed, not waited on.
+    let exec = s.scenarios_with(|settings| settings.timeout = Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let err = exec.execute(&scenario("loop"), 1).await.expect_err("loop");
+    assert_eq!(err.class(), ErrorClass::Retryable, "{err}");
+    assert!(started.elapsed() < Duration::from_millis(300) + idem::executor::GRACE);
+    sqlx::query("DELETE FROM scenario.effect").execute(&s.db.pool).await.expect("clean");
+    sqlx::query("DELETE FROM idem.processed_event").execute(&s.db.pool).await.expect("clean");
+    // Nothing of the overrun survives; the server ends the abandoned backend.
+    for _ in 0..50 {
+        let running: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idem:scenarios' AND state = 'active' AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&s.db.pool)
+        .await
+        .expect("activity");
+        if running == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_same(&before, &snapshot(&s, &pool).await, "an overrun");
+    assert_eq!(s.count(EFFECTS).await, 0);
+    assert_eq!(s.count(CLAIMS).await, 0);
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn per_event_caps_bound_statements_and_requests() {
+    let s = Setup::new().await;
+    let exec = s.scenarios_with(|settings| {
+        settings.max_db_statements = 100;
+        settings.max_http_requests = 5;
+    });
+    let err = exec.execute(&scenario("statements"), 1).await.expect_err("too many statements");
+    assert!(err.to_string().contains("max_db_statements"), "{err}");
+    let err = exec.execute(&scenario("requests"), 1).await.expect_err("too many requests");
+    assert!(err.to_string().contains("max_http_requests"), "{err}");
+    assert_eq!(s.provider.seen().len(), 5, "the sixth request was never sent");
+    assert_eq!(s.count(EFFECTS).await, 0);
+    assert_eq!(exec.execute(&scenario("ok"), 1).await.expect("ok"), Outcome::Processed, "the host goes on");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn wasi_gives_a_guest_no_files_no_sockets_no_names_no_environment() {
+    let s = Setup::new().await;
+    let exec = s.scenarios();
+    let e = scenario("wasi");
+    assert_eq!(exec.execute(&e, 1).await.expect("the probes ran"), Outcome::Processed);
+    let notes: Vec<String> = sqlx::query_scalar("SELECT note FROM scenario.effect WHERE note <> 'start' ORDER BY note")
+        .fetch_all(&s.db.pool)
+        .await
+        .expect("notes");
+    let got = |name: &str| notes.iter().find(|n| n.starts_with(&format!("{name}:"))).cloned().unwrap_or_default();
+    for probe in ["preopens", "read-file", "cwd-file", "connect", "resolve"] {
+        assert!(got(probe).starts_with(&format!("{probe}:err:")), "{probe} reached something: {notes:?}");
+    }
+    assert_eq!(got("env"), "env:ok:0", "{notes:?}");
+    assert_eq!(got("args"), "args:ok:0", "{notes:?}");
+    assert!(got("stdin") == "stdin:ok:0" || got("stdin").starts_with("stdin:err:"), "{notes:?}");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn http_redirects_and_huge_answers_go_nowhere() {
+    let s = Setup::new().await;
+    let exec = s.scenarios();
+    let base = s.provider.base_url();
+    // The guest gets the 302 itself (its SDK treats it as it likes); the
+    // host never follows it to the metadata address it names.
+    let _ = exec.execute(&scenario_with("get", json!({ "url": format!("{base}/redirect") })), 1).await;
+    assert_eq!(s.provider.seen().len(), 1, "one request, to the provider only: the redirect was not followed");
+    let err = exec
+        .execute(&scenario_with("get", json!({ "url": format!("{base}/big") })), 1)
+        .await
+        .expect_err("a 100 MB answer is refused");
+    assert!(err.to_string().contains("larger than"), "{err}");
+    assert_eq!(exec.execute(&scenario("ok"), 1).await.expect("ok"), Outcome::Processed, "the host goes on");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn http_to_private_addresses_needs_allow_private() {
+    let s = Setup::new().await;
+    let port = s.provider.addr.port();
+    let by_name = format!("http://localhost:{port}");
+    let metadata = "http://169.254.169.254".to_owned();
+    let exec = s.scenarios_with(|settings| {
+        settings.http.allow = vec![by_name.clone(), metadata.clone()];
+        settings.http.allow_private = Vec::new();
+    });
+    // A name that resolves to loopback, and the metadata address itself.
+    let err = exec
+        .execute(&scenario_with("get", json!({ "url": format!("{by_name}/v1/status") })), 1)
+        .await
+        .expect_err("loopback by name");
+    assert!(err.to_string().contains("private addresses"), "{err}");
+    let err = exec
+        .execute(&scenario_with("get", json!({ "url": format!("{metadata}/latest/meta-data/") })), 1)
+        .await
+        .expect_err("metadata");
+    assert!(err.to_string().contains("private address"), "{err}");
+    assert!(s.provider.seen().is_empty(), "nothing reached the provider on loopback");
+    // Listed in allow_private, the same name is reached.
+    let exec = s.scenarios_with(|settings| {
+        settings.http.allow = vec![by_name.clone()];
+        settings.http.allow_private = vec![by_name.clone()];
+    });
+    let e = scenario_with("get", json!({ "url": format!("{by_name}/v1/status") }));
+    assert_eq!(exec.execute(&e, 1).await.expect("allowed explicitly"), Outcome::Processed);
+    assert_eq!(s.provider.seen().len(), 1);
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn injected_credentials_reach_the_provider_and_never_the_guest() {
+    let s = Setup::new().await;
+    let base = s.provider.base_url();
+    let exec = s.scenarios_with(|settings| {
+        settings.http.credentials = vec![idem::runtime::Credential {
+            base: base.clone(),
+            header: "Authorization".into(),
+            value: "Bearer s3cret".into(),
+        }];
+    });
+    let e = scenario_with("get", json!({ "url": format!("{base}/v1/status") }));
+    assert_eq!(exec.execute(&e, 1).await.expect("processed"), Outcome::Processed);
+    let seen = s.provider.seen();
+    assert_eq!(seen[0].authorization.as_deref(), Some("Bearer s3cret"));
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_component_importing_wasi_http_is_refused_naming_the_import() {
+    let s = Setup::new().await;
+    let wat = r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#;
+    let bytes = wat::parse_str(wat).expect("wat");
+    let err = idem::Handler::from_bytes(&s.runtime, "http.wasm", &bytes, s.settings("scenarios"))
+        .expect_err("refused at load");
+    assert!(err.to_string().contains("`wasi:http/outgoing-handler@0.2.0`"), "{err}");
+    let wat = r#"(component (import "acme:evil/backdoor@1.0.0" (instance)))"#;
+    let err = idem::Handler::from_bytes(&s.runtime, "evil.wasm", &wat::parse_str(wat).expect("wat"), s.settings("x"))
+        .expect_err("refused at load");
+    assert!(err.to_string().contains("`acme:evil/backdoor@1.0.0`"), "{err}");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_handler_connecting_as_a_superuser_or_with_extra_rights_is_refused_at_start() {
+    let s = Setup::new().await;
+    let place = s.db.place("scenarios", "scenario");
+    let others = vec!["billing".to_owned(), "notification".to_owned()];
+    idem::sandbox::rights::check(&s.db.pool, &place, &others).await.expect("the provisioned role passes");
+    let role = &place.role;
+    for (grant, undo, expected) in [
+        (format!("ALTER ROLE {role} SUPERUSER"), format!("ALTER ROLE {role} NOSUPERUSER"), "SUPERUSER"),
+        (
+            format!("GRANT pg_read_server_files TO {role}"),
+            format!("REVOKE pg_read_server_files FROM {role}"),
+            "membership",
+        ),
+        (
+            format!("GRANT USAGE ON SCHEMA idem TO {role}"),
+            format!("REVOKE USAGE ON SCHEMA idem FROM {role}"),
+            "schema idem",
+        ),
+        (
+            format!("GRANT USAGE ON SCHEMA billing TO {role}"),
+            format!("REVOKE USAGE ON SCHEMA billing FROM {role}"),
+            "billing",
+        ),
+        (
+            format!("GRANT CREATE ON SCHEMA scenario TO {role}"),
+            format!("REVOKE CREATE ON SCHEMA scenario FROM {role}"),
+            "CREATE on schema",
+        ),
+        (
+            format!("GRANT TEMPORARY ON DATABASE {} TO {role}", s.db.name),
+            format!("REVOKE TEMPORARY ON DATABASE {} FROM {role}", s.db.name),
+            "TEMPORARY",
+        ),
+    ] {
+        s.db.pool.execute(grant.as_str()).await.expect("grant");
+        let err = idem::sandbox::rights::check(&s.db.pool, &place, &others).await.expect_err(&grant);
+        assert!(format!("{err:#}").contains(expected), "{grant}: {err:#}");
+        s.db.pool.execute(undo.as_str()).await.expect("undo");
+    }
+    // `idem migrate --config` takes an excess right back.
+    s.db.pool.execute(format!("GRANT pg_signal_backend TO {role}").as_str()).await.expect("grant");
+    idem::sandbox::provision::apply(&s.db.pool, &place).await.expect("provision");
+    idem::sandbox::rights::check(&s.db.pool, &place, &others).await.expect("clean again");
+    s.finish().await;
+}
