@@ -214,8 +214,13 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
     assert_eq!(r.processed as i64, 150 - at_crash, "{r:?}");
     assert_eq!(env.count(CHARGES).await, 150, "0 lost");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 150, "0 double charges");
-    assert_eq!(env.provider.charges(), 150);
-    assert_eq!(env.provider.keys().len(), 150, "no event reached the provider twice");
+    assert_eq!(env.provider.charges(), 150, "one charge per order: repeated requests carried the same key");
+    // An event in flight on another partition at the abort had sent its
+    // request but not committed: it runs again and sends the same key
+    // (the provider's dedup makes that one charge). At most the other
+    // `concurrency - 1` partitions' events can be in that state.
+    let repeats = env.provider.keys().len() - 150;
+    assert!(repeats <= spec.concurrency - 1, "{repeats} requests repeated; only in-flight events may repeat");
     env.finish().await;
 }
 
