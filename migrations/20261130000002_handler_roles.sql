@@ -6,8 +6,9 @@
 
 -- Written by `idem migrate --config`: which login role is which handler.
 CREATE TABLE idem.handler_role (
-    role_name text PRIMARY KEY,
-    handler   text NOT NULL UNIQUE
+    role_name   text PRIMARY KEY,
+    handler     text NOT NULL UNIQUE,
+    schema_name text NOT NULL
 );
 
 -- Handler migrations applied, per handler (see `idem migrate --config`).

@@ -1,8 +1,8 @@
 //! The `config` and `log` imports: the handler's configured key/values, and
 //! the host's log tagged with handler and event.
 
-use crate::runtime::HostState;
 use crate::runtime::bindings::{config, log};
+use crate::runtime::{HostState, LOGGED_OUTPUT, MAX_LOG_LINES};
 
 impl config::Host for HostState {
     async fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
@@ -12,6 +12,24 @@ impl config::Host for HostState {
 
 impl log::Host for HostState {
     async fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+        // A guest may not flood the host's log: a bounded number of lines,
+        // each cut to a bounded length.
+        match self.log_lines_left {
+            0 => return Ok(()),
+            1 => {
+                self.log_lines_left = 0;
+                let (handler, event_id) = (&self.settings.name, &self.event_id);
+                tracing::warn!(target: "idem::guest", handler, event_id, "more than {MAX_LOG_LINES} log lines: the rest of this invocation's are dropped");
+                return Ok(());
+            }
+            _ => self.log_lines_left -= 1,
+        }
+        let mut message = message;
+        if message.len() > LOGGED_OUTPUT {
+            let cut = (0..=LOGGED_OUTPUT).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+            message.truncate(cut);
+            message.push_str(" (truncated)");
+        }
         let (handler, event_id) = (&self.settings.name, &self.event_id);
         match level {
             log::Level::Trace => tracing::trace!(target: "idem::guest", handler, event_id, "{message}"),

@@ -67,8 +67,9 @@ impl Executor {
             }
             Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_)) => {
                 // A statement may still be running, or the connection is in
-                // an unknown state: close it rather than wait on it.
-                tx.abandon();
+                // an unknown state: close it rather than wait on it, and have
+                // the server end its backend (and the claim's row lock) now.
+                tx.abandon(&self.pool);
                 result
             }
             other => {
@@ -116,8 +117,9 @@ impl Executor {
             Ok(false) => return (tx, Ok(Outcome::Duplicate)),
             Err(e) => return (tx, Err(e)),
         }
+        let deadline = tx.deadline();
         let state = self.state(tx, event.id.hyphenated().to_string());
-        let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt)).await;
+        let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).await;
         state.log_output();
         let stderr = state.stderr_tail();
         let tx = state.db.into_transaction();

@@ -35,6 +35,8 @@ pub struct Pins {
 /// An open transaction; closes its connection when dropped while open.
 pub struct EventTx {
     conn: PoolConnection<Postgres>,
+    /// The backend's process id, to end it when the connection is abandoned.
+    pid: i32,
     open: bool,
     deadline: Instant,
     synchronous_commit: String,
@@ -71,11 +73,12 @@ impl EventTx {
              SET LOCAL statement_timeout = {ms}; SET LOCAL lock_timeout = {ms}; \
              SET LOCAL idle_in_transaction_session_timeout = {idle_ms}; \
              SET LOCAL synchronous_commit = {sc}; SET LOCAL standard_conforming_strings = on; \
-             SET LOCAL search_path = {}, pg_catalog",
+             SET LOCAL search_path = {}, pg_catalog; SELECT pg_backend_pid()",
             ident(&pins.schema)
         );
-        let mut tx = Self { conn, open: true, deadline, synchronous_commit: sc.clone() };
-        within(deadline + GRACE, "BEGIN", tx.conn.execute(begin.as_str())).await?;
+        let mut tx = Self { conn, pid: 0, open: true, deadline, synchronous_commit: sc.clone() };
+        let rows = within(deadline + GRACE, "BEGIN", tx.conn.fetch_all(sqlx::raw_sql(&begin))).await?;
+        tx.pid = rows.last().and_then(|row| sqlx::Row::try_get::<i32, _>(row, 0).ok()).unwrap_or(0);
         Ok(tx)
     }
 
@@ -114,10 +117,26 @@ impl EventTx {
         }
     }
 
-    /// Closes the connection without a word to the server: for a connection
-    /// with a statement still running (the invocation overran mid-statement)
-    /// or in an unknown state. The server rolls the transaction back.
-    pub fn abandon(self) {}
+    /// Closes the connection without waiting on it: for a connection with a
+    /// statement still running (the invocation overran mid-statement) or in
+    /// an unknown state. Another connection of the same role (a role may end
+    /// its own backends) terminates the backend, so its transaction, and the
+    /// claim's row lock with it, end now, whatever the guest set.
+    pub fn abandon(self, pool: &PgPool) {
+        let (pool, pid) = (pool.clone(), self.pid);
+        drop(self);
+        if pid == 0 {
+            return;
+        }
+        tokio::spawn(async move {
+            let ended =
+                tokio::time::timeout(GRACE, sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(&pool))
+                    .await;
+            if !matches!(ended, Ok(Ok(_))) {
+                tracing::warn!(pid, "failed to end an abandoned backend; the server will when it notices");
+            }
+        });
+    }
 }
 
 impl Drop for EventTx {

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use wasmtime::Store;
 use wasmtime::component::Component;
-use wasmtime::{Store, StoreLimitsBuilder};
 
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
@@ -151,14 +151,21 @@ impl Handler {
     /// Instantiates the component in a fresh store holding `state` and calls
     /// `handle(event)`. Returns the state (and with it the transaction)
     /// whatever happened, plus the guest's answer or the trap.
-    pub(crate) async fn invoke(&self, state: HostState, event: &types::Event) -> (HostState, Invocation) {
+    /// The call ends at `deadline` (the event's transaction's budget), not
+    /// a full timeout after the claim.
+    pub(crate) async fn invoke(
+        &self,
+        state: HostState,
+        event: &types::Event,
+        deadline: tokio::time::Instant,
+    ) -> (HostState, Invocation) {
         let mut store = self.store(state);
 
         let call = async {
             let instance = self.pre.instantiate_async(&mut store).await?;
             instance.call_handle(&mut store, event).await
         };
-        let answer = match tokio::time::timeout(self.settings.timeout, call).await {
+        let answer = match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(Ok(()))) => Invocation::Ok,
             Ok(Ok(Err(types::HandlerError::Retryable(m)))) => Invocation::Failed { retryable: true, message: m },
             Ok(Ok(Err(types::HandlerError::Permanent(m)))) => Invocation::Failed { retryable: false, message: m },
@@ -173,7 +180,11 @@ impl Handler {
     /// every event (a memory limit below the guest's initial memory, say).
     pub(crate) async fn try_instantiate(&self, state: HostState) -> (HostState, wasmtime::Result<()>) {
         let mut store = self.store(state);
-        let result = self.pre.instantiate_async(&mut store).await.map(drop);
+        // A start function that never returns must not hang start-up.
+        let result = match tokio::time::timeout(self.settings.timeout, self.pre.instantiate_async(&mut store)).await {
+            Ok(instantiated) => instantiated.map(drop),
+            Err(_) => Err(wasmtime::Error::msg(format!("instantiation took longer than {:?}", self.settings.timeout))),
+        };
         (store.into_data(), result)
     }
 
@@ -190,18 +201,7 @@ impl Handler {
     pub(crate) fn new_state(&self) -> StateSeed {
         StateSeed {
             settings: self.settings.clone(),
-            // Beyond memory: bounds on what a component may create. Rust
-            // guests use a few instances, memories and tables; a
-            // componentize-py guest some tens of instances and tables of
-            // tens of thousands of elements. An instance over a bound traps.
-            limits: StoreLimitsBuilder::new()
-                .memory_size(self.settings.max_memory_bytes)
-                .table_elements(1 << 20)
-                .instances(128)
-                .memories(32)
-                .tables(128)
-                .trap_on_grow_failure(false)
-                .build(),
+            limits: super::limits::GuestLimits::new(self.settings.max_memory_bytes),
         }
     }
 }
@@ -218,5 +218,5 @@ pub(crate) enum Invocation {
 /// The per-handler parts of a new store's state.
 pub(crate) struct StateSeed {
     pub settings: Arc<HandlerSettings>,
-    pub limits: wasmtime::StoreLimits,
+    pub limits: super::limits::GuestLimits,
 }

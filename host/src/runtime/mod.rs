@@ -5,6 +5,7 @@
 pub mod bindings;
 mod handler;
 pub mod imports;
+mod limits;
 mod state;
 
 use std::sync::{Arc, Weak};
@@ -17,7 +18,7 @@ use wasmtime::{Config, Engine};
 
 pub(crate) use handler::Invocation;
 pub use handler::{Credential, Handler, HandlerSettings, HttpPolicy, LoadError};
-pub(crate) use state::HostState;
+pub(crate) use state::{HostState, LOGGED_OUTPUT, MAX_LOG_LINES};
 
 /// How often the epoch advances. A running guest yields to the async runtime
 /// at every tick, so the invocation's wall-clock limit can fire even inside a

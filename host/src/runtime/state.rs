@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use wasmtime::StoreLimits;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -17,15 +16,21 @@ use crate::capabilities::http::HttpCapability;
 /// traps on the write.
 const OUTPUT_CAPACITY: usize = 64 << 10;
 
+/// Lines the `log` import writes per invocation; later ones are dropped
+/// (one line says so). Each line is cut at [`LOGGED_OUTPUT`] bytes.
+pub(crate) const MAX_LOG_LINES: u32 = 100;
+
 /// Bytes of each stream that reach the host's log per invocation.
-const LOGGED_OUTPUT: usize = 4 << 10;
+pub(crate) const LOGGED_OUTPUT: usize = 4 << 10;
 
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
-    pub(crate) limits: StoreLimits,
+    pub(crate) limits: super::limits::GuestLimits,
+    /// Log lines this invocation may still write.
+    pub(crate) log_lines_left: u32,
     pub(crate) settings: Arc<HandlerSettings>,
     pub(crate) event_id: String,
     pub(crate) db: DbCapability,
@@ -53,6 +58,7 @@ impl HostState {
             stdout,
             stderr,
             limits: seed.limits,
+            log_lines_left: MAX_LOG_LINES,
             settings: seed.settings,
             event_id,
             db,

@@ -41,7 +41,15 @@ pub async fn connect(url: &str, place: &Place, max_connections: u32) -> anyhow::
     }
     let options = options
         .application_name(&format!("idem:{}", place.handler))
-        .options([("client_connection_check_interval", CLIENT_CHECK_MS)]);
+        // The server checks for a vanished client during a statement, and
+        // probes idle ones with TCP keepalives (30 s, then every 10 s, 3
+        // tries); the host's own side is bounded by its statement deadlines.
+        .options([
+            ("client_connection_check_interval", CLIENT_CHECK_MS),
+            ("tcp_keepalives_idle", "30"),
+            ("tcp_keepalives_interval", "10"),
+            ("tcp_keepalives_count", "3"),
+        ]);
     PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))

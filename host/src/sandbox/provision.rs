@@ -10,10 +10,6 @@ use sqlx::{Executor as _, PgPool};
 
 use super::{Place, ident};
 
-/// Roles that reach the server's files, programs or other backends.
-const DANGEROUS_ROLES: &[&str] =
-    &["pg_read_server_files", "pg_write_server_files", "pg_execute_server_program", "pg_signal_backend"];
-
 /// Provisions `place` in the database `admin` is connected to. Returns what
 /// was done, one line each (no secrets).
 pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>> {
@@ -41,6 +37,33 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
             done.push(format!("created role {}", place.role));
         }
         Some((superuser, replication, bypassrls)) => {
+            // An existing role is taken over only if it is this handler's
+            // already, or plainly harmless: never a role that something else
+            // (a person, another application) may depend on.
+            let mapped: Option<String> =
+                sqlx::query_scalar("SELECT handler FROM idem.handler_role WHERE role_name = $1")
+                    .bind(&place.role)
+                    .fetch_optional(admin)
+                    .await?;
+            let memberships: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
+            )
+            .bind(&place.role)
+            .fetch_one(admin)
+            .await?;
+            let harmless = !superuser && !replication && !bypassrls && memberships == 0;
+            match mapped {
+                Some(h) if h != place.handler => {
+                    bail!("{at}: role {} is handler `{h}`'s; give this handler another database.role", place.role)
+                }
+                Some(_) => {}
+                None if harmless => {}
+                None => bail!(
+                    "{at}: role {} exists with rights a handler may not have (superuser, replication, bypassrls or \
+                     a membership) and is not a handler role here; drop it or set database.role to another name",
+                    place.role
+                ),
+            }
             if superuser || replication || bypassrls {
                 // Only a superuser may take these away; refuse otherwise.
                 admin
@@ -56,6 +79,18 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
                 .with_context(|| format!("{at}: failed to update role {}", place.role))?;
         }
     }
+    // Per-role defaults would apply at every login; the executor pins what
+    // matters anyway, but nothing is left to surprise.
+    admin
+        .execute(
+            format!(
+                "ALTER ROLE {role} RESET ALL; ALTER ROLE {role} IN DATABASE {} RESET ALL",
+                ident(&database_name(admin).await?)
+            )
+            .as_str(),
+        )
+        .await
+        .with_context(|| format!("{at}: failed to reset the role's settings"))?;
     if let Some(password) = &place.password {
         // Quoted by the server (format's %L), never by string pasting.
         let statement: String = sqlx::query_scalar("SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)")
@@ -80,11 +115,10 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
             .with_context(|| format!("{at}: failed to revoke membership in {group} from {}", place.role))?;
         done.push(format!("revoked membership in {group}"));
     }
-    debug_assert!(DANGEROUS_ROLES.iter().all(|r| r.starts_with("pg_")));
 
     // What PUBLIC gets by default: CREATE and TEMPORARY on the database,
     // CREATE on `public` (already gone in PostgreSQL 15).
-    let database: String = sqlx::query_scalar("SELECT current_database()::text").fetch_one(admin).await?;
+    let database = database_name(admin).await?;
     let db = ident(&database);
     admin
         .execute(
@@ -98,13 +132,16 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         .with_context(|| format!("{at}: failed to set the database's privileges (is the administrator its owner?)"))?;
 
     // The schema belongs to the administrator: an owner could run DDL.
+    done.extend(revoke_dangerous_functions(admin).await);
+
     admin
         .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}; REVOKE ALL ON SCHEMA {schema} FROM PUBLIC").as_str())
         .await
         .with_context(|| format!("{at}: failed to create schema {}", place.schema))?;
     let owns: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM pg_class WHERE relowner = r.oid) + (SELECT count(*) FROM pg_namespace WHERE nspowner = r.oid) \
-         + (SELECT count(*) FROM pg_proc WHERE proowner = r.oid) FROM pg_roles r WHERE r.rolname = $1",
+         + (SELECT count(*) FROM pg_proc WHERE proowner = r.oid) + (SELECT count(*) FROM pg_type WHERE typowner = r.oid) \
+         + (SELECT count(*) FROM pg_largeobject_metadata WHERE lomowner = r.oid) FROM pg_roles r WHERE r.rolname = $1",
     )
     .bind(&place.role)
     .fetch_one(admin)
@@ -143,17 +180,71 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         .execute(&mut *tx)
         .await?;
     sqlx::query(
-        "INSERT INTO idem.handler_role (role_name, handler) VALUES ($1, $2) \
-         ON CONFLICT (role_name) DO UPDATE SET handler = excluded.handler",
+        "INSERT INTO idem.handler_role (role_name, handler, schema_name) VALUES ($1, $2, $3) \
+         ON CONFLICT (role_name) DO UPDATE SET handler = excluded.handler, schema_name = excluded.schema_name",
     )
     .bind(&place.role)
     .bind(&place.handler)
+    .bind(&place.schema)
     .execute(&mut *tx)
     .await
     .with_context(|| format!("{at}: failed to map role {} to the handler", place.role))?;
     tx.commit().await?;
     done.push(format!("role {} may use schema {} and claim as `{}`", place.role, place.schema, place.handler));
     Ok(done)
+}
+
+async fn database_name(admin: &PgPool) -> anyhow::Result<String> {
+    Ok(sqlx::query_scalar("SELECT current_database()::text").fetch_one(admin).await?)
+}
+
+/// Functions PUBLIC may execute by default that run SQL text out of any
+/// parser's sight, or write large objects outside every schema, or signal
+/// other sessions. The guard refuses them too; revoking them makes
+/// PostgreSQL refuse them to every role but superusers, in this database.
+const DANGEROUS_FUNCTIONS: &[&str] = &[
+    "pg_catalog.ts_stat(text)",
+    "pg_catalog.ts_stat(text, text)",
+    "pg_catalog.ts_rewrite(tsquery, text)",
+    "pg_catalog.query_to_xml(text, boolean, boolean, text)",
+    "pg_catalog.query_to_xmlschema(text, boolean, boolean, text)",
+    "pg_catalog.query_to_xml_and_xmlschema(text, boolean, boolean, text)",
+    "pg_catalog.cursor_to_xml(refcursor, integer, boolean, boolean, text)",
+    "pg_catalog.cursor_to_xmlschema(refcursor, boolean, boolean, text)",
+    "pg_catalog.lo_creat(integer)",
+    "pg_catalog.lo_create(oid)",
+    "pg_catalog.lo_from_bytea(oid, bytea)",
+    "pg_catalog.lo_put(oid, bigint, bytea)",
+    "pg_catalog.lo_open(oid, integer)",
+    "pg_catalog.lowrite(integer, bytea)",
+    "pg_catalog.lo_unlink(oid)",
+    "pg_catalog.lo_truncate(integer, integer)",
+    "pg_catalog.lo_truncate64(integer, bigint)",
+    "pg_catalog.pg_notify(text, text)",
+];
+
+/// Revokes [`DANGEROUS_FUNCTIONS`] from PUBLIC. Needs a superuser (they
+/// belong to the bootstrap superuser); without one, says what it could not
+/// do and goes on: the guard still refuses them.
+async fn revoke_dangerous_functions(admin: &PgPool) -> Vec<String> {
+    let mut done = Vec::new();
+    for function in DANGEROUS_FUNCTIONS {
+        let granted: Result<bool, _> =
+            sqlx::query_scalar("SELECT has_function_privilege('public', $1::regprocedure, 'EXECUTE')")
+                .bind(*function)
+                .fetch_one(admin)
+                .await;
+        if !matches!(granted, Ok(true)) {
+            continue;
+        }
+        match admin.execute(format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC").as_str()).await {
+            Ok(_) => done.push(format!("revoked EXECUTE on {function} from PUBLIC")),
+            Err(e) => {
+                done.push(format!("could not revoke EXECUTE on {function} from PUBLIC ({e}); the guard refuses it"))
+            }
+        }
+    }
+    done
 }
 
 /// One migration file: `NNNN_name.sql`.

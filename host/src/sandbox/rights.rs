@@ -38,10 +38,14 @@ SELECT r.rolsuper, r.rolcreatedb, r.rolcreaterole, r.rolreplication, r.rolbypass
   has_function_privilege(r.oid, 'idem_api.claim(uuid, text, integer, bigint)', 'EXECUTE') AS may_claim,
   (SELECT has_schema_privilege(r.oid, n.oid, 'USAGE') FROM pg_namespace n WHERE n.nspname = $2) IS TRUE AS own_schema_usage,
   ARRAY(SELECT n.nspname::text FROM pg_namespace n WHERE has_schema_privilege(r.oid, n.oid, 'CREATE')) AS create_in,
-  ARRAY(SELECT n.nspname::text FROM pg_namespace n WHERE n.nspname = ANY($3) AND has_schema_privilege(r.oid, n.oid, 'USAGE')) AS other_schemas,
+  ARRAY(SELECT n.nspname::text FROM pg_namespace n
+        WHERE (n.nspname = ANY($3) OR n.nspname IN (SELECT schema_name FROM idem.handler_role WHERE role_name <> r.rolname))
+          AND n.nspname <> $2 AND has_schema_privilege(r.oid, n.oid, 'USAGE')) AS other_schemas,
   ARRAY(SELECT c.relname::text FROM pg_class c WHERE c.relowner = r.oid
         UNION ALL SELECT n.nspname::text FROM pg_namespace n WHERE n.nspowner = r.oid
-        UNION ALL SELECT p.proname::text FROM pg_proc p WHERE p.proowner = r.oid) AS owns,
+        UNION ALL SELECT p.proname::text FROM pg_proc p WHERE p.proowner = r.oid
+        UNION ALL SELECT t.typname::text FROM pg_type t WHERE t.typowner = r.oid
+        UNION ALL SELECT 'large object ' || l.oid FROM pg_largeobject_metadata l WHERE l.lomowner = r.oid) AS owns,
   (SELECT handler FROM idem.handler_role WHERE role_name = r.rolname) AS mapped_to
 FROM pg_roles r WHERE r.rolname = $1";
 

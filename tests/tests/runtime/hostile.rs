@@ -186,6 +186,14 @@ const ATTACKS: &[(&str, &str)] = &[
     ("replication slot", "SELECT pg_create_physical_replication_slot('idem_attack')"),
     // SQL text executed by a function, out of a parser's sight.
     ("sql in a string", "SELECT query_to_xml('DELETE FROM idem.processed_event RETURNING 1', true, true, '')"),
+    // Functions in column notation: x.f is f(x).
+    (
+        "column notation",
+        "SELECT x.ts_stat FROM concat('select to_tsvector(set_config(''statement_timeout'', ''0'', true))') x",
+    ),
+    ("column notation", "SELECT x.lo_creat FROM int4(-1) x"),
+    ("column notation", "SELECT (int8(42)).pg_advisory_lock"),
+    ("random seed", "SELECT setseed(0.5)"),
     // Transaction control and smuggling.
     ("commit", "COMMIT"),
     ("two statements", "SELECT 1; SELECT set_config('search_path', 'billing', false)"),
@@ -291,6 +299,9 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
         "TRUNCATE scenario.effect",
         "SELECT pg_create_physical_replication_slot('idem_attack')",
         "SELECT query_to_xml('DELETE FROM idem.processed_event RETURNING 1', true, true, '')",
+        "SELECT x.ts_stat FROM concat('select to_tsvector(set_config(''statement_timeout'', ''0'', true))') x",
+        "SELECT x.lo_creat FROM int4(-1) x",
+        "SELECT pg_notify('idem', 'x')",
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'postgres'",
     ];
     for sql in denied {

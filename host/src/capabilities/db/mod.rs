@@ -42,6 +42,16 @@ impl DbCapability {
         self.tx
     }
 
+    /// Undoes the last statement (its savepoint stays, released by the next
+    /// statement or by COMMIT).
+    async fn undo_last(&mut self) -> wasmtime::Result<()> {
+        let conn: &mut PgConnection = self.tx.conn();
+        conn.execute("ROLLBACK TO SAVEPOINT idem_statement")
+            .await
+            .map_err(|e| wasmtime::Error::new(HostFault::Database(e)))?;
+        Ok(())
+    }
+
     /// Spends one statement of the invocation's allowance.
     fn spend(&mut self) -> Result<(), DbError> {
         if self.remaining == 0 {
@@ -91,9 +101,19 @@ impl DbCapability {
     }
 }
 
+/// The longest statement text a guest may send (parsing is linear, but
+/// the parse tree is many times the text).
+const MAX_STATEMENT_BYTES: usize = 1 << 20;
+
+/// The most a `query`'s rows may weigh together, as the server sends them.
+const MAX_RESULT_BYTES: usize = 16 << 20;
+
 /// Prepares `statement` for the guest: refused statements and unbindable
 /// parameters become domain errors.
 fn prepare(statement: &str, params: Vec<Value>) -> Result<values::Bound, DbError> {
+    if statement.len() > MAX_STATEMENT_BYTES {
+        return Err(DbError::Refused(format!("a statement of more than {MAX_STATEMENT_BYTES} bytes")));
+    }
     guard::check(statement).map_err(DbError::Refused)?;
     values::bind(statement, params).map_err(DbError::InvalidValue)
 }
@@ -130,7 +150,19 @@ impl db::Host for HostState {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
-        let fetched = self.db.in_savepoint(async |c| bound.fetch_all(c).await).await?;
-        Ok(fetched.and_then(|rows| values::rows(&rows).map_err(DbError::InvalidValue)))
+        let fetched = self.db.in_savepoint(async |c| bound.fetch_capped(c, MAX_RESULT_BYTES).await).await?;
+        // A result the guest does not get must not leave the statement's
+        // effect behind either: a guest that retries differently would
+        // apply it twice.
+        let refusal = match fetched {
+            Err(e) => return Ok(Err(e)),
+            Ok(None) => DbError::Refused(format!("the result is larger than {MAX_RESULT_BYTES} bytes")),
+            Ok(Some(rows)) => match values::rows(&rows) {
+                Ok(rows) => return Ok(Ok(rows)),
+                Err(e) => DbError::InvalidValue(e),
+            },
+        };
+        self.db.undo_last().await?;
+        Ok(Err(refusal))
     }
 }

@@ -17,6 +17,9 @@ use sqlx::{Arguments as _, Column as _, Postgres, Row as _, TypeInfo as _, Value
 
 use crate::runtime::bindings::db::{Rows, Value};
 
+/// The longest numeric parameter accepted, in characters.
+const MAX_NUMERIC_CHARS: usize = 1_000;
+
 /// A statement with its parameters bound.
 pub(super) struct Bound {
     sql: String,
@@ -28,8 +31,28 @@ impl Bound {
         Ok(sqlx::query_with(&self.sql, self.args).execute(conn).await?.rows_affected())
     }
 
-    pub(super) async fn fetch_all(self, conn: &mut PgConnection) -> Result<Vec<PgRow>, sqlx::Error> {
-        sqlx::query_with(&self.sql, self.args).fetch_all(conn).await
+    /// The statement's rows, unless together they are larger than
+    /// `max_bytes` (then `None`: the rest is never buffered).
+    pub(super) async fn fetch_capped(
+        self,
+        conn: &mut PgConnection,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<PgRow>>, sqlx::Error> {
+        use futures::TryStreamExt as _;
+        use sqlx::Row as _;
+        let mut rows = Vec::new();
+        let mut bytes = 0usize;
+        let mut stream = sqlx::query_with(&self.sql, self.args).fetch(conn);
+        while let Some(row) = stream.try_next().await? {
+            for i in 0..row.len() {
+                bytes += row.try_get_raw(i).ok().and_then(|v| v.as_bytes().ok()).map_or(0, <[u8]>::len);
+            }
+            if bytes > max_bytes {
+                return Ok(None);
+            }
+            rows.push(row);
+        }
+        Ok(Some(rows))
     }
 }
 
@@ -79,6 +102,10 @@ pub(super) fn bind(statement: &str, params: Vec<Value>) -> Result<Bound, String>
                 let ts = DateTime::parse_from_rfc3339(&v)
                     .map_err(|e| format!("parameter ${n}: `{v}` is not an RFC 3339 timestamp: {e}"))?;
                 ("timestamptz", args.add(ts.with_timezone(&Utc)))
+            }
+            // Parsing a decimal costs time quadratic in its digits.
+            Value::Numeric(v) if v.len() > MAX_NUMERIC_CHARS => {
+                return Err(format!("parameter ${n}: a numeric of more than {MAX_NUMERIC_CHARS} characters"));
             }
             Value::Numeric(v) => {
                 let number = BigDecimal::from_str(&v)

@@ -92,6 +92,14 @@ impl HostState {
         self.http.remaining -= 1;
         let method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("method `{}`", request.method)))?;
+        // TRACE (and CONNECT, and anything unknown) could echo or tunnel the
+        // host's injected headers back to the guest.
+        if !matches!(
+            method,
+            Method::GET | Method::HEAD | Method::POST | Method::PUT | Method::PATCH | Method::DELETE | Method::OPTIONS
+        ) {
+            return Err(HttpError::InvalidRequest(format!("method `{method}` is not allowed")));
+        }
         let url =
             Url::parse(&request.url).map_err(|e| HttpError::InvalidRequest(format!("URL `{}`: {e}", request.url)))?;
         if !matches!(url.scheme(), "http" | "https") || !url.username().is_empty() || url.password().is_some() {

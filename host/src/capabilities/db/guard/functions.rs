@@ -74,6 +74,8 @@ const FAMILIES: &[Family] = &[
             "pg_log_backend_memory_contexts",
             "pg_log_standby_snapshot",
             "pg_notify",
+            // The random seed outlives the transaction (RESET ALL keeps it).
+            "setseed",
             "pg_import_system_collations",
             "pg_stat_statements_reset",
             "pg_truncate_visibility_map",

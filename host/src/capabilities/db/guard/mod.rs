@@ -138,6 +138,16 @@ fn check_object(object: &Map<String, Value>) -> Result<(), String> {
                 if fields.len() >= 3 {
                     check_qualifiers(&fields, fields.len() - 2)?;
                 }
+                // `x.f` may be the function f(x) in column notation.
+                if fields.len() >= 2 {
+                    check_function(&fields, Some(&Value::Array(vec![Value::Null])))?;
+                }
+            }
+            // A_Indirection: `(expr).f` may be f(expr), likewise.
+            "indirection" => {
+                for part in name_parts(value) {
+                    check_function(&[part], Some(&Value::Array(vec![Value::Null])))?;
+                }
             }
             name_key if QUALIFIED_NAME_KEYS.contains(&name_key) => {
                 let parts = name_parts(value);

@@ -408,3 +408,21 @@ fn refuses_other_utility_statements() {
         assert!(why.contains("not allowed"), "{sql}: {why}");
     }
 }
+
+#[test]
+fn refuses_functions_called_in_column_notation() {
+    for sql in [
+        "SELECT x.ts_stat FROM concat('select 1') x",
+        "SELECT (concat('select 1')).ts_stat",
+        "SELECT x.lo_creat FROM int4(-1) x",
+        "SELECT x.pg_advisory_lock FROM int8(42) x",
+        "SELECT x.set_config FROM (SELECT 1) x",
+        "SELECT (t.a).pg_notify FROM t",
+    ] {
+        let why = check(sql).expect_err(sql);
+        assert!(why.contains("not allowed"), "{sql}: {why}");
+    }
+    for sql in ["SELECT t.amount FROM t", "SELECT (t.payload).total FROM t", "SELECT x.now FROM t x"] {
+        assert_eq!(check(sql), Ok(()), "{sql}");
+    }
+}
