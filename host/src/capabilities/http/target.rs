@@ -61,6 +61,7 @@ fn is_public_v4(ip: Ipv4Addr) -> bool {
         || a == 0
         || (a == 100 && (64..128).contains(&b))
         || (a == 192 && b == 0 && ip.octets()[2] == 0)
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking, often internal
         || a >= 240)
 }
 
@@ -73,7 +74,9 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || (first & 0xffc0) == 0xfe80 // link-local
         || (first & 0xffc0) == 0xfec0 // site-local (deprecated)
         || first == 0x2001 && ip.segments()[1] == 0x0db8 // documentation
-        || first == 0x0064 && ip.segments()[1] == 0xff9b) // NAT64 to anything
+        || first == 0x0064 && ip.segments()[1] == 0xff9b // NAT64 to anything
+        || first == 0x2002 // 6to4: embeds any IPv4 address
+        || ip.segments()[..6] == [0; 6]) // IPv4-compatible (deprecated)
 }
 
 /// Hosts whose names may resolve to private addresses: those of the
@@ -172,6 +175,9 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "2002:7f00:1::",
+            "198.18.0.1",
         ] {
             assert!(!is_public(ip.parse().expect("ip")), "{ip}");
         }
