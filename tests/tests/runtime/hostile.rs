@@ -395,6 +395,36 @@ async fn per_event_caps_bound_statements_and_requests() {
 }
 
 #[tokio::test]
+async fn a_result_the_guest_does_not_get_leaves_no_effect() {
+    let s = Setup::new().await;
+    let exec = s.scenarios();
+    for (sql, expected) in [
+        // Rows the host cannot hand over (an interval column): the INSERT is undone.
+        (
+            "INSERT INTO scenario.effect (event_id, note) VALUES (gen_random_uuid(), 'kept') RETURNING '1 day'::interval AS i",
+            "query:err:DbError::InvalidValue",
+        ),
+        // More than 16 MiB of rows: refused, and the INSERT with it.
+        (
+            "INSERT INTO scenario.effect (event_id, note) SELECT gen_random_uuid(), 'kept' || g FROM generate_series(1, 20) g RETURNING repeat('x', 1000000)",
+            "query:err:DbError::Refused",
+        ),
+    ] {
+        let e = scenario_with("query-swallow", json!({ "sql": sql }));
+        assert_eq!(exec.execute(&e, 1).await.expect("the guest hides the error"), Outcome::Processed);
+        let notes: Vec<String> =
+            sqlx::query_scalar("SELECT note FROM scenario.effect WHERE event_id = $1 AND note LIKE 'query:%'")
+                .bind(e.id)
+                .fetch_all(&s.db.pool)
+                .await
+                .expect("notes");
+        assert!(notes.first().is_some_and(|n| n.starts_with(expected)), "{sql}: {notes:?}");
+        assert_eq!(s.count("SELECT count(*) FROM scenario.effect WHERE note LIKE 'kept%'").await, 0, "{sql}");
+    }
+    s.finish().await;
+}
+
+#[tokio::test]
 async fn wasi_gives_a_guest_no_files_no_sockets_no_names_no_environment() {
     let s = Setup::new().await;
     let exec = s.scenarios();

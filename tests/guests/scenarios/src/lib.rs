@@ -139,6 +139,15 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             };
             record(db, event, &note.chars().take(500).collect::<String>())
         }
+        "query-swallow" => {
+            // Runs the statement as a query and hides its error.
+            let sql = p.sql.ok_or_else(|| Error::permanent("no sql in payload"))?;
+            let note = match db.query(&sql, &[]) {
+                Ok(rows) => format!("query:ok:{}", rows.len()),
+                Err(e) => format!("query:err:{e:?}"),
+            };
+            record(db, event, &note.chars().take(500).collect::<String>())
+        }
         "statements" => {
             // Many cheap statements: more than the per-invocation allowance.
             for _ in 0..5_000 {
