@@ -54,3 +54,38 @@ pub fn component(name: &str) -> PathBuf {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// Where `scripts/setup` installs componentize-py (a virtualenv).
+pub fn componentize_py() -> PathBuf {
+    let tools = std::env::var("IDEM_TOOLS").unwrap_or_else(|_| "/var/tmp/idem-tools".into());
+    PathBuf::from(tools).join("componentize-py/bin/componentize-py")
+}
+
+/// The Python guest `tests/guests/<name>/app.py`, built with componentize-py
+/// against `wit/` (once per test process).
+pub fn python_component(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let source = workspace().join("tests/guests").join(name);
+        let out = guest_target_dir().join(format!("{name}.wasm"));
+        std::fs::create_dir_all(guest_target_dir()).map_err(|e| format!("guest target dir: {e}"))?;
+        let tool = componentize_py();
+        let status = Command::new(&tool)
+            .current_dir(&source)
+            .arg("-d")
+            .arg(workspace().join("wit"))
+            .args(["-w", "handler", "componentize", "app", "-o"])
+            .arg(&out)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("failed to run {} ({e}); run scripts/setup", tool.display()))?;
+        if !status.success() {
+            return Err(format!("componentize-py failed on {}: {status}", source.display()));
+        }
+        Ok(out)
+    });
+    match built {
+        Ok(path) => path.clone(),
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -574,3 +574,25 @@ async fn a_handler_connecting_as_a_superuser_or_with_extra_rights_is_refused_at_
     idem::sandbox::rights::check(&s.db.pool, &place, &others).await.expect("clean again");
     s.finish().await;
 }
+
+/// A guest in another language: a componentize-py component imports more of
+/// WASI (filesystem, sockets) than a Rust one; it must still load through
+/// the import allowlist, instantiate under the limits and run in the
+/// sandbox, finding nothing behind those imports.
+#[tokio::test]
+async fn a_python_component_loads_and_runs_in_the_sandbox() {
+    let s = Setup::new().await;
+    let handler = idem::Handler::load(
+        &s.runtime,
+        &idem_tests::guests::python_component("python-notification"),
+        s.settings("notification"),
+    )
+    .unwrap_or_else(|e| panic!("the Python component loads: {e}"));
+    let exec = s.executor_for(handler);
+    exec.check_instantiation().await.unwrap_or_else(|e| panic!("instantiates under its limits: {e:#}"));
+    let e = super::order();
+    assert_eq!(exec.execute(&e, 1).await.expect("processed"), Outcome::Processed);
+    assert_eq!(exec.execute(&e, 1).await.expect("again"), Outcome::Duplicate);
+    assert_eq!(s.count("SELECT count(*) FROM notification.sent WHERE message = 'from python'").await, 1);
+    s.finish().await;
+}

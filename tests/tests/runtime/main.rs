@@ -46,6 +46,16 @@ impl Setup {
     fn executor(&self, component: &str, settings: HandlerSettings) -> Executor {
         let handler = Handler::load(&self.runtime, &guests::component(component), settings)
             .unwrap_or_else(|e| panic!("load {component}: {e}"));
+        self.executor_as(component, handler)
+    }
+
+    /// An executor for `handler` on the pool of the handler of its name.
+    fn executor_for(&self, handler: Handler) -> Executor {
+        let name = handler.settings().name.clone();
+        self.executor_as(&name, handler)
+    }
+
+    fn executor_as(&self, component: &str, handler: Handler) -> Executor {
         let http = idem::http_client(&handler.settings().http).unwrap_or_else(|e| panic!("http client: {e}"));
         // The pool (and so the role, and the dedup namespace) of the component's handler.
         let (_, schema, pool) =
