@@ -47,17 +47,10 @@ impl OffsetTracker {
         self.position
     }
 
-    /// `position` was handed to a commit (an asynchronous one may still fail).
+    /// `position` was handed to a commit (an asynchronous one may still
+    /// fail: [`Self::to_recommit`] is how it goes out again).
     pub fn committed(&mut self, position: i64) {
         self.committed = Some(position);
-    }
-
-    /// The commit of `position` failed: commit it again next time (and at
-    /// shutdown), unless a later position was handed to a commit since.
-    pub fn commit_failed(&mut self, position: i64) {
-        if self.committed == Some(position) {
-            self.committed = None;
-        }
     }
 
     /// The position of the prefix resolved so far.
@@ -88,25 +81,10 @@ mod tests {
         assert_eq!(t.to_commit(), Some(8), "the offset after 7, not 6: there is no 6");
         t.committed(8);
         assert_eq!(t.to_commit(), None);
+        assert_eq!(t.to_recommit(), Some(8), "a refresh commits the position again");
         t.completed(10);
         assert_eq!(t.to_commit(), Some(11));
         assert!(t.is_settled());
-    }
-
-    #[test]
-    fn a_failed_commit_is_committed_again() {
-        let mut t = OffsetTracker::default();
-        t.delivered(0);
-        t.completed(0);
-        t.committed(1);
-        assert_eq!(t.to_commit(), None);
-        t.commit_failed(1);
-        assert_eq!(t.to_commit(), Some(1), "the position goes out again");
-        t.delivered(1);
-        t.completed(1);
-        t.committed(2);
-        t.commit_failed(1);
-        assert_eq!(t.to_commit(), None, "a stale failure does not undo a later commit");
     }
 
     #[test]

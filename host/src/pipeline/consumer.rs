@@ -195,18 +195,12 @@ impl ConsumerContext for IdemContext {
         }
     }
 
-    /// An asynchronous commit counted as done when it was queued; if it
-    /// failed (a rebalance in progress, a stale generation), its positions
-    /// go out again with the next commit, and at the latest at shutdown.
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        let Err(e) = result else { return };
-        tracing::warn!(handler = %self.shared.name, "offset commit failed, retrying with the next commit: {e}");
-        let partitions = self.partitions();
-        for element in offsets.elements() {
-            let key = (element.topic().to_owned(), element.partition());
-            if let (Some(state), Offset::Offset(position)) = (partitions.get(&key), element.offset()) {
-                state.tracker().commit_failed(position);
-            }
+    /// A failed asynchronous commit is only logged: its positions go out
+    /// again with the periodic re-commit and at shutdown
+    /// (`Positions::All`), which does not rely on this report arriving.
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}");
         }
     }
 }
