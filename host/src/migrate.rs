@@ -14,8 +14,8 @@ pub async fn apply(pool: &PgPool) -> anyhow::Result<()> {
 /// Provisions every handler of `config` (see `sandbox::provision`) in the
 /// database `admin` is connected to; returns what was done.
 pub async fn provision(admin: &PgPool, config: &crate::config::Config) -> anyhow::Result<Vec<String>> {
-    let database: String = sqlx::query_scalar("SELECT current_database()::text").fetch_one(admin).await?;
-    let mut done = Vec::new();
+    let database = crate::sandbox::provision::database_name(admin).await?;
+    let mut done = crate::sandbox::provision::database(admin).await?;
     for h in &config.handlers {
         let place = crate::sandbox::Place::of(h, &database)?;
         for line in crate::sandbox::provision::apply(admin, &place).await? {

@@ -74,6 +74,7 @@ impl TestDb {
     pub async fn new() -> anyhow::Result<Self> {
         let db = Self::empty().await?;
         idem::migrate::apply(&db.pool).await?;
+        idem::sandbox::provision::database(&db.pool).await?;
         for (handler, schema, _) in HANDLERS {
             idem::sandbox::provision::apply(&db.pool, &db.place(handler, schema)).await?;
         }

@@ -5,8 +5,8 @@
 //! budget plus [`GRACE`]: every host statement runs under a client-side
 //! deadline as well as the server's `statement_timeout`, and a connection
 //! whose statement overran (or whose state is unknown) is closed, never
-//! waited on or returned to the pool. The server then ends its backend
-//! within `client_connection_check_interval` (see `sandbox::pool`).
+//! waited on or returned to the pool, and its backend is terminated from
+//! another connection of the pool ([`EventTx::abandon`]).
 
 use std::future::Future;
 use std::time::Duration;

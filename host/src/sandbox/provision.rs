@@ -10,12 +10,32 @@ use sqlx::{Executor as _, PgPool};
 
 use super::{Place, ident};
 
-/// Provisions `place` in the database `admin` is connected to. Returns what
-/// was done, one line each (no secrets).
+/// What the database itself needs before any handler: PUBLIC loses what
+/// PostgreSQL gives it by default (CREATE and TEMPORARY on the database,
+/// CREATE on `public`, already gone in PostgreSQL 15) and EXECUTE on
+/// [`DANGEROUS_FUNCTIONS`]. Once per `idem migrate --config`, before
+/// [`apply`]. Returns what was done, one line each.
+pub async fn database(admin: &PgPool) -> anyhow::Result<Vec<String>> {
+    let db = ident(&database_name(admin).await?);
+    admin
+        .execute(
+            format!(
+                "REVOKE CREATE, TEMPORARY ON DATABASE {db} FROM PUBLIC; REVOKE CREATE ON SCHEMA public FROM PUBLIC"
+            )
+            .as_str(),
+        )
+        .await
+        .context("failed to revoke PUBLIC's default rights on the database (is the administrator its owner?)")?;
+    Ok(revoke_dangerous_functions(admin).await)
+}
+
+/// Provisions `place` in the database `admin` is connected to (after
+/// [`database`]). Returns what was done, one line each (no secrets).
 pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>> {
     let at = format!("handler `{}`", place.handler);
     let mut done = Vec::new();
     let (role, schema) = (ident(&place.role), ident(&place.schema));
+    let db = ident(&database_name(admin).await?);
 
     let existing: Option<(bool, bool, bool)> =
         sqlx::query_as("SELECT rolsuper, rolreplication, rolbypassrls FROM pg_roles WHERE rolname = $1")
@@ -82,13 +102,7 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
     // Per-role defaults would apply at every login; the executor pins what
     // matters anyway, but nothing is left to surprise.
     admin
-        .execute(
-            format!(
-                "ALTER ROLE {role} RESET ALL; ALTER ROLE {role} IN DATABASE {} RESET ALL",
-                ident(&database_name(admin).await?)
-            )
-            .as_str(),
-        )
+        .execute(format!("ALTER ROLE {role} RESET ALL; ALTER ROLE {role} IN DATABASE {db} RESET ALL").as_str())
         .await
         .with_context(|| format!("{at}: failed to reset the role's settings"))?;
     if let Some(password) = &place.password {
@@ -116,24 +130,15 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         done.push(format!("revoked membership in {group}"));
     }
 
-    // What PUBLIC gets by default: CREATE and TEMPORARY on the database,
-    // CREATE on `public` (already gone in PostgreSQL 15).
-    let database = database_name(admin).await?;
-    let db = ident(&database);
     admin
         .execute(
-            format!(
-                "REVOKE CREATE, TEMPORARY ON DATABASE {db} FROM PUBLIC; REVOKE CREATE, TEMPORARY ON DATABASE {db} FROM {role}; \
-                 GRANT CONNECT ON DATABASE {db} TO {role}; REVOKE CREATE ON SCHEMA public FROM PUBLIC"
-            )
-            .as_str(),
+            format!("REVOKE CREATE, TEMPORARY ON DATABASE {db} FROM {role}; GRANT CONNECT ON DATABASE {db} TO {role}")
+                .as_str(),
         )
         .await
-        .with_context(|| format!("{at}: failed to set the database's privileges (is the administrator its owner?)"))?;
+        .with_context(|| format!("{at}: failed to set the role's database privileges"))?;
 
     // The schema belongs to the administrator: an owner could run DDL.
-    done.extend(revoke_dangerous_functions(admin).await);
-
     admin
         .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}; REVOKE ALL ON SCHEMA {schema} FROM PUBLIC").as_str())
         .await
@@ -194,7 +199,8 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
     Ok(done)
 }
 
-async fn database_name(admin: &PgPool) -> anyhow::Result<String> {
+/// The database `admin` is connected to: handler roles are named after it.
+pub async fn database_name(admin: &PgPool) -> anyhow::Result<String> {
     Ok(sqlx::query_scalar("SELECT current_database()::text").fetch_one(admin).await?)
 }
 
