@@ -17,7 +17,7 @@ mod values;
 
 use sqlx::{Executor as _, PgConnection};
 
-use super::HostFault;
+use super::{Allowance, HostFault};
 use crate::executor::EventTx;
 use crate::runtime::HostState;
 use crate::runtime::bindings::db::{self, DbError, Rows, SqlError, Value};
@@ -28,13 +28,12 @@ pub(crate) struct DbCapability {
     /// `idem_statement` exists: set by the previous guest statement.
     savepoint: bool,
     /// Statements this invocation may still run.
-    remaining: u32,
-    limit: u32,
+    statements: Allowance,
 }
 
 impl DbCapability {
     pub(crate) fn new(tx: EventTx, max_statements: u32) -> Self {
-        Self { tx, savepoint: false, remaining: max_statements, limit: max_statements }
+        Self { tx, savepoint: false, statements: Allowance::new(max_statements, "max_db_statements") }
     }
 
     /// Takes the transaction back after the invocation.
@@ -54,14 +53,7 @@ impl DbCapability {
 
     /// Spends one statement of the invocation's allowance.
     fn spend(&mut self) -> Result<(), DbError> {
-        if self.remaining == 0 {
-            return Err(DbError::Refused(format!(
-                "more than {} statements in one invocation (limits.max_db_statements)",
-                self.limit
-            )));
-        }
-        self.remaining -= 1;
-        Ok(())
+        self.statements.spend("statements").map_err(DbError::Refused)
     }
 
     /// Runs `run` under a savepoint: on a database error the statement alone

@@ -23,6 +23,7 @@ use reqwest::{Method, Url};
 
 mod target;
 
+use super::Allowance;
 use crate::runtime::bindings::http::{self, HttpError, Request, Response};
 use crate::runtime::{HostState, HttpPolicy};
 
@@ -40,13 +41,13 @@ pub(crate) struct HttpCapability {
     /// Keys sent in this invocation, with a fingerprint of their request.
     used: HashMap<String, u64>,
     /// Requests this invocation may still send.
-    remaining: u32,
-    limit: u32,
+    requests: Allowance,
 }
 
 impl HttpCapability {
     pub(crate) fn new(client: reqwest::Client, policy: Arc<HttpPolicy>, event_id: String, max_requests: u32) -> Self {
-        Self { client, policy, event_id, used: HashMap::new(), remaining: max_requests, limit: max_requests }
+        let requests = Allowance::new(max_requests, "max_http_requests");
+        Self { client, policy, event_id, used: HashMap::new(), requests }
     }
 
     /// The key for an unsafe request with `label`.
@@ -83,13 +84,7 @@ fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
 
 impl HostState {
     async fn send_checked(&mut self, request: Request) -> Result<Response, HttpError> {
-        if self.http.remaining == 0 {
-            return Err(HttpError::Denied(format!(
-                "more than {} requests in one invocation (limits.max_http_requests)",
-                self.http.limit
-            )));
-        }
-        self.http.remaining -= 1;
+        self.http.requests.spend("requests").map_err(HttpError::Denied)?;
         let method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("method `{}`", request.method)))?;
         // TRACE (and CONNECT, and anything unknown) could echo or tunnel the
