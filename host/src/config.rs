@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
+use crate::kafka_client::check_properties;
 use crate::runtime::{HandlerSettings, HttpPolicy};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -25,9 +26,16 @@ pub struct Config {
 pub struct KafkaConfig {
     /// Bootstrap servers, `host:port[,host:port…]`. `IDEM_KAFKA_BROKERS` overrides.
     pub brokers: String,
-    /// Extra librdkafka properties for every consumer (security.protocol, ssl.*, sasl.*, …).
+    /// Extra librdkafka properties for every client (security.protocol,
+    /// ssl.*, sasl.*, …). Secrets are refused here: see `properties_env`.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// librdkafka properties whose values come from the environment:
+    /// property → name of the variable (e.g. `"sasl.password" =
+    /// "KAFKA_PASSWORD"`). Only the name is kept; the value is read when a
+    /// client is created and never printed.
+    #[serde(default)]
+    pub properties_env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -113,9 +121,13 @@ pub struct HandlerConfig {
     /// Where a group without committed offsets starts: `earliest` (default) or `latest`.
     #[serde(default = "default_auto_offset_reset")]
     pub auto_offset_reset: String,
-    /// Extra librdkafka properties for this handler's consumer.
+    /// Extra librdkafka properties for this handler's consumer (they win
+    /// over `[kafka.properties]`), e.g. a SASL user of its own.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// As `[kafka.properties_env]`, for this handler's consumer.
+    #[serde(default)]
+    pub properties_env: BTreeMap<String, String>,
     #[serde(default)]
     pub http: HandlerHttp,
     /// Key/values the guest reads through `config`.
@@ -222,9 +234,6 @@ fn default_http_timeout_ms() -> u64 {
     5_000
 }
 
-/// librdkafka properties idem owns: it commits explicit offsets itself.
-const OWNED_PROPERTIES: &[&str] = &["enable.auto.commit", "enable.auto.offset.store", "group.id"];
-
 impl Config {
     /// Reads `path`, applies the environment overrides, resolves relative
     /// paths against the file's folder and checks the whole.
@@ -254,7 +263,7 @@ impl Config {
         if self.handlers.is_empty() {
             bail!("no [[handler]]: nothing to run");
         }
-        check_properties("[kafka.properties]", &self.kafka.properties)?;
+        check_properties("[kafka.properties]", &self.kafka.properties, &self.kafka.properties_env)?;
         let (mut names, mut groups, mut schemas, mut roles) =
             (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
         if !matches!(self.database.synchronous_commit.as_str(), "on" | "remote_apply" | "remote_write" | "local") {
@@ -317,7 +326,7 @@ impl Config {
             if !matches!(h.auto_offset_reset.as_str(), "earliest" | "latest") {
                 bail!("{at}: auto_offset_reset `{}`: use earliest or latest", h.auto_offset_reset);
             }
-            check_properties(&format!("{at} properties"), &h.properties)?;
+            check_properties(&format!("{at} properties"), &h.properties, &h.properties_env)?;
             for base in &h.http.allow {
                 let url =
                     reqwest::Url::parse(base).with_context(|| format!("{at}: http.allow `{base}` is not a URL"))?;
@@ -391,19 +400,6 @@ fn check_identifier(at: &str, key: &str, name: &str) -> anyhow::Result<()> {
 /// Schemas no handler may own.
 pub(crate) fn is_reserved_schema(schema: &str) -> bool {
     matches!(schema, "idem" | "idem_api" | "public" | "information_schema") || schema.starts_with("pg_")
-}
-
-fn check_properties(at: &str, properties: &BTreeMap<String, String>) -> anyhow::Result<()> {
-    for (key, value) in properties {
-        let harmless = key != "group.id" && value == "false";
-        if OWNED_PROPERTIES.contains(&key.as_str()) && !harmless {
-            bail!(
-                "{at}: `{key} = {value}` is refused: idem commits offsets itself, only after each event's \
-                 transaction (enable.auto.commit and enable.auto.offset.store stay false; group.id is `group_id`)"
-            );
-        }
-    }
-    Ok(())
 }
 
 impl Config {

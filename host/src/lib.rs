@@ -14,7 +14,8 @@
 //! - [`migrate`]: idem's own schema;
 //! - [`sandbox`]: each handler's database role, schema, grants and pool;
 //! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
-//!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`].
+//!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`];
+//! - [`kafka_client`]: brokers, librdkafka properties, secrets from the environment.
 
 mod capabilities;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod dedup;
 pub mod error;
 pub mod event;
 pub mod executor;
+pub mod kafka_client;
 pub mod migrate;
 pub mod offsets;
 pub mod pipeline;

@@ -78,9 +78,31 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
 /// Fails unless the brokers answer a metadata request.
 fn check_broker(config: &Config) -> anyhow::Result<()> {
     let probe = crate::pipeline::probe_client(config)?;
-    let metadata = probe
-        .fetch_metadata(None, Duration::from_secs(10))
-        .with_context(|| format!("broker unreachable at {}", config.kafka.brokers))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let metadata = loop {
+        let fetched = probe.fetch_metadata(None, Duration::from_secs(1));
+        // Serves librdkafka's queued logs and errors (one per call) to the
+        // probe's context: they say why the request failed.
+        for _ in 0..1000 {
+            if let Some(Err(e)) = probe.poll(Duration::ZERO) {
+                probe.context().note(&e);
+            }
+        }
+        match fetched {
+            Ok(metadata) => break metadata,
+            // A refusal (TLS, SASL) will not change by waiting; anything
+            // else (a broker starting, a slow network) may.
+            Err(e) if probe.context().refused() || std::time::Instant::now() >= deadline => {
+                // The request only says it failed; librdkafka's last error
+                // says why (connection refused, TLS handshake, SASL).
+                match probe.context().last_error() {
+                    Some(reason) => bail!("broker unreachable at {}: {e}; last error: {reason}", config.kafka.brokers),
+                    None => bail!("broker unreachable at {}: {e}", config.kafka.brokers),
+                }
+            }
+            Err(_) => {}
+        }
+    };
     if metadata.brokers().is_empty() {
         bail!("broker at {} answered with no brokers", config.kafka.brokers);
     }

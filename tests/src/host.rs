@@ -85,12 +85,33 @@ pub fn write_config(database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
 
 /// [`write_config`] for another broker (a mock cluster, say).
 pub fn write_config_for(brokers: &str, database_url: &str, handlers: &[HandlerSpec]) -> PathBuf {
+    write_config_with(brokers, &[], &[], database_url, handlers)
+}
+
+/// [`write_config_for`] with more `[kafka.properties]`, and
+/// `[kafka.properties_env]` entries (property, environment variable).
+pub fn write_config_with(
+    brokers: &str,
+    properties: &[(&str, String)],
+    properties_env: &[(&str, &str)],
+    database_url: &str,
+    handlers: &[HandlerSpec],
+) -> PathBuf {
     let dir = std::env::temp_dir().join(crate::unique_name("idem_config"));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("config dir: {e}"));
     let mut text = format!(
-        "[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\n\
-         [database]\nurl = \"{database_url}\"\n"
+        "[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n"
     );
+    for (key, value) in properties {
+        text.push_str(&format!("{key:?} = {value:?}\n"));
+    }
+    if !properties_env.is_empty() {
+        text.push_str("[kafka.properties_env]\n");
+        for (key, variable) in properties_env {
+            text.push_str(&format!("{key:?} = {variable:?}\n"));
+        }
+    }
+    text.push_str(&format!("\n[database]\nurl = \"{database_url}\"\n"));
     for h in handlers {
         let types: Vec<String> = h.event_types.iter().map(|t| format!("\"{t}\"")).collect();
         text.push_str(&format!(

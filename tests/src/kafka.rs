@@ -157,9 +157,15 @@ impl ClientContext for ProducerStats {
 /// `acks=all`, lingering so that whatever is queued goes out in
 /// multi-record batches.
 pub fn producer() -> Producer {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers());
+    producer_from(config)
+}
+
+/// [`producer`] for another broker: `config` names it and how to reach it.
+pub fn producer_from(mut config: ClientConfig) -> Producer {
     let stats = ProducerStats::default();
-    let inner = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
+    let inner = config
         .set("enable.idempotence", "true")
         .set("linger.ms", "20")
         .set("statistics.interval.ms", "100")
@@ -206,7 +212,18 @@ pub async fn produce_all(producer: &Producer, topic: &str, records: &[(i32, Vec<
 
 /// The group's committed offset of each partition (`None`: nothing committed).
 pub fn committed(group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
-    let consumer = group_consumer(group);
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers());
+    committed_from(config, group, topic, partitions)
+}
+
+/// [`committed`] on another broker: `config` names it and how to reach it.
+pub fn committed_from(mut config: ClientConfig, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+    let consumer: BaseConsumer = config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap_or_else(|e| panic!("consumer: {e}"));
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);

@@ -9,6 +9,8 @@
 //!   `Idempotency-Key` and can misbehave on purpose;
 //! - [`host`]: config files for `idem run`, in-process or as a child process;
 //! - [`proxy`]: a TCP proxy to cut, for database outages;
+//! - [`secure`]: a Kafka listener that requires TLS and SASL, for the
+//!   security settings operators of managed Kafka use;
 //! - [`kafka`]: a broker (`KAFKA_BROKERS`, or librdkafka's mock cluster in
 //!   this process), random topics, a producer that batches like real ones.
 
@@ -18,6 +20,7 @@ pub mod host;
 pub mod kafka;
 pub mod provider;
 pub mod proxy;
+pub mod secure;
 
 use std::sync::Once;
 

@@ -128,3 +128,100 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
     assert!(!ok && out.contains("is used by another handler"), "{out}");
     db.drop_database().await;
 }
+
+/// `idem check` with extra environment variables.
+fn check_with_env(config: &Path, env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(idem_tests::idem_bin())
+        .args(["check", "--config", config.to_str().unwrap_or_default()])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run idem: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reaches_brokers_that_require_tls_and_sasl_and_never_prints_a_secret() {
+    use idem_tests::secure::{ListenerStats, Mechanism, Requires, SecureBroker};
+    idem_tests::init_logging();
+    let db = TestDb::new().await.expect("database");
+    const VAR: &str = "IDEM_TEST_KAFKA_PASSWORD";
+    // librdkafka's own debug log of its configuration and of the SASL
+    // exchange goes to idem's log too: none of it may carry the password.
+    let verbose = |password: &str| -> Vec<(&'static str, String)> {
+        vec![(VAR, password.to_owned()), ("IDEM_LOG", "info,idem=debug,librdkafka=debug".to_owned())]
+    };
+    let run = |config: &Path, env: &[(&'static str, String)]| {
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        check_with_env(config, &pairs)
+    };
+
+    for mechanism in [Mechanism::Plain, Mechanism::ScramSha256, Mechanism::ScramSha512] {
+        let broker = SecureBroker::start(Requires { tls: true, sasl: Some(mechanism) });
+        let topic = broker.create_topic(1);
+        let mut properties = broker.properties();
+        properties.push(("debug", "conf,security,broker".to_owned()));
+        let spec = HandlerSpec::billing(&topic, "http://127.0.0.1:9");
+        let config = host::write_config_with(
+            &broker.address,
+            &properties,
+            &[("sasl.password", VAR)],
+            &db.url,
+            std::slice::from_ref(&spec),
+        );
+        let (ok, out) = run(&config, &verbose(&broker.password));
+        assert!(ok, "{mechanism:?} over TLS: {out}");
+        assert!(!out.contains(&broker.password), "{mechanism:?}: the password was printed");
+        assert!(ListenerStats::get(&broker.stats.authenticated) >= 1, "{mechanism:?}: authenticated");
+        if mechanism != Mechanism::ScramSha512 {
+            continue;
+        }
+
+        // A wrong password: refused at once, saying so, printing neither.
+        let (ok, out) = run(&config, &verbose("wrong-password-4711"));
+        assert!(!ok && out.contains("broker unreachable") && out.contains("Authentication failed"), "{out}");
+        assert!(!out.contains("wrong-password-4711") && !out.contains(&broker.password), "a password was printed");
+        assert!(ListenerStats::get(&broker.stats.failed_authentications) >= 1);
+
+        // The variable missing: named, before anything connects.
+        let (ok, out) = run(&config, &[]);
+        assert!(!ok && out.contains(VAR) && out.contains("not set"), "{out}");
+
+        // The password written into the file: refused, and not echoed.
+        let mut literal = broker.properties();
+        literal.push(("sasl.password", broker.password.clone()));
+        let file = host::write_config_with(&broker.address, &literal, &[], &db.url, std::slice::from_ref(&spec));
+        let (ok, out) = run(&file, &[]);
+        assert!(!ok && out.contains("holds a secret") && out.contains("properties_env"), "{out}");
+        assert!(!out.contains(&broker.password), "the refused password was printed: {out}");
+
+        // TLS without SASL: the listener closes the connection at the
+        // first request that is not part of the SASL exchange.
+        let tls_only =
+            vec![("security.protocol", "SSL".to_owned()), ("ssl.ca.location", broker.ca_file.display().to_string())];
+        let file = host::write_config_with(&broker.address, &tls_only, &[], &db.url, std::slice::from_ref(&spec));
+        let (ok, out) = run(&file, &[]);
+        assert!(!ok && out.contains("broker unreachable"), "{out}");
+        assert!(ListenerStats::get(&broker.stats.unauthenticated_requests) >= 1, "the listener refused it");
+
+        // Plaintext: the TLS handshake fails.
+        let file = host::write_config_with(&broker.address, &[], &[], &db.url, std::slice::from_ref(&spec));
+        let (ok, out) = run(&file, &[]);
+        assert!(!ok && out.contains("broker unreachable"), "{out}");
+        assert!(ListenerStats::get(&broker.stats.tls_failures) >= 1, "the TLS handshake failed");
+    }
+
+    // TLS alone (no SASL), trusted through ssl.ca.location.
+    let broker = SecureBroker::start(Requires { tls: true, sasl: None });
+    let topic = broker.create_topic(1);
+    let file = host::write_config_with(
+        &broker.address,
+        &broker.properties(),
+        &[],
+        &db.url,
+        &[HandlerSpec::billing(&topic, "http://127.0.0.1:9")],
+    );
+    let (ok, out) = run(&file, &[]);
+    assert!(ok, "TLS only: {out}");
+    db.drop_database().await;
+}

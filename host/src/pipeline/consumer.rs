@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -170,13 +170,13 @@ pub(crate) fn commit(
 
 impl ClientContext for IdemContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        use RDKafkaLogLevel::*;
-        match level {
-            Emerg | Alert | Critical | Error => tracing::error!(target: "librdkafka", fac, "{message}"),
-            Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
-            Notice | Info => tracing::info!(target: "librdkafka", fac, "{message}"),
-            Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
-        }
+        crate::kafka_client::log(level, fac, message);
+    }
+
+    /// Client-level errors (a broker unreachable, TLS or SASL refused):
+    /// librdkafka retries them itself; the operator must see them.
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}");
     }
 }
 
@@ -323,7 +323,7 @@ impl IdemContext {
     /// `probe` (a client of its own: its broker round trips never hold up
     /// the polling thread) sees them. A partition that ends in a control
     /// record (transaction marker) never counts as drained.
-    pub(crate) fn drained(&self, probe: &BaseConsumer) -> bool {
+    pub(crate) fn drained(&self, probe: &BaseConsumer<crate::kafka_client::ProbeContext>) -> bool {
         let states = self.states();
         if states.is_empty() {
             return false;

@@ -11,12 +11,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::config::{Config, HandlerConfig};
 use crate::executor::Executor;
+use crate::kafka_client::ProbeContext;
 use crate::startup::Prepared;
 use crate::stats::{HandlerReport, Stats};
 use crate::validate::Validator;
@@ -154,7 +154,12 @@ pub async fn run(
 }
 
 /// Sets `drained` once every assigned partition is resolved to its end.
-fn watch_drained(context: &IdemContext, probe: &BaseConsumer, drained: &AtomicBool, stop: &watch::Receiver<bool>) {
+fn watch_drained(
+    context: &IdemContext,
+    probe: &BaseConsumer<ProbeContext>,
+    drained: &AtomicBool,
+    stop: &watch::Receiver<bool>,
+) {
     while !*stop.borrow() {
         std::thread::sleep(Duration::from_millis(300));
         if context.drained(probe) {
@@ -165,13 +170,10 @@ fn watch_drained(context: &IdemContext, probe: &BaseConsumer, drained: &AtomicBo
 }
 
 /// A group-less client for metadata look-ups off the polling thread.
-pub(crate) fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer> {
-    let mut client = ClientConfig::new();
-    client.set("bootstrap.servers", &config.kafka.brokers);
-    for (key, value) in &config.kafka.properties {
-        client.set(key, value);
-    }
-    client.create().context("failed to create a Kafka client")
+pub(crate) fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer<ProbeContext>> {
+    crate::kafka_client::client_config(config, None)?
+        .create_with_context(ProbeContext::default())
+        .context("failed to create a Kafka client")
 }
 
 fn build_consumer(
@@ -179,17 +181,13 @@ fn build_consumer(
     handler: &HandlerConfig,
     shared: Arc<Shared>,
 ) -> anyhow::Result<BaseConsumer<IdemContext>> {
-    let mut client = ClientConfig::new();
+    let mut client = crate::kafka_client::client_config(config, Some(handler))?;
     client
-        .set("bootstrap.servers", &config.kafka.brokers)
         .set("group.id", &handler.group_id)
         .set("client.id", format!("idem-{}", handler.name))
         .set("partition.assignment.strategy", &handler.assignor)
         .set("auto.offset.reset", &handler.auto_offset_reset)
         .set("enable.partition.eof", "false");
-    for (key, value) in config.kafka.properties.iter().chain(&handler.properties) {
-        client.set(key, value);
-    }
     // Last, so nothing above can turn them back on (the config check refuses
     // it anyway): librdkafka's default stores an offset as soon as poll hands
     // the message out, and auto-commit would then commit unprocessed records.

@@ -11,6 +11,7 @@ use idem_tests::kafka;
 use idem_tests::provider::PaymentProvider;
 
 mod batching;
+mod security;
 
 struct Env {
     db: TestDb,

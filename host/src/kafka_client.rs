@@ -1,0 +1,208 @@
+//! How idem's Kafka clients are configured: the brokers, the operator's
+//! librdkafka properties (TLS, SASL, timeouts, …), and the secrets among
+//! them, which come from environment variables only.
+//!
+//! A secret (`sasl.password`, `ssl.key.password`, a private key, an OAuth
+//! client secret, …) is refused in `[kafka.properties]`: a config file is
+//! copied, committed and printed, the environment of one process is not.
+//! `[kafka.properties_env]` maps a property to the variable holding its
+//! value; the config keeps only the variable's name, so nothing idem prints
+//! (the config, a start-up error) can carry the value. librdkafka redacts
+//! its sensitive properties in its own logs.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use anyhow::bail;
+use rdkafka::ClientConfig;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use crate::config::{Config, HandlerConfig};
+
+/// librdkafka properties idem owns: it commits explicit offsets itself.
+const OWNED_PROPERTIES: &[&str] = &["enable.auto.commit", "enable.auto.offset.store", "group.id"];
+
+/// Whether a librdkafka property holds a secret: librdkafka's sensitive
+/// properties, and anything named like a password, secret or private key.
+pub fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    matches!(
+        key.as_str(),
+        "ssl.key.pem" | "ssl_key" | "sasl.oauthbearer.config" | "sasl.oauthbearer.assertion.private.key.pem"
+    ) || ["password", "secret", "passphrase", "credential"].iter().any(|word| key.contains(word))
+}
+
+/// Checks one `properties` table and its `properties_env` companion; `at`
+/// names the table for messages. Values of secrets never appear in them.
+pub fn check_properties(
+    at: &str,
+    properties: &BTreeMap<String, String>,
+    from_env: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    for (key, value) in properties {
+        if is_secret(key) {
+            bail!(
+                "{at}: `{key}` holds a secret and is refused here; name the environment variable that holds it \
+                 in the `properties_env` table instead (e.g. \"{key}\" = \"KAFKA_SASL_PASSWORD\")"
+            );
+        }
+        check_owned(at, key, value)?;
+    }
+    for (key, variable) in from_env {
+        if properties.contains_key(key) {
+            bail!("{at}: `{key}` is set both in properties and in properties_env");
+        }
+        match std::env::var(variable) {
+            Ok(value) => check_owned(at, key, &value)?,
+            Err(_) => bail!("{at}: properties_env `{key}` reads the environment variable {variable}, which is not set"),
+        }
+    }
+    Ok(())
+}
+
+fn check_owned(at: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    let harmless = key != "group.id" && value == "false";
+    if OWNED_PROPERTIES.contains(&key) && !harmless {
+        bail!(
+            "{at}: `{key} = {value}` is refused: idem commits offsets itself, only after each event's \
+             transaction (enable.auto.commit and enable.auto.offset.store stay false; group.id is `group_id`)"
+        );
+    }
+    Ok(())
+}
+
+/// The client configuration every idem client starts from: the brokers,
+/// `[kafka]` properties, then the handler's own (which win), secrets read
+/// from the environment now.
+pub fn client_config(config: &Config, handler: Option<&HandlerConfig>) -> anyhow::Result<ClientConfig> {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", &config.kafka.brokers);
+    let mut layers = vec![(&config.kafka.properties, &config.kafka.properties_env)];
+    if let Some(h) = handler {
+        layers.push((&h.properties, &h.properties_env));
+    }
+    for (properties, from_env) in layers {
+        for (key, value) in properties {
+            client.set(key, value);
+        }
+        for (key, variable) in from_env {
+            let Ok(value) = std::env::var(variable) else {
+                bail!("Kafka property `{key}`: the environment variable {variable} is not set");
+            };
+            client.set(key, value);
+        }
+    }
+    Ok(client)
+}
+
+/// The context of short-lived clients (start-up checks): it keeps the last
+/// error librdkafka logged, which says why a broker could not be reached
+/// (connection refused, TLS handshake, SASL authentication) where the
+/// failed request itself only says "transport failure".
+#[derive(Debug, Default)]
+pub struct ProbeContext {
+    /// The message, and whether it is a connection's failure (librdkafka's
+    /// `FAIL` facility: it names the cause, which later summaries such as
+    /// "1/1 brokers are down" do not).
+    last_error: Mutex<Option<(String, bool)>>,
+    refused: std::sync::atomic::AtomicBool,
+}
+
+impl ProbeContext {
+    /// The last error librdkafka reported, if any.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.as_ref().map(|(message, _)| message.clone()))
+    }
+
+    /// Whether a broker refused this client (TLS handshake or SASL
+    /// authentication): waiting longer will not change the answer.
+    pub fn refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Notes an error that came back from polling the client.
+    pub fn note(&self, error: &KafkaError) {
+        if matches!(error.rdkafka_error_code(), Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SSL)) {
+            self.refused.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn remember(&self, reason: &str, cause: bool) {
+        if let Ok(mut last) = self.last_error.lock()
+            && (cause || !last.as_ref().is_some_and(|(_, had_cause)| *had_cause))
+        {
+            *last = Some((reason.to_owned(), cause));
+        }
+    }
+}
+
+impl ClientContext for ProbeContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        use RDKafkaLogLevel::*;
+        if matches!(level, Emerg | Alert | Critical | Error) {
+            self.remember(message, fac == "FAIL");
+        }
+        log(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(target: "librdkafka", "{error}: {reason}");
+        self.note(&error);
+        self.remember(reason, false);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ProbeContext {}
+
+/// librdkafka's log lines, into idem's log.
+pub fn log(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    use RDKafkaLogLevel::*;
+    match level {
+        Emerg | Alert | Critical | Error => tracing::error!(target: "librdkafka", fac, "{message}"),
+        Warning => tracing::warn!(target: "librdkafka", fac, "{message}"),
+        Notice | Info => tracing::info!(target: "librdkafka", fac, "{message}"),
+        Debug => tracing::debug!(target: "librdkafka", fac, "{message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn secrets_are_refused_in_properties_and_their_values_never_reach_a_message() {
+        for key in [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.key.pem",
+            "sasl.oauthbearer.client.secret",
+        ] {
+            let err = check_properties("[kafka.properties]", &table(&[(key, "hunter2-secret")]), &BTreeMap::new())
+                .expect_err("a literal secret is refused");
+            let message = format!("{err:#}");
+            assert!(message.contains(key) && message.contains("properties_env"), "{message}");
+            assert!(!message.contains("hunter2"), "the value is not printed: {message}");
+        }
+        for key in ["sasl.username", "sasl.mechanism", "security.protocol", "ssl.ca.location", "ssl.certificate.pem"] {
+            assert!(!is_secret(key), "{key} is not a secret");
+        }
+    }
+
+    #[test]
+    fn properties_env_needs_its_variable_and_one_source_per_key() {
+        let missing = table(&[("sasl.password", "IDEM_TEST_SURELY_UNSET_VARIABLE")]);
+        let err = check_properties("[kafka.properties]", &BTreeMap::new(), &missing).expect_err("unset variable");
+        assert!(format!("{err:#}").contains("IDEM_TEST_SURELY_UNSET_VARIABLE"), "{err:#}");
+        let both = table(&[("sasl.username", "PATH")]);
+        let err = check_properties("[kafka.properties]", &table(&[("sasl.username", "u")]), &both).expect_err("twice");
+        assert!(format!("{err:#}").contains("both"), "{err:#}");
+        assert!(check_properties("[kafka.properties]", &BTreeMap::new(), &both).is_ok(), "PATH is set");
+    }
+}
