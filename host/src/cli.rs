@@ -1,4 +1,4 @@
-//! The command line: `idem run`, `idem check`, `idem migrate`. The `idem`
+//! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`. The `idem`
 //! binary is [`main`] and nothing else.
 
 use std::path::PathBuf;
@@ -33,6 +33,11 @@ enum Command {
         #[arg(long, default_value = "idem.toml")]
         config: PathBuf,
     },
+    /// A handler's dead-letter topic: what it holds, and replaying it.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
     /// Applies idem's migrations (schema `idem`) to the database; with
     /// `--config`, also creates or updates each handler's role, schema,
     /// migrations and grants. Needs an administrator's URL.
@@ -45,6 +50,50 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Counts the records of a handler's DLQ by class and reason, oldest and newest.
+    List {
+        #[command(flatten)]
+        target: DlqTarget,
+    },
+    /// Runs DLQ records through that handler only (never into the shared
+    /// source topic); events processed meanwhile are skipped as duplicates.
+    Replay {
+        #[command(flatten)]
+        target: DlqTarget,
+        /// Count what would be applied and skipped; execute nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct DlqTarget {
+    #[arg(long, default_value = "idem.toml")]
+    config: PathBuf,
+    #[arg(long)]
+    handler: String,
+    /// Records that failed at or after this time (RFC 3339).
+    #[arg(long)]
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Records that failed before this time (RFC 3339).
+    #[arg(long)]
+    until: Option<chrono::DateTime<chrono::Utc>>,
+    /// At most this many records.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// One JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl DlqTarget {
+    fn window(&self) -> crate::pipeline::replay::Window {
+        crate::pipeline::replay::Window { since: self.since, until: self.until, limit: self.limit }
+    }
 }
 
 /// Parses the arguments, runs the command, and returns the exit code.
@@ -84,6 +133,48 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Check { config } => {
             let prepared = crate::startup::prepare(&config).await?;
             println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
+            Ok(())
+        }
+        Command::Dlq { command: DlqCommand::List { target } } => {
+            let config = crate::config::Config::load(&target.config)?;
+            let handler = config
+                .handlers
+                .iter()
+                .find(|h| h.name == target.handler)
+                .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+            let listing = crate::pipeline::replay::list(&config, &handler.dlq_topic(), &target.window())?;
+            if target.json {
+                println!("{}", serde_json::to_string(&listing)?);
+            } else {
+                println!("{}: {} record(s)", listing.topic, listing.records);
+                for (reason, n) in &listing.by_reason {
+                    println!("  {n:>6}  {reason}");
+                }
+                if let (Some(oldest), Some(newest)) = (&listing.oldest, &listing.newest) {
+                    println!("  failed between {oldest} and {newest}");
+                }
+            }
+            Ok(())
+        }
+        Command::Dlq { command: DlqCommand::Replay { target, dry_run } } => {
+            let prepared = crate::startup::prepare(&target.config).await?;
+            let handler = prepared
+                .handlers
+                .iter()
+                .find(|h| h.config.name == target.handler)
+                .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+            let report =
+                crate::pipeline::replay::replay(&prepared.config, handler, &prepared.pool, &target.window(), dry_run)
+                    .await?;
+            if target.json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                let verb = if dry_run { "would apply" } else { "applied" };
+                println!(
+                    "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
+                    report.read, report.applied, report.duplicates, report.failed_again
+                );
+            }
             Ok(())
         }
         Command::Migrate { database_url, config } => {

@@ -106,9 +106,9 @@ pub struct HandlerConfig {
     /// Events per transaction. Only 1 is supported for now.
     #[serde(default = "default_max_events")]
     pub max_events: usize,
-    /// Executions of an event that fails retryably before it is given up.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: u32,
+    /// Moved to `[handler.retry] max_attempts`; kept only to say so.
+    #[serde(default)]
+    max_attempts: Option<u32>,
     /// Wall-clock limit of one execution, in milliseconds.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
@@ -137,6 +137,66 @@ pub struct HandlerConfig {
     pub database: HandlerDatabase,
     #[serde(default)]
     pub limits: HandlerLimits,
+    #[serde(default)]
+    pub retry: HandlerRetry,
+}
+
+/// What happens to an event that fails (see the README's failure table).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerRetry {
+    /// Executions of a retryably failing event before its failure is final.
+    /// Failures of the infrastructure (class *unavailable*) do not count.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// The first backoff; each next one doubles, up to `max_backoff_ms`,
+    /// each drawn between half and all of that (jitter).
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+    /// `dlq` (default): a final failure goes to the dead-letter topic and
+    /// the partition goes on. `block`: the partition stops at it and says
+    /// so, for handlers whose per-key order matters more than progress.
+    #[serde(default = "default_on_failure")]
+    pub on_failure: OnFailure,
+    /// The dead-letter topic (default `<topic>.<handler>.dlq`: handlers
+    /// never share one).
+    #[serde(default)]
+    pub dlq_topic: Option<String>,
+}
+
+impl Default for HandlerRetry {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_max_attempts(),
+            initial_backoff_ms: default_initial_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+            on_failure: default_on_failure(),
+            dlq_topic: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    Dlq,
+    Block,
+}
+
+fn default_on_failure() -> OnFailure {
+    OnFailure::Dlq
+}
+/// 12 attempts, 500 ms doubling to 60 s, each backoff jittered between
+/// half and all of its value: 151 to 303 s between the first and the last
+/// attempt (about 4 minutes on average), enough to ride out a provider's
+/// outage of a few minutes before anything reaches the DLQ.
+fn default_initial_backoff_ms() -> u64 {
+    500
+}
+fn default_max_backoff_ms() -> u64 {
+    60_000
 }
 
 /// Per-event caps on what a guest may ask of the host.
@@ -171,7 +231,7 @@ fn default_max_events() -> usize {
     1
 }
 fn default_max_attempts() -> u32 {
-    5
+    12
 }
 fn default_timeout_ms() -> u64 {
     30_000
@@ -240,7 +300,13 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("failed to read config {}", path.display()))?;
-        let mut config: Config = toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?;
+        // toml's own message quotes the offending line, which may hold a
+        // secret: say where and what, not the line.
+        let mut config: Config = toml::from_str(&text).map_err(|e| {
+            let line = e.span().and_then(|span| text.get(..span.start)).map(|before| before.matches('\n').count() + 1);
+            let at = line.map(|l| format!(" at line {l}")).unwrap_or_default();
+            anyhow::anyhow!("invalid config {}{at}: {}", path.display(), e.message().trim_end())
+        })?;
         if let Ok(brokers) = std::env::var("IDEM_KAFKA_BROKERS") {
             config.kafka.brokers = brokers;
         }
@@ -266,6 +332,7 @@ impl Config {
         check_properties("[kafka.properties]", &self.kafka.properties, &self.kafka.properties_env)?;
         let (mut names, mut groups, mut schemas, mut roles) =
             (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
+        let mut dlqs = HashSet::new();
         if !matches!(self.database.synchronous_commit.as_str(), "on" | "remote_apply" | "remote_write" | "local") {
             bail!(
                 "[database] synchronous_commit `{}`: use on, remote_apply, remote_write or local (off could lose \
@@ -294,8 +361,27 @@ impl Config {
             if h.max_events != 1 {
                 bail!("{at}: max_events = {} is not supported yet (only 1)", h.max_events);
             }
-            if h.max_attempts == 0 {
-                bail!("{at}: max_attempts must be at least 1");
+            if h.max_attempts.is_some() {
+                bail!("{at}: max_attempts moved to [handler.retry] max_attempts");
+            }
+            if h.retry.max_attempts == 0 {
+                bail!("{at}: retry.max_attempts must be at least 1");
+            }
+            if h.retry.initial_backoff_ms == 0 || h.retry.max_backoff_ms < h.retry.initial_backoff_ms {
+                bail!("{at}: retry backoffs must satisfy 0 < initial_backoff_ms <= max_backoff_ms");
+            }
+            let dlq = h.dlq_topic();
+            if dlq == h.topic {
+                bail!("{at}: retry.dlq_topic is the handler's own topic");
+            }
+            if dlq.is_empty()
+                || dlq.len() > 249
+                || !dlq.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+            {
+                bail!("{at}: retry.dlq_topic `{dlq}` is not a valid topic name");
+            }
+            if !dlqs.insert(dlq.clone()) {
+                bail!("{at}: retry.dlq_topic `{dlq}` is another handler's: handlers never share a dead-letter topic");
             }
             if h.timeout_ms == 0 || h.http.timeout_ms == 0 {
                 bail!("{at}: timeout_ms and http.timeout_ms must be at least 1 (0 would fail every event)");
@@ -412,6 +498,23 @@ impl Config {
 }
 
 impl HandlerConfig {
+    /// The handler's dead-letter topic.
+    pub fn dlq_topic(&self) -> String {
+        self.retry.dlq_topic.clone().unwrap_or_else(|| format!("{}.{}.dlq", self.topic, self.name))
+    }
+
+    /// The backoff before attempt `attempt + 1` (or before retrying an
+    /// unavailable infrastructure for the `attempt`-th time), jittered.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        let doubled = self.retry.initial_backoff_ms.saturating_mul(1u64 << attempt.saturating_sub(1).min(30));
+        let ceiling = doubled.min(self.retry.max_backoff_ms);
+        // Equal jitter: at least half the backoff, so retries never bunch up
+        // at zero, and spread over the other half.
+        let spread = ceiling / 2;
+        let jitter = if spread == 0 { 0 } else { u64::from(uuid::Uuid::now_v7().as_bytes()[15]) * spread / 255 };
+        std::time::Duration::from_millis(ceiling - spread + jitter)
+    }
+
     /// The schema this handler owns.
     pub fn schema_name(&self) -> String {
         self.database.schema.clone().unwrap_or_else(|| sanitize(&self.name))

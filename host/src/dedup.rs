@@ -9,20 +9,37 @@ use sqlx::PgConnection;
 
 use crate::event::Event;
 
-/// Claims `event` for the handler `conn` is logged in as. `true`: first
-/// time, run the handler; `false`: already processed (committed by someone),
-/// skip it.
+/// What the claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// First time: run the handler.
+    Claimed,
+    /// Already processed (committed by someone) with the same payload: skip.
+    Duplicate,
+    /// Already processed with a different payload: the event id was reused.
+    Conflict,
+}
+
+/// Claims `event` for the handler `conn` is logged in as, recording the
+/// hash of its payload.
 ///
 /// Under READ COMMITTED a concurrent claim of the same key waits for the
-/// first transaction: if it commits, this returns `false`; if it rolls back,
+/// first transaction: if it commits, this finds its row; if it rolls back,
 /// this one claims. (Under REPEATABLE READ it would raise a serialization
 /// error instead, which is why the executor pins the isolation level.)
-pub async fn claim(conn: &mut PgConnection, event: &Event) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT idem_api.claim($1, $2, $3, $4)")
+pub async fn claim(conn: &mut PgConnection, event: &Event) -> Result<Claim, sqlx::Error> {
+    let answer: String = sqlx::query_scalar("SELECT idem_api.claim($1, $2, $3, $4, $5)")
         .bind(event.id)
         .bind(&event.topic)
         .bind(event.partition)
         .bind(event.offset)
+        .bind(&event.payload_sha256[..])
         .fetch_one(conn)
-        .await
+        .await?;
+    match answer.as_str() {
+        "claimed" => Ok(Claim::Claimed),
+        "duplicate" => Ok(Claim::Duplicate),
+        "conflict" => Ok(Claim::Conflict),
+        other => Err(sqlx::Error::Protocol(format!("idem_api.claim answered `{other}`"))),
+    }
 }

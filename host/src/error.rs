@@ -1,16 +1,57 @@
-//! How an event's execution failed, and what the pipeline should do about it.
+//! How a record failed, and so what the pipeline does with it: the one
+//! classification of failures (the README's failure table says the same).
+//!
+//! | class | examples | what happens |
+//! |---|---|---|
+//! | invalid | not JSON, bad eventId, unknown type, schema violation | dead-lettered at once |
+//! | permanent | the handler's permanent error, a trap | dead-lettered at once |
+//! | retryable | the handler's retryable error, its deadline overrun, a deterministic failure at COMMIT | retried with backoff up to `max_attempts`, then dead-lettered |
+//! | unavailable | database unreachable or overloaded, serialization failure, deadlock, lock timeout, pool timeout, DLQ unwritable | retried without limit, attempts not spent |
+//! | conflicting | an event id already processed with another payload | dead-lettered at once |
+//! | fatal | idem's tables missing or unusable | the handler stops; nothing is committed past the record |
+//!
+//! SQLSTATEs that make a failure *unavailable* (see [`unavailable_sqlstate`]):
+//! class 08 (connection exception), 53 (insufficient resources), 57P
+//! (operator intervention: admin or crash shutdown, cannot connect now), 58
+//! (system error), XX (internal error), 40001 (serialization failure),
+//! 40P01 (deadlock), 55P03 (lock not available). Whether the guest's
+//! statement or the host's own hit it, it is not the event's fault; and a
+//! transaction in which one happened is never committed, even if the guest
+//! caught the error and returned ok.
 
 use std::time::Duration;
 
-/// What to do with a failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a failure is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ErrorClass {
-    /// Execute the event again later; it may pass.
-    Retryable,
-    /// Executing it again will fail the same way: give up on this event.
+    /// The record is not a valid event for this handler.
+    Invalid,
+    /// Executing it again will fail the same way.
     Permanent,
-    /// The host cannot work at all (its tables are missing, say): stop.
+    /// Executing it again may pass: it spends one of the event's attempts.
+    Retryable,
+    /// The infrastructure failed, not the event: retry for as long as it
+    /// lasts without spending attempts.
+    Unavailable,
+    /// The event id was already processed with a different payload.
+    Conflicting,
+    /// The host cannot work at all: stop the handler.
     Fatal,
+}
+
+impl ErrorClass {
+    /// The class's name in logs, counters and DLQ headers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invalid => "invalid",
+            Self::Permanent => "permanent",
+            Self::Retryable => "retryable",
+            Self::Unavailable => "unavailable",
+            Self::Conflicting => "conflicting",
+            Self::Fatal => "fatal",
+        }
+    }
 }
 
 /// Why an event was not processed. Whatever the variant, its transaction
@@ -27,21 +68,28 @@ pub enum ExecError {
     TimedOut(Duration),
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
+    /// A guest statement failed for a reason that is not the event's (the
+    /// guest may have caught it): the transaction was not committed.
+    #[error("a handler statement hit an infrastructure failure: {0}")]
+    Infrastructure(String),
     /// A host statement overran its deadline; its connection was closed.
     #[error("the database did not answer in time ({0}); the connection was closed")]
     Deadline(&'static str),
     #[error("idem's tables are missing or unusable ({0}); run `idem migrate`")]
     Schema(#[source] sqlx::Error),
+    #[error("eventId reused with a different payload (this handler processed the id before)")]
+    Conflict,
 }
 
 impl ExecError {
     pub fn class(&self) -> ErrorClass {
         match self {
-            Self::HandlerRetryable(_) | Self::TimedOut(_) | Self::Database(_) | Self::Deadline(_) => {
-                ErrorClass::Retryable
-            }
+            Self::HandlerRetryable(_) | Self::TimedOut(_) => ErrorClass::Retryable,
             Self::HandlerPermanent(_) | Self::Trapped(_) => ErrorClass::Permanent,
+            Self::Database(e) => sql_class(e),
+            Self::Infrastructure(_) | Self::Deadline(_) => ErrorClass::Unavailable,
             Self::Schema(_) => ErrorClass::Fatal,
+            Self::Conflict => ErrorClass::Conflicting,
         }
     }
 
@@ -49,9 +97,45 @@ impl ExecError {
     pub(crate) fn from_host_sql(e: sqlx::Error) -> Self {
         let code = e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned());
         match code.as_deref() {
-            // undefined table / schema / column, insufficient privilege
-            Some("42P01" | "3F000" | "42703" | "42501") => Self::Schema(e),
+            // undefined table / schema / column / function, insufficient privilege
+            Some("42P01" | "3F000" | "42703" | "42883" | "42501") => Self::Schema(e),
             _ => Self::Database(e),
+        }
+    }
+}
+
+/// A database error's class: an SQLSTATE of the infrastructure, or no
+/// answer from the server at all (I/O, pool timeout, TLS, protocol), is
+/// *unavailable*; any other error the server gave (a constraint checked at
+/// COMMIT, say) is the event's, *retryable*.
+pub fn sql_class(e: &sqlx::Error) -> ErrorClass {
+    match e {
+        sqlx::Error::Database(d) => match d.code() {
+            Some(code) if unavailable_sqlstate(&code) => ErrorClass::Unavailable,
+            _ => ErrorClass::Retryable,
+        },
+        _ => ErrorClass::Unavailable,
+    }
+}
+
+/// The SQLSTATEs that say the infrastructure failed, not the statement.
+pub fn unavailable_sqlstate(code: &str) -> bool {
+    ["08", "53", "57P", "58", "XX"].iter().any(|class| code.starts_with(class))
+        || matches!(code, "40001" | "40P01" | "55P03")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unavailable_sqlstate;
+
+    #[test]
+    fn the_sqlstate_table() {
+        for code in ["08006", "08001", "53300", "53100", "57P01", "57P03", "58030", "XX000", "40001", "40P01", "55P03"]
+        {
+            assert!(unavailable_sqlstate(code), "{code}");
+        }
+        for code in ["23505", "23503", "22003", "42601", "57014", "P0001", "40002"] {
+            assert!(!unavailable_sqlstate(code), "{code}");
         }
     }
 }

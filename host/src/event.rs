@@ -19,6 +19,54 @@ pub struct Event {
     pub headers: Vec<(String, Option<Vec<u8>>)>,
     /// The whole payload, JSON text.
     pub payload: String,
+    /// [`payload_hash`] of the payload: kept with the claim, it tells a
+    /// duplicate from an event id reused for another payload.
+    pub payload_sha256: [u8; 32],
+}
+
+/// SHA-256 of the payload's canonical JSON: object keys sorted, no
+/// insignificant whitespace, numbers and strings as serde_json writes them.
+/// A producer that re-serialises the same event (another key order,
+/// another indentation) sends the same hash; any change of a value does not.
+pub fn payload_hash(payload: &serde_json::Value) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    canonical(payload, &mut hasher);
+    hasher.finalize().into()
+}
+
+fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {
+    use serde_json::Value;
+    use sha2::Digest as _;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.update(b"{");
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.update(b",");
+                }
+                out.update(Value::String(key.clone()).to_string().as_bytes());
+                out.update(b":");
+                if let Some(v) = map.get(key) {
+                    canonical(v, out);
+                }
+            }
+            out.update(b"}");
+        }
+        Value::Array(items) => {
+            out.update(b"[");
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.update(b",");
+                }
+                canonical(item, out);
+            }
+            out.update(b"]");
+        }
+        scalar => out.update(scalar.to_string().as_bytes()),
+    }
 }
 
 impl Event {
@@ -39,5 +87,19 @@ impl Event {
             payload: self.payload.clone(),
             attempt,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::payload_hash;
+
+    #[test]
+    fn the_hash_ignores_key_order_and_whitespace_but_not_values() {
+        let a: serde_json::Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).expect("json");
+        let b: serde_json::Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#).expect("json");
+        let c: serde_json::Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":3}]}"#).expect("json");
+        assert_eq!(payload_hash(&a), payload_hash(&b));
+        assert_ne!(payload_hash(&a), payload_hash(&c));
     }
 }

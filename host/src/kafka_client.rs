@@ -28,10 +28,33 @@ const OWNED_PROPERTIES: &[&str] = &["enable.auto.commit", "enable.auto.offset.st
 /// properties, and anything named like a password, secret or private key.
 pub fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
+    if key == "sasl.oauthbearer.client.credentials.client.id" {
+        return false; // an alias of the (public) client id
+    }
     matches!(
         key.as_str(),
-        "ssl.key.pem" | "ssl_key" | "sasl.oauthbearer.config" | "sasl.oauthbearer.assertion.private.key.pem"
+        "ssl.key.pem"
+            | "ssl_key"
+            | "sasl.jaas.config"
+            | "sasl.oauthbearer.config"
+            | "sasl.oauthbearer.assertion.private.key.pem"
     ) || ["password", "secret", "passphrase", "credential"].iter().any(|word| key.contains(word))
+}
+
+/// Creates a client from `config`. librdkafka's refusal of a property
+/// names the property and its value; the value is left out here, since it
+/// may be a secret (a misspelt `properties_env` key, say).
+pub fn create<T, C>(config: &ClientConfig, context: C, what: &str) -> anyhow::Result<T>
+where
+    T: rdkafka::config::FromClientConfigAndContext<C>,
+    C: ClientContext,
+{
+    config.create_with_context(context).map_err(|e| match e {
+        KafkaError::ClientConfig(_, description, key, _) => {
+            anyhow::anyhow!("failed to create {what}: librdkafka refused property `{key}`: {description}")
+        }
+        other => anyhow::anyhow!("failed to create {what}: {other}"),
+    })
 }
 
 /// Checks one `properties` table and its `properties_env` companion; `at`

@@ -9,7 +9,7 @@ use rdkafka::consumer::Consumer as _;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::config::{Config, HandlerConfig};
+use crate::config::{Config, HandlerConfig, OnFailure};
 use crate::executor::{Executor, Pins};
 use crate::runtime::{Handler, Runtime};
 use crate::sandbox::Place;
@@ -20,7 +20,16 @@ pub struct Prepared {
     pub config: Config,
     /// idem's own pool (`[database] url`); handlers have pools of their own.
     pub pool: PgPool,
-    pub handlers: Vec<(HandlerConfig, Executor, Validator)>,
+    pub handlers: Vec<PreparedHandler>,
+}
+
+/// One handler, checked and ready.
+pub struct PreparedHandler {
+    pub config: HandlerConfig,
+    pub executor: Executor,
+    pub validator: Validator,
+    /// Its dead-letter topic's producer (`on_failure = "dlq"`).
+    pub(crate) dead_letters: Option<crate::pipeline::DeadLetters>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -70,16 +79,43 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
             .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
         let executor = Executor::new(handler, handler_pool, http, pins);
         executor.check_instantiation().await.with_context(|| format!("handler `{}`", h.name))?;
-        handlers.push((h, executor, validator));
+        let dead_letters = match h.retry.on_failure {
+            OnFailure::Dlq => Some(crate::pipeline::DeadLetters::open(&config, &h, executor.handler().sha256()).await?),
+            OnFailure::Block => None,
+        };
+        handlers.push(PreparedHandler { config: h, executor, validator, dead_letters });
     }
     Ok(Prepared { config, pool, handlers })
 }
 
-/// Fails unless the brokers answer a metadata request.
+/// Fails unless the brokers answer a metadata request, with the `[kafka]`
+/// properties and with each handler's own (its credentials, say).
 fn check_broker(config: &Config) -> anyhow::Result<()> {
-    let probe = crate::pipeline::probe_client(config)?;
+    let mut checked = Vec::new();
+    for h in &config.handlers {
+        let own = (&h.properties, &h.properties_env);
+        if checked.contains(&own) {
+            continue;
+        }
+        let at = if h.properties.is_empty() && h.properties_env.is_empty() {
+            String::new()
+        } else {
+            format!(" (with handler `{}`'s properties)", h.name)
+        };
+        let metadata = fetch_metadata(config, h).map_err(|e| anyhow::anyhow!("{e}{at}"))?;
+        checked.push(own);
+        if !metadata.topics().iter().any(|t| t.name() == h.topic) {
+            tracing::warn!(handler = %h.name, topic = %h.topic, "topic does not exist (yet); consuming will wait for it");
+        }
+    }
+    Ok(())
+}
+
+fn fetch_metadata(config: &Config, handler: &HandlerConfig) -> anyhow::Result<rdkafka::metadata::Metadata> {
+    let probe = crate::pipeline::probe_client(config, Some(handler))?;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let metadata = loop {
+    loop {
+        let started = std::time::Instant::now();
         let fetched = probe.fetch_metadata(None, Duration::from_secs(1));
         // Serves librdkafka's queued logs and errors (one per call) to the
         // probe's context: they say why the request failed.
@@ -89,7 +125,10 @@ fn check_broker(config: &Config) -> anyhow::Result<()> {
             }
         }
         match fetched {
-            Ok(metadata) => break metadata,
+            Ok(metadata) if metadata.brokers().is_empty() => {
+                bail!("broker at {} answered with no brokers", config.kafka.brokers)
+            }
+            Ok(metadata) => return Ok(metadata),
             // A refusal (TLS, SASL) will not change by waiting; anything
             // else (a broker starting, a slow network) may.
             Err(e) if probe.context().refused() || std::time::Instant::now() >= deadline => {
@@ -100,18 +139,9 @@ fn check_broker(config: &Config) -> anyhow::Result<()> {
                     None => bail!("broker unreachable at {}: {e}", config.kafka.brokers),
                 }
             }
-            Err(_) => {}
-        }
-    };
-    if metadata.brokers().is_empty() {
-        bail!("broker at {} answered with no brokers", config.kafka.brokers);
-    }
-    for h in &config.handlers {
-        if !metadata.topics().iter().any(|t| t.name() == h.topic) {
-            tracing::warn!(handler = %h.name, topic = %h.topic, "topic does not exist (yet); consuming will wait for it");
+            Err(_) => std::thread::sleep(Duration::from_millis(200).saturating_sub(started.elapsed())),
         }
     }
-    Ok(())
 }
 
 /// The URL without its password, for messages.

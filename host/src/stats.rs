@@ -13,6 +13,9 @@ pub struct Stats {
     pub invalid: AtomicU64,
     pub failed: AtomicU64,
     pub retries: AtomicU64,
+    pub unavailable: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub blocked: AtomicU64,
     pub offset_resets: AtomicU64,
     pub pauses: AtomicU64,
     pub rebalances: AtomicU64,
@@ -33,6 +36,9 @@ impl Stats {
             invalid: get(&self.invalid),
             failed: get(&self.failed),
             retries: get(&self.retries),
+            unavailable: get(&self.unavailable),
+            dead_lettered: get(&self.dead_lettered),
+            blocked: get(&self.blocked),
             offset_resets: get(&self.offset_resets),
             pauses: get(&self.pauses),
             rebalances: get(&self.rebalances),
@@ -50,12 +56,23 @@ pub struct HandlerReport {
     pub processed: u64,
     /// Events skipped because this handler had already processed their id.
     pub duplicates: u64,
-    /// Records that failed validation: logged and skipped.
+    /// Records that failed validation (dead-lettered, or blocking).
     pub invalid: u64,
-    /// Events whose handler failed permanently or ran out of attempts: logged and skipped.
+    /// Events whose failure is final: permanent, out of attempts, or an
+    /// event id reused with another payload (dead-lettered, or blocking).
     pub failed: u64,
-    /// Executions repeated after a retryable failure.
+    /// Executions repeated after a retryable failure (each spent an attempt).
     pub retries: u64,
+    /// Retries because the infrastructure failed (database, DLQ): no
+    /// attempt spent.
+    #[serde(default)]
+    pub unavailable: u64,
+    /// Records written to the dead-letter topic (invalid and failed).
+    #[serde(default)]
+    pub dead_lettered: u64,
+    /// Partitions stopped at a failed record (`on_failure = "block"`).
+    #[serde(default)]
+    pub blocked: u64,
     /// Partitions that resumed somewhere other than their committed offset
     /// (a new group starting at `auto.offset.reset` is not one).
     pub offset_resets: u64,

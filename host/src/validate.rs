@@ -19,6 +19,8 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     pub payload: Option<Vec<u8>>,
     pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// The record's timestamp, milliseconds since the epoch, if it has one.
+    pub timestamp: Option<i64>,
 }
 
 /// Why a record is not a valid event. Logged and counted, never retried.
@@ -102,6 +104,7 @@ impl Validator {
             key: record.key.clone(),
             headers: record.headers.clone(),
             payload: String::from_utf8_lossy(bytes).into_owned(),
+            payload_sha256: crate::event::payload_hash(&payload),
         })
     }
 }
@@ -138,6 +141,7 @@ mod tests {
             key: None,
             payload: Some(payload.to_vec()),
             headers: vec![],
+            timestamp: None,
         }
     }
 

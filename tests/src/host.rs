@@ -23,7 +23,14 @@ pub struct HandlerSpec {
     pub key_prefix: Option<String>,
     /// The payload's JSON Schema.
     pub schema: PathBuf,
+    /// `[handler.retry] max_attempts`; backoffs are short in tests.
     pub max_attempts: u32,
+    /// `[handler.retry] initial_backoff_ms, max_backoff_ms` (short by default).
+    pub backoff_ms: (u64, u64),
+    /// More `[handler.retry]` lines (`on_failure`, `dlq_topic`, …).
+    pub retry: String,
+    /// Create the handler's dead-letter topic before idem starts.
+    pub create_dlq: bool,
     /// `[handler.database] schema`; its migrations are those of
     /// [`crate::db::HANDLERS`].
     pub db_schema: &'static str,
@@ -45,6 +52,9 @@ impl HandlerSpec {
             key_prefix: None,
             schema: example_path("billing/order-confirmed.v1.schema.json"),
             max_attempts: 5,
+            backoff_ms: (20, 200),
+            retry: String::new(),
+            create_dlq: true,
             db_schema: "billing",
             extra: String::new(),
         }
@@ -113,11 +123,15 @@ pub fn write_config_with(
     }
     text.push_str(&format!("\n[database]\nurl = \"{database_url}\"\n"));
     for h in handlers {
+        if h.create_dlq && brokers == crate::kafka::brokers() {
+            crate::kafka::create_topic_like(&format!("{}.{}.dlq", h.topic, h.name), &h.topic);
+        }
         let types: Vec<String> = h.event_types.iter().map(|t| format!("\"{t}\"")).collect();
         text.push_str(&format!(
             "\n[[handler]]\nname = \"{name}\"\ntopic = \"{topic}\"\ngroup_id = \"{group}\"\ncomponent = \"{component}\"\n\
              event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
-             max_attempts = {max_attempts}\n{extra}\
+             {extra}\
+             [handler.retry]\nmax_attempts = {max_attempts}\ninitial_backoff_ms = {initial}\nmax_backoff_ms = {max}\n{retry}\
              [handler.database]\nschema = \"{db_schema}\"\nmigrations = \"{migrations}\"\n\
              [handler.http]\nallow = [\"{url}\"]\nallow_private = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n",
             name = h.name,
@@ -129,6 +143,9 @@ pub fn write_config_with(
             concurrency = h.concurrency,
             assignor = h.assignor,
             max_attempts = h.max_attempts,
+            retry = h.retry,
+            initial = h.backoff_ms.0,
+            max = h.backoff_ms.1,
             extra = h.extra,
             db_schema = h.db_schema,
             migrations = crate::db::HANDLERS

@@ -27,14 +27,14 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-/// A topic to create on the mock cluster, and where to answer.
-type CreateTopic = (String, i32, mpsc::Sender<Result<(), String>>);
+/// Something to do with the mock cluster on the thread that owns it.
+type MockCommand = Box<dyn FnOnce(&MockCluster<'static, rdkafka::producer::DefaultProducerContext>) + Send>;
 
 enum Broker {
     /// A cluster named by `KAFKA_BROKERS`.
     External(String),
     /// The in-process mock cluster; its owner thread creates topics.
-    Mock { servers: String, create: mpsc::Sender<CreateTopic> },
+    Mock { servers: String, commands: mpsc::Sender<MockCommand> },
 }
 
 fn broker() -> &'static Broker {
@@ -53,7 +53,7 @@ fn broker() -> &'static Broker {
 /// the rest of the process.
 fn start_mock() -> Result<Broker, String> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<String, String>>();
-    let (create_tx, create_rx) = mpsc::channel::<CreateTopic>();
+    let (command_tx, command_rx) = mpsc::channel::<MockCommand>();
     std::thread::Builder::new()
         .name("kafka-mock".into())
         .spawn(move || {
@@ -65,13 +65,34 @@ fn start_mock() -> Result<Broker, String> {
                 }
             };
             let _ = ready_tx.send(Ok(cluster.bootstrap_servers()));
-            for (name, partitions, answer) in create_rx {
-                let _ = answer.send(cluster.create_topic(&name, partitions, 1).map_err(|e| e.to_string()));
+            for command in command_rx {
+                command(&cluster);
             }
         })
         .map_err(|e| format!("failed to spawn the mock cluster's thread: {e}"))?;
     let servers = ready_rx.recv().map_err(|e| format!("mock cluster: {e}"))??;
-    Ok(Broker::Mock { servers, create: create_tx })
+    Ok(Broker::Mock { servers, commands: command_tx })
+}
+
+/// Runs `f` with the mock cluster and returns its answer; panics when the
+/// tests run against `KAFKA_BROKERS` (fault injection needs the mock).
+pub fn on_mock<T: Send + 'static>(
+    f: impl FnOnce(&MockCluster<'static, rdkafka::producer::DefaultProducerContext>) -> T + Send + 'static,
+) -> T {
+    let Broker::Mock { commands, .. } = broker() else {
+        panic!("this test injects broker faults and needs librdkafka's mock cluster (unset KAFKA_BROKERS)");
+    };
+    let (tx, rx) = mpsc::channel();
+    let command: MockCommand = Box::new(move |cluster| {
+        let _ = tx.send(f(cluster));
+    });
+    commands.send(command).unwrap_or_else(|e| panic!("mock cluster gone: {e}"));
+    rx.recv().unwrap_or_else(|e| panic!("mock cluster gone: {e}"))
+}
+
+/// Whether the tests run against the in-process mock cluster.
+pub fn is_mock() -> bool {
+    matches!(broker(), Broker::Mock { .. })
 }
 
 /// The bootstrap servers the tests use.
@@ -99,10 +120,10 @@ pub async fn create_topic(partitions: i32) -> String {
 /// Creates the topic `name` with `partitions` partitions.
 pub async fn create_named_topic(name: &str, partitions: i32) {
     match broker() {
-        Broker::Mock { create, .. } => {
-            let (tx, rx) = mpsc::channel();
-            create.send((name.to_owned(), partitions, tx)).unwrap_or_else(|e| panic!("mock cluster gone: {e}"));
-            let created = rx.recv().unwrap_or_else(|e| panic!("mock cluster gone: {e}"));
+        Broker::Mock { .. } => {
+            let topic = name.to_owned();
+            let created =
+                on_mock(move |cluster| cluster.create_topic(&topic, partitions, 1).map_err(|e| e.to_string()));
             created.unwrap_or_else(|e| panic!("create topic {name}: {e}"));
         }
         Broker::External(servers) => {
@@ -122,6 +143,31 @@ pub async fn create_named_topic(name: &str, partitions: i32) {
             }
         }
     }
+}
+
+/// Creates `name` with as many partitions as `like` has, unless it exists:
+/// a handler's dead-letter topic, which idem refuses to start without (the
+/// mock cluster has no CreateTopics for idem to create it itself).
+pub fn create_topic_like(name: &str, like: &str) {
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap_or_else(|e| panic!("consumer: {e}"));
+    let partitions = |topic: &str| {
+        let metadata =
+            consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap_or_else(|e| panic!("metadata: {e}"));
+        metadata.topics().first().filter(|t| t.error().is_none()).map(|t| t.partitions().len() as i32).unwrap_or(0)
+    };
+    if partitions(name) > 0 {
+        return;
+    }
+    let count = partitions(like).max(1);
+    // On a thread of its own: the caller may be inside an async runtime.
+    let topic = name.to_owned();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        runtime.unwrap_or_else(|e| panic!("runtime: {e}")).block_on(create_named_topic(&topic, count));
+    })
+    .join()
+    .unwrap_or_else(|_| panic!("creating topic {name} failed"));
 }
 
 /// The harness's producer: it counts its Produce requests, so that a test
@@ -195,6 +241,63 @@ pub async fn produce(producer: &Producer, topic: &str, partition: i32, key: &str
         Ok(delivery) => delivery.offset,
         Err((e, _)) => panic!("produce to {topic}/{partition}: {e}"),
     }
+}
+
+/// Sends one record with a key and headers and waits for its acknowledgement.
+pub async fn produce_with_headers(
+    producer: &Producer,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    payload: &[u8],
+    headers: &[(&str, &[u8])],
+) -> i64 {
+    let mut owned = rdkafka::message::OwnedHeaders::new();
+    for (name, value) in headers {
+        owned = owned.insert(rdkafka::message::Header { key: name, value: Some(*value) });
+    }
+    let record = FutureRecord::to(topic).partition(partition).key(key).payload(payload).headers(owned);
+    match producer.inner.send(record, Duration::from_secs(10)).await {
+        Ok(delivery) => delivery.offset,
+        Err((e, _)) => panic!("produce to {topic}/{partition}: {e}"),
+    }
+}
+
+/// Every record of `topic`, partition by partition, from the beginning to
+/// the high watermark at the time of the call.
+pub fn read_all(topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::Message as _;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", crate::unique_name("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap_or_else(|e| panic!("consumer: {e}"));
+    let metadata =
+        consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap_or_else(|e| panic!("metadata: {e}"));
+    let partitions = metadata.topics().first().map(|t| t.partitions().len() as i32).unwrap_or(0);
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let (low, high) =
+            consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap_or_else(|e| panic!("watermarks: {e}"));
+        if high <= low {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, Offset::Offset(low)).unwrap_or_else(|e| panic!("offset: {e}"));
+        consumer.assign(&tpl).unwrap_or_else(|e| panic!("assign: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut next = low;
+        while next < high {
+            assert!(Instant::now() < deadline, "reading {topic}/{p}: stuck at {next} of {high}");
+            if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+                let message = message.unwrap_or_else(|e| panic!("read {topic}: {e}"));
+                next = message.offset() + 1;
+                out.push(message.detach());
+            }
+        }
+    }
+    out
 }
 
 /// Sends every `(partition, payload)` at once, so that the producer packs

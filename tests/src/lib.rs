@@ -51,3 +51,14 @@ pub fn idem_bin() -> std::path::PathBuf {
         .find(|candidate| candidate.exists())
         .unwrap_or_else(|| panic!("no idem-under-test binary next to {}; build the idem-tests package", exe.display()))
 }
+
+/// Polls `done` every 50 ms; panics after 60 s naming `what`.
+pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    for _ in 0..1200 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("not within 60 s: {what}");
+}

@@ -36,6 +36,9 @@ pub enum Fault {
     ResetAfterCharge(u32),
     /// Charge, then answer only after this delay, for the next request.
     DelayOnce(Duration),
+    /// Answer `503 Service Unavailable` without charging, until the fault
+    /// is changed: an outage.
+    Unavailable,
 }
 
 #[derive(Default)]
@@ -115,7 +118,9 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
         s.seen.push(request.clone());
         let mut status = "200 OK";
-        if request.method == "POST" {
+        if matches!(s.fault, Fault::Unavailable) {
+            status = "503 Service Unavailable";
+        } else if request.method == "POST" {
             match &request.idempotency_key {
                 Some(key) => {
                     // Dedup: charge once per key, whatever the retries.
@@ -127,6 +132,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         let fault = s.fault;
         s.fault = match fault {
             Fault::ResetAfterCharge(n) if n > 1 => Fault::ResetAfterCharge(n - 1),
+            Fault::Unavailable => Fault::Unavailable,
             _ => Fault::None,
         };
         (fault, status, s.latency)
@@ -163,7 +169,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             tokio::time::sleep(delay).await;
             let _ = respond(&mut stream, status).await;
         }
-        (Fault::None, status) => {
+        (Fault::None | Fault::Unavailable, status) => {
             let _ = respond(&mut stream, status).await;
         }
     }

@@ -113,6 +113,18 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
         assert!(out.contains(expected), "expected `{expected}` in: {out}");
     }
 
+    // No dead-letter topic, and a broker that cannot create one (the mock
+    // cluster has no CreateTopics): refused, naming the topic.
+    if idem_tests::kafka::is_mock() {
+        let lonely = idem_tests::kafka::create_topic(2).await;
+        let spec = HandlerSpec { create_dlq: false, ..HandlerSpec::billing(&lonely, "http://127.0.0.1:9") };
+        let (ok, out) = check(&host::write_config(&db.url, &[spec]));
+        assert!(!ok && out.contains(&format!("{lonely}.billing.dlq")) && out.contains("could not be created"), "{out}");
+    }
+    // The old top-level max_attempts says where it went.
+    let (ok, out) = check(&variant(&config, "concurrency = 3", "concurrency = 3\nmax_attempts = 3"));
+    assert!(!ok && out.contains("[handler.retry]"), "{out}");
+
     // Duplicate names and groups, across two handlers.
     let a = HandlerSpec::billing(&topic, "http://127.0.0.1:9");
     let mut b = HandlerSpec::notification(&topic);
@@ -203,6 +215,21 @@ async fn check_reaches_brokers_that_require_tls_and_sasl_and_never_prints_a_secr
         let (ok, out) = run(&file, &[]);
         assert!(!ok && out.contains("broker unreachable"), "{out}");
         assert!(ListenerStats::get(&broker.stats.unauthenticated_requests) >= 1, "the listener refused it");
+
+        // A CA that did not sign the listener's certificate.
+        let stranger = SecureBroker::start(Requires { tls: true, sasl: None });
+        let mut untrusted = broker.properties();
+        untrusted.retain(|(k, _)| *k != "ssl.ca.location");
+        untrusted.push(("ssl.ca.location", stranger.ca_file.display().to_string()));
+        let file = host::write_config_with(
+            &broker.address,
+            &untrusted,
+            &[("sasl.password", VAR)],
+            &db.url,
+            std::slice::from_ref(&spec),
+        );
+        let (ok, out) = run(&file, &verbose(&broker.password));
+        assert!(!ok && out.contains("certificate verify failed"), "an untrusted certificate: {out}");
 
         // Plaintext: the TLS handshake fails.
         let file = host::write_config_with(&broker.address, &[], &[], &db.url, std::slice::from_ref(&spec));

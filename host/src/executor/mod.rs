@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use crate::capabilities::HostFault;
 use crate::capabilities::db::DbCapability;
 use crate::capabilities::http::HttpCapability;
-use crate::dedup;
+use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
 use crate::runtime::{Handler, HostState, Invocation};
@@ -113,8 +113,9 @@ impl Executor {
     pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.statement_deadline();
         match transaction::within(deadline, "claim", dedup::claim(tx.conn(), event)).await {
-            Ok(true) => {}
-            Ok(false) => return (tx, Ok(Outcome::Duplicate)),
+            Ok(Claim::Claimed) => {}
+            Ok(Claim::Duplicate) => return (tx, Ok(Outcome::Duplicate)),
+            Ok(Claim::Conflict) => return (tx, Err(ExecError::Conflict)),
             Err(e) => return (tx, Err(e)),
         }
         let deadline = tx.deadline();
@@ -122,8 +123,14 @@ impl Executor {
         let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).await;
         state.log_output();
         let stderr = state.stderr_tail();
+        let infrastructure = state.db.infrastructure_failure().map(str::to_owned);
         let tx = state.db.into_transaction();
         let result = match invocation {
+            // Whatever the guest made of it, a transaction in which the
+            // infrastructure failed is not committed.
+            Invocation::Ok | Invocation::Failed { .. } if infrastructure.is_some() => {
+                Err(ExecError::Infrastructure(infrastructure.unwrap_or_default()))
+            }
             Invocation::Ok => Ok(Outcome::Processed),
             Invocation::Failed { retryable: true, message } => Err(ExecError::HandlerRetryable(message)),
             Invocation::Failed { retryable: false, message } => Err(ExecError::HandlerPermanent(message)),

@@ -218,6 +218,7 @@ pub(crate) fn record(message: &BorrowedMessage<'_>) -> Record {
         key: message.key().map(<[u8]>::to_vec),
         payload: message.payload().map(<[u8]>::to_vec),
         headers,
+        timestamp: message.timestamp().to_millis(),
     }
 }
 

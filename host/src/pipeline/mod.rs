@@ -3,8 +3,14 @@
 //! offset order; offsets are committed only for records whose transaction
 //! committed (or that were skipped), never ahead of them.
 
+mod attempts;
 mod consumer;
+mod dlq;
 mod partition;
+pub mod replay;
+
+pub(crate) use dlq::DeadLetters;
+pub use dlq::headers as dlq_headers;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,19 +45,36 @@ pub(crate) struct Shared {
     pub validator: Validator,
     /// Partitions processed at once (`concurrency`).
     pub permits: Semaphore,
-    pub max_attempts: u32,
+    /// Retries, backoffs, the DLQ topic.
+    pub config: HandlerConfig,
+    /// `None`: `on_failure = "block"`.
+    pub dead_letters: Option<DeadLetters>,
+    /// idem's own pool: execution counts that outlive the process.
+    pub idem_pool: sqlx::PgPool,
     pub stats: Arc<Stats>,
     fatal: mpsc::UnboundedSender<String>,
     /// Test-only fault point (`IDEM_TEST_CRASH_AFTER_COMMITS=N`): abort the
     /// process right after the N-th committed transaction, before its
     /// offset can be committed.
     crash_after: Option<u64>,
+    /// Test-only fault point (`IDEM_TEST_ABORT_ON=<text>`): abort the
+    /// process when about to execute an event whose payload contains it.
+    abort_on: Option<String>,
     committed: AtomicU64,
 }
 
 impl Shared {
     pub(crate) fn fatal(&self, message: String) {
         let _ = self.fatal.send(message);
+    }
+
+    pub(crate) fn abort_point(&self, payload: &str) {
+        if let Some(marker) = &self.abort_on
+            && payload.contains(marker.as_str())
+        {
+            eprintln!("idem: IDEM_TEST_ABORT_ON matched: aborting mid-execution");
+            std::process::abort();
+        }
     }
 
     pub(crate) fn fault_point(&self) {
@@ -79,7 +102,8 @@ pub async fn run(
     // a failure here leaves nothing running behind.
     let mut all_stats = Vec::new();
     let mut pipelines = Vec::new();
-    for (config, executor, validator) in prepared.handlers {
+    for handler in prepared.handlers {
+        let crate::startup::PreparedHandler { config, executor, validator, dead_letters } = handler;
         let stats = Arc::new(Stats::default());
         all_stats.push((config.name.clone(), stats.clone()));
         let shared = Arc::new(Shared {
@@ -87,17 +111,20 @@ pub async fn run(
             executor,
             validator,
             permits: Semaphore::new(config.concurrency),
-            max_attempts: config.max_attempts,
+            config: config.clone(),
+            dead_letters,
             stats,
             fatal: fatal_tx.clone(),
             crash_after,
+            abort_on: std::env::var("IDEM_TEST_ABORT_ON").ok().filter(|m| !m.is_empty()),
+            idem_pool: prepared.pool.clone(),
             committed: AtomicU64::new(0),
         });
         let consumer = build_consumer(&prepared.config, &config, shared)?;
         consumer
             .subscribe(&[config.topic.as_str()])
             .with_context(|| format!("failed to subscribe to {}", config.topic))?;
-        let probe = if options.exit_when_drained { Some(probe_client(&prepared.config)?) } else { None };
+        let probe = if options.exit_when_drained { Some(probe_client(&prepared.config, Some(&config))?) } else { None };
         tracing::info!(handler = %config.name, topic = %config.topic, group = %config.group_id, "consuming");
         pipelines.push((config, consumer, probe));
     }
@@ -169,11 +196,14 @@ fn watch_drained(
     }
 }
 
-/// A group-less client for metadata look-ups off the polling thread.
-pub(crate) fn probe_client(config: &Config) -> anyhow::Result<BaseConsumer<ProbeContext>> {
-    crate::kafka_client::client_config(config, None)?
-        .create_with_context(ProbeContext::default())
-        .context("failed to create a Kafka client")
+/// A group-less client for metadata look-ups off the polling thread, with
+/// the handler's own properties (its credentials) when one is given.
+pub(crate) fn probe_client(
+    config: &Config,
+    handler: Option<&HandlerConfig>,
+) -> anyhow::Result<BaseConsumer<ProbeContext>> {
+    let client = crate::kafka_client::client_config(config, handler)?;
+    crate::kafka_client::create(&client, ProbeContext::default(), "a Kafka client")
 }
 
 fn build_consumer(
@@ -195,9 +225,7 @@ fn build_consumer(
     let revoke_timeout = Duration::from_millis(handler.timeout_ms).min(Duration::from_secs(30));
     let context =
         IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_timeout, handler.auto_offset_reset.clone());
-    client
-        .create_with_context(context)
-        .with_context(|| format!("failed to create the Kafka consumer of handler {}", handler.name))
+    crate::kafka_client::create(&client, context, &format!("the Kafka consumer of handler {}", handler.name))
 }
 
 /// Offsets resolved since the last commit are committed this often.

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::Shared;
+use super::dlq::Failure;
 use crate::error::ErrorClass;
 use crate::executor::Outcome;
 use crate::offsets::OffsetTracker;
@@ -26,8 +27,13 @@ pub(crate) struct PartitionState {
     tracker: Mutex<OffsetTracker>,
     /// Set on revocation or shutdown: take no new record.
     stopped: AtomicBool,
+    /// The same, for a worker waiting (for a permit, a backoff) to wake on.
+    stop_signal: watch::Sender<bool>,
     /// A record is being executed right now.
     busy: AtomicBool,
+    /// An event of this assignment was processed: executions are no longer
+    /// counted outside the process (see `attempts`).
+    proven: AtomicBool,
     /// Records queued and not yet taken by the worker.
     pub queued: AtomicUsize,
     /// The consumer paused fetching for this partition (queue too long).
@@ -46,7 +52,9 @@ impl PartitionState {
             partition,
             tracker: Mutex::new(OffsetTracker::default()),
             stopped: AtomicBool::new(false),
+            stop_signal: watch::channel(false).0,
             busy: AtomicBool::new(false),
+            proven: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
             start: Mutex::new(Start::default()),
@@ -76,6 +84,21 @@ impl PartitionState {
 
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
+        self.stop_signal.send_replace(true);
+    }
+
+    /// `fut`'s output, or `None` if the partition is stopped first.
+    async fn until_stopped<F: std::future::Future>(&self, fut: F) -> Option<F::Output> {
+        let mut stopped = self.stop_signal.subscribe();
+        tokio::select! {
+            out = fut => Some(out),
+            _ = stopped.wait_for(|s| *s) => None,
+        }
+    }
+
+    /// Sleeps `duration`; `false` if the partition was stopped meanwhile.
+    async fn sleep(&self, duration: Duration) -> bool {
+        self.until_stopped(tokio::time::sleep(duration)).await.is_some() && !self.is_stopped()
     }
 
     pub(crate) fn is_stopped(&self) -> bool {
@@ -129,42 +152,87 @@ impl Start {
 pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut queue: mpsc::UnboundedReceiver<Record>) {
     while let Some(record) = queue.recv().await {
         state.queued.fetch_sub(1, Ordering::SeqCst);
-        let Ok(_permit) = shared.permits.acquire().await else { return };
         // `busy` before the `stopped` check: whoever stops the partition
         // then waits for `busy` to clear, so it never misses this record.
+        // Every wait inside (a permit, a backoff) ends when it is stopped.
         state.busy.store(true, Ordering::SeqCst);
         if state.is_stopped() {
             state.busy.store(false, Ordering::SeqCst);
             return;
         }
-        let offset = record.offset;
-        if process(&shared, &state, record).await {
-            state.tracker().completed(offset);
+        let unproven = !state.proven.load(Ordering::SeqCst);
+        if process(&shared, &state, &record).await {
+            if unproven {
+                super::attempts::forget(&shared.idem_pool, &shared.name, &record).await;
+            }
+            state.tracker().completed(record.offset);
         }
         state.busy.store(false, Ordering::SeqCst);
     }
 }
 
-/// Validates and executes one record. `true`: resolved, its offset may be
-/// committed; `false`: abandoned (stopped or fatal), to be redelivered.
-async fn process(shared: &Shared, state: &PartitionState, record: Record) -> bool {
+/// Failures of the infrastructure are retried at least this often, however
+/// long they last, so that processing resumes soon after it comes back.
+const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Validates and executes one record until it is resolved: processed, a
+/// duplicate, or dead-lettered. `true`: its offset may be committed;
+/// `false`: abandoned (stopped, blocked or fatal), to be redelivered.
+///
+/// The handler's `concurrency` permit is held only while an execution
+/// runs, never during a backoff: a partition that waits does not hold up
+/// the handler's other partitions.
+async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bool {
     let stats = &shared.stats;
     let name = &shared.name;
     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
-    let event = match shared.validator.validate(&record) {
+    let event = match shared.validator.validate(record) {
         Ok(event) => event,
         Err(invalid) => {
-            tracing::warn!(handler = %name, %topic, partition, offset, reason = %invalid, "invalid record skipped");
+            tracing::warn!(handler = %name, %topic, partition, offset, reason = %invalid, "invalid record");
             Stats::add(&stats.invalid);
-            return true;
+            let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0 };
+            return settle(shared, state, record, failure).await;
         }
     };
     let event_id = event.id;
-    let mut attempt = 1;
+    let max_attempts = shared.config.retry.max_attempts;
+    let (mut attempt, mut outages) = (1, 0);
     loop {
-        let error = match shared.executor.execute(&event, attempt).await {
+        let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else { return false };
+        if !state.proven.load(Ordering::SeqCst) {
+            match super::attempts::count(&shared.idem_pool, name, record).await {
+                Ok(started) if started > max_attempts => {
+                    drop(permit);
+                    let reason = format!(
+                        "{} executions started and none finished: the event ends the host process",
+                        started - 1
+                    );
+                    tracing::error!(handler = %name, %topic, partition, offset, %event_id, "{reason}");
+                    Stats::add(&stats.failed);
+                    let failure = Failure { class: ErrorClass::Permanent, reason, attempts: started - 1 };
+                    return settle(shared, state, record, failure).await;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    drop(permit);
+                    outages += 1;
+                    tracing::warn!(handler = %name, %topic, partition, offset, "failed to count the execution: {e}");
+                    Stats::add(&stats.unavailable);
+                    if !state.sleep(shared.config.backoff(outages).min(MAX_OUTAGE_BACKOFF)).await {
+                        return false;
+                    }
+                    continue;
+                }
+            }
+        }
+        shared.abort_point(&event.payload);
+        let result = shared.executor.execute(&event, attempt).await;
+        drop(permit);
+        let error = match result {
             Ok(Outcome::Processed) => {
                 Stats::add(&stats.processed);
+                state.proven.store(true, Ordering::SeqCst);
                 shared.fault_point();
                 return true;
             }
@@ -175,34 +243,81 @@ async fn process(shared: &Shared, state: &PartitionState, record: Record) -> boo
             }
             Err(error) => error,
         };
-        // A database outage is not the event's fault: retry it for as long
-        // as it lasts instead of spending the event's attempts.
-        let infrastructure = matches!(error, crate::ExecError::Database(_));
-        match error.class() {
-            ErrorClass::Retryable if infrastructure || attempt < shared.max_attempts => {
+        let class = error.class();
+        let backoff = match class {
+            ErrorClass::Unavailable => {
+                outages += 1;
+                tracing::warn!(
+                    handler = %name, %topic, partition, offset, %event_id, attempt, outages,
+                    "infrastructure unavailable, retrying without spending an attempt: {error}"
+                );
+                Stats::add(&stats.unavailable);
+                shared.config.backoff(outages).min(MAX_OUTAGE_BACKOFF)
+            }
+            ErrorClass::Retryable if attempt < max_attempts => {
                 tracing::warn!(handler = %name, %topic, partition, offset, %event_id, attempt, "retrying: {error}");
                 Stats::add(&stats.retries);
-            }
-            ErrorClass::Retryable | ErrorClass::Permanent => {
-                tracing::error!(
-                    handler = %name, %topic, partition, offset, %event_id, attempt,
-                    "event failed and is skipped (its transaction rolled back): {error}"
-                );
-                Stats::add(&stats.failed);
-                return true;
+                let backoff = shared.config.backoff(attempt);
+                (attempt, outages) = (attempt + 1, 0);
+                backoff
             }
             ErrorClass::Fatal => {
                 tracing::error!(handler = %name, %topic, partition, offset, %event_id, "fatal: {error}");
                 shared.fatal(format!("handler {name}: {error}"));
                 return false;
             }
-        }
-        let backoff = Duration::from_millis(100 * 2u64.pow(attempt.min(6))).min(Duration::from_secs(5));
-        tokio::time::sleep(backoff).await;
-        if state.is_stopped() {
+            ErrorClass::Retryable | ErrorClass::Permanent | ErrorClass::Conflicting | ErrorClass::Invalid => {
+                tracing::error!(
+                    handler = %name, %topic, partition, offset, %event_id, attempt, class = class.as_str(),
+                    "event failed (its transaction rolled back): {error}"
+                );
+                Stats::add(&stats.failed);
+                let failure = Failure { class, reason: error.to_string(), attempts: attempt };
+                return settle(shared, state, record, failure).await;
+            }
+        };
+        if !state.sleep(backoff).await {
             return false;
         }
-        attempt += 1;
+    }
+}
+
+/// A final failure: written to the DLQ (retried until the broker takes it;
+/// the partition does not advance meanwhile), or, with `on_failure =
+/// "block"`, the partition stops at the record until this process stops.
+async fn settle(shared: &Shared, state: &PartitionState, record: &Record, failure: Failure) -> bool {
+    let (name, stats) = (&shared.name, &shared.stats);
+    let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
+    let Some(dead_letters) = &shared.dead_letters else {
+        tracing::error!(
+            handler = %name, %topic, partition, offset, class = failure.class.as_str(), reason = %failure.reason,
+            "on_failure = block: the partition stops at this record; nothing after it is processed or committed \
+             until it is resolved and idem restarted"
+        );
+        Stats::add(&stats.blocked);
+        state.until_stopped(std::future::pending::<()>()).await;
+        return false;
+    };
+    let mut tries = 0;
+    loop {
+        match dead_letters.send(record, &failure).await {
+            Ok(()) => {
+                tracing::warn!(
+                    handler = %name, %topic, partition, offset, class = failure.class.as_str(),
+                    dlq = %dead_letters.topic, "record dead-lettered"
+                );
+                Stats::add(&stats.dead_lettered);
+                return true;
+            }
+            Err(e) => {
+                tries += 1;
+                tracing::warn!(handler = %name, %topic, partition, offset, tries, "{e}; retrying (the partition does not advance)");
+                Stats::add(&stats.unavailable);
+                if !state.sleep(shared.config.backoff(tries).min(MAX_OUTAGE_BACKOFF)).await {
+                    return false;
+                }
+            }
+        }
     }
 }
 

@@ -109,6 +109,8 @@ pub struct Handler {
     runtime: Runtime,
     pre: HandlerPre<HostState>,
     settings: Arc<HandlerSettings>,
+    /// SHA-256 of the component's bytes (hex): which module processed an event.
+    sha256: Arc<str>,
 }
 
 impl std::fmt::Debug for Handler {
@@ -141,11 +143,17 @@ impl Handler {
             |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
-        Ok(Self { runtime: runtime.clone(), pre, settings: Arc::new(settings) })
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        Ok(Self { runtime: runtime.clone(), pre, settings: Arc::new(settings), sha256: sha256.into() })
     }
 
     pub fn settings(&self) -> &HandlerSettings {
         &self.settings
+    }
+
+    /// SHA-256 of the component's bytes, hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
     }
 
     /// Instantiates the component in a fresh store holding `state` and calls

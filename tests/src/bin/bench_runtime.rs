@@ -41,6 +41,7 @@ fn order(i: i64) -> Event {
         offset: i,
         key: None,
         headers: vec![],
+        payload_sha256: idem::event::payload_hash(&payload),
         payload: payload.to_string(),
     }
 }

@@ -142,13 +142,19 @@ impl SecureBroker {
         Self { address: address.to_string(), requires, user, password, ca_file, stats, create }
     }
 
-    /// Creates a topic with a random name.
+    /// Creates a topic with a random name, and the billing handler's
+    /// dead-letter topic for it (`<topic>.billing.dlq`).
     pub fn create_topic(&self, partitions: i32) -> String {
         let name = crate::unique_name("idem_topic");
-        let (tx, rx) = mpsc::channel();
-        self.create.send((name.clone(), partitions, tx)).unwrap_or_else(|e| panic!("secure broker gone: {e}"));
-        rx.recv().unwrap_or_else(|e| panic!("secure broker gone: {e}")).unwrap_or_else(|e| panic!("topic: {e}"));
+        self.create_named_topic(&name, partitions);
+        self.create_named_topic(&format!("{name}.billing.dlq"), partitions);
         name
+    }
+
+    pub fn create_named_topic(&self, name: &str, partitions: i32) {
+        let (tx, rx) = mpsc::channel();
+        self.create.send((name.to_owned(), partitions, tx)).unwrap_or_else(|e| panic!("secure broker gone: {e}"));
+        rx.recv().unwrap_or_else(|e| panic!("secure broker gone: {e}")).unwrap_or_else(|e| panic!("topic: {e}"));
     }
 
     /// The librdkafka properties a client needs here, except the password.

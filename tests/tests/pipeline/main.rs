@@ -9,8 +9,10 @@ use idem_tests::db::TestDb;
 use idem_tests::host::{self, HandlerSpec, order_payload};
 use idem_tests::kafka;
 use idem_tests::provider::PaymentProvider;
+use idem_tests::wait_until;
 
 mod batching;
+mod failures;
 mod security;
 
 struct Env {
@@ -276,16 +278,6 @@ async fn rebalance_mid_stream(assignor: &'static str) {
     env.finish().await;
 }
 
-async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..1200 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("not within 60 s: {what}");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rebalance_mid_stream_with_cooperative_sticky_loses_and_doubles_nothing() {
     rebalance_mid_stream("cooperative-sticky").await;
@@ -326,7 +318,7 @@ async fn a_slow_partition_does_not_stall_the_others() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn failing_events_are_retried_then_skipped_counted_and_committed_past() {
+async fn failing_events_are_retried_then_dead_lettered_counted_and_committed_past() {
     let env = Env::new(1).await;
     for scenario in ["ok", "write-then-fail", "write-then-retryable", "write-then-trap", "ok"] {
         let payload = serde_json::json!({
@@ -339,7 +331,12 @@ async fn failing_events_are_retried_then_skipped_counted_and_committed_past() {
     spec.max_attempts = 3;
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
-    assert_eq!((r.processed, r.failed, r.retries), (2, 3, 2), "the retryable one ran 3 times, then was skipped: {r:?}");
+    assert_eq!(
+        (r.processed, r.failed, r.retries, r.dead_lettered),
+        (2, 3, 2, 3),
+        "the retryable one ran 3 times, then went to the DLQ: {r:?}"
+    );
+    assert_eq!(kafka::read_all(&format!("{}.scenarios.dlq", env.topic)).len(), 3);
     assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 2, "the failed events left nothing");
     assert_eq!(env.count("SELECT count(*) FROM idem.processed_event").await, 2);
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(5)], "and the partition moved past them");
@@ -421,7 +418,11 @@ async fn a_database_outage_mid_stream_delays_events_but_loses_and_doubles_none()
     assert_eq!(env.count(CHARGES).await, 60, "0 lost: {:?}", r[0]);
     assert_eq!(env.count(DISTINCT_ORDERS).await, 60, "0 double effects");
     assert_eq!(env.provider.charges(), 60, "a retried charge reused its key");
-    assert_eq!(r[0].failed, 0, "an outage is not the events' fault: none was given up: {:?}", r[0]);
-    assert!(r[0].retries > 0, "events were retried during the outage: {:?}", r[0]);
+    // The outage (2 s) outlasts the handler's whole retry budget (5
+    // attempts, 20 to 200 ms apart): only because it spends no attempts
+    // does nothing reach the DLQ.
+    assert_eq!(r[0].failed + r[0].dead_lettered, 0, "an outage is not the events' fault: {:?}", r[0]);
+    assert!(r[0].unavailable > 0, "events were retried during the outage: {:?}", r[0]);
+    assert_eq!(r[0].retries, 0, "without spending attempts: {:?}", r[0]);
     env.finish().await;
 }

@@ -160,7 +160,7 @@ const ATTACKS: &[(&str, &str)] = &[
         "INSERT INTO idem.processed_event (event_id, consumer, topic, \"partition\", \"offset\") VALUES (gen_random_uuid(), 'billing', 't', 0, 0)",
     ),
     ("read the role map", "SELECT * FROM idem.handler_role"),
-    ("claim directly", "SELECT idem_api.claim(gen_random_uuid(), 't', 0, 0)"),
+    ("claim directly", "SELECT idem_api.claim(gen_random_uuid(), 't', 0, 0, NULL)"),
     // Another handler's rows.
     ("read another handler", "SELECT * FROM billing.charge"),
     ("write another handler", "INSERT INTO billing.charge VALUES (gen_random_uuid(), 1, 1, 1, 'EUR')"),
@@ -241,12 +241,12 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
     // The role may call the claim, but only ever claims as itself.
     let mut conn = pool.acquire().await.expect("acquire");
     let id = uuid::Uuid::now_v7();
-    let claimed: bool = sqlx::query_scalar("SELECT idem_api.claim($1, 't', 0, 0)")
+    let claimed: String = sqlx::query_scalar("SELECT idem_api.claim($1, 't', 0, 0, NULL)")
         .bind(id)
         .fetch_one(&mut *conn)
         .await
         .expect("claim as itself");
-    assert!(claimed);
+    assert_eq!(claimed, "claimed");
     let consumer: String = sqlx::query_scalar("SELECT consumer FROM idem.processed_event WHERE event_id = $1")
         .bind(id)
         .fetch_one(&s.db.pool)

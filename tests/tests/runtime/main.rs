@@ -101,6 +101,7 @@ fn event(payload: serde_json::Value) -> Event {
         offset: 0,
         key: None,
         headers: vec![],
+        payload_sha256: idem::event::payload_hash(&payload),
         payload: payload.to_string(),
     }
 }

@@ -29,11 +29,26 @@ pub(crate) struct DbCapability {
     savepoint: bool,
     /// Statements this invocation may still run.
     statements: Allowance,
+    /// The first guest statement that failed for an infrastructure reason
+    /// (see `error::unavailable_sqlstate`): the transaction must not
+    /// commit, whatever the guest made of the error.
+    infrastructure: Option<String>,
 }
 
 impl DbCapability {
     pub(crate) fn new(tx: EventTx, max_statements: u32) -> Self {
-        Self { tx, savepoint: false, statements: Allowance::new(max_statements, "max_db_statements") }
+        Self {
+            tx,
+            savepoint: false,
+            statements: Allowance::new(max_statements, "max_db_statements"),
+            infrastructure: None,
+        }
+    }
+
+    /// Why this invocation's transaction must not commit, if a guest
+    /// statement hit an infrastructure failure.
+    pub(crate) fn infrastructure_failure(&self) -> Option<&str> {
+        self.infrastructure.as_deref()
     }
 
     /// Takes the transaction back after the invocation.
@@ -80,7 +95,13 @@ impl DbCapability {
         self.savepoint = true;
         let error = match run(&mut *conn).await {
             Ok(value) => return Ok(Ok(value)),
-            Err(sqlx::Error::Database(e)) => classify(e.as_ref()),
+            Err(sqlx::Error::Database(e)) => {
+                let code = e.code().unwrap_or_default();
+                if crate::error::unavailable_sqlstate(&code) && self.infrastructure.is_none() {
+                    self.infrastructure = Some(format!("{} (SQLSTATE {code})", e.message()));
+                }
+                classify(e.as_ref())
+            }
             Err(sqlx::Error::ColumnDecode { index, source }) => {
                 DbError::InvalidValue(format!("column {index}: {source}"))
             }

@@ -12,6 +12,9 @@ struct Payload {
     sql: Option<String>,
     #[serde(default)]
     url: Option<String>,
+    /// `retry-until`: the attempt that succeeds.
+    #[serde(default)]
+    succeed_at: Option<u32>,
 }
 
 fn record(db: &Db, event: &Event, note: &str) -> idem_guest::Result {
@@ -28,6 +31,17 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
     record(db, event, "start")?;
     match p.scenario.as_str() {
         "ok" => Ok(()),
+        "retry-until" => {
+            // Tells the provider which attempt this is (an HTTP call outlives
+            // the rolled-back transaction), then fails retryably until
+            // `succeed_at`.
+            let attempt = event.attempt();
+            http::post(format!("{}/v1/charges", base()?)).label(format!("attempt{attempt}")).send()?;
+            if attempt < p.succeed_at.unwrap_or(1) {
+                return Err(Error::retryable(format!("attempt {attempt} fails on purpose")));
+            }
+            Ok(())
+        }
         "write-then-fail" => Err(Error::permanent("failing on purpose after a write")),
         "write-then-retryable" => Err(Error::retryable("asking for a retry after a write")),
         "write-then-trap" => panic!("trapping on purpose after a write"),

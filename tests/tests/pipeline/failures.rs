@@ -1,0 +1,322 @@
+//! Failures lose nothing and stall nothing: retries that reach the guest,
+//! outages that spend no attempts, the dead-letter topic and its headers.
+
+use std::time::Duration;
+
+use idem::pipeline::dlq_headers as h;
+use idem_tests::host::{self, HandlerSpec, order_payload};
+use idem_tests::kafka;
+use idem_tests::provider::Fault;
+use rdkafka::Message as _;
+use rdkafka::message::Headers as _;
+
+use idem_tests::wait_until;
+
+use crate::{CHARGES, DISTINCT_ORDERS, Env};
+
+fn scenario(name: &str, extra: serde_json::Value) -> (uuid::Uuid, Vec<u8>) {
+    let id = uuid::Uuid::now_v7();
+    let mut payload = serde_json::json!({
+        "eventId": id.to_string(), "eventType": "test.scenario.v1",
+        "occurredAt": "2026-11-30T12:00:00Z", "scenario": name,
+    });
+    if let (Some(p), Some(e)) = (payload.as_object_mut(), extra.as_object()) {
+        p.extend(e.clone());
+    }
+    (id, payload.to_string().into_bytes())
+}
+
+fn header(message: &rdkafka::message::OwnedMessage, name: &str) -> Option<String> {
+    let headers = message.headers()?;
+    headers.iter().find(|x| x.key == name).and_then(|x| x.value).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retryable_failure_is_retried_with_the_attempt_reaching_the_guest_then_applied_once() {
+    let env = Env::new(1).await;
+    let (id, payload) = scenario("retry-until", serde_json::json!({ "succeed_at": 3 }));
+    env.send(0, &payload).await;
+    let spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.retries, r.failed, r.dead_lettered), (1, 2, 0, 0), "{r:?}");
+    let mut labels: Vec<String> = env.provider.keys().into_iter().flatten().collect();
+    labels.sort();
+    let expected: Vec<String> = (1..=3).map(|a| format!("{id}:attempt{a}")).collect();
+    assert_eq!(labels, expected, "the guest saw attempts 1, 2, 3");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await, 1, "applied once");
+    assert!(kafka::read_all(&format!("{}.scenarios.dlq", env.topic)).is_empty());
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn permanent_failures_and_invalid_records_reach_the_dlq_once_byte_for_byte_and_the_partition_flows_on() {
+    let env = Env::new(1).await;
+    let (_, fail) = scenario("write-then-fail", serde_json::json!({}));
+    let (_, trap) = scenario("write-then-trap", serde_json::json!({}));
+    let (_, ok) = scenario("ok", serde_json::json!({}));
+    let invalid = b"not json at all".to_vec();
+    let mut offsets = Vec::new();
+    for (i, payload) in [&invalid, &fail, &trap, &ok].into_iter().enumerate() {
+        let key = format!("key-{i}");
+        let trace = format!("trace-{i}");
+        offsets.push(
+            kafka::produce_with_headers(
+                &env.producer,
+                &env.topic,
+                0,
+                key.as_bytes(),
+                payload,
+                &[("traceparent", trace.as_bytes())],
+            )
+            .await,
+        );
+    }
+    let spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.invalid, r.failed, r.dead_lettered, r.processed, r.retries), (1, 2, 3, 1, 0), "{r:?}");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(4)], "the partition flowed on");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 1, "only the ok event's effect");
+
+    let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
+    assert_eq!(dead.len(), 3, "each failed record once");
+    for (i, (message, (payload, class, attempts))) in
+        dead.iter().zip([(&invalid, "invalid", "0"), (&fail, "permanent", "1"), (&trap, "permanent", "1")]).enumerate()
+    {
+        assert_eq!(message.payload(), Some(payload.as_slice()), "value byte for byte");
+        assert_eq!(message.key(), Some(format!("key-{i}").as_bytes()), "key kept");
+        let first =
+            message.headers().and_then(|hs| hs.iter().next()).map(|x| (x.key.to_owned(), x.value.map(<[u8]>::to_vec)));
+        assert_eq!(
+            first,
+            Some(("traceparent".to_owned(), Some(format!("trace-{i}").into_bytes()))),
+            "headers kept first"
+        );
+        assert_eq!(header(message, h::CLASS).as_deref(), Some(class));
+        assert_eq!(header(message, h::ATTEMPTS).as_deref(), Some(attempts));
+        assert_eq!(header(message, h::TOPIC).as_deref(), Some(env.topic.as_str()));
+        assert_eq!(header(message, h::PARTITION).as_deref(), Some("0"));
+        assert_eq!(header(message, h::OFFSET), Some(offsets[i].to_string()));
+        assert_eq!(header(message, h::HANDLER).as_deref(), Some("scenarios"));
+        assert_eq!(header(message, h::GROUP).as_deref(), Some(spec.group_id.as_str()));
+        assert_eq!(header(message, h::MODULE).map(|m| m.len()), Some(64), "the module's sha256");
+        assert!(header(message, h::TIMESTAMP).is_some_and(|t| t.parse::<i64>().is_ok()));
+        assert!(header(message, h::FAILED_AT).is_some());
+        assert!(header(message, h::REASON).is_some_and(|r| !r.is_empty()));
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_outage_longer_than_the_old_retry_window_loses_nothing() {
+    let env = Env::new(2).await;
+    env.provider.set_fault(Fault::Unavailable);
+    env.send_orders(20).await;
+    let mut spec = env.billing();
+    spec.max_attempts = 8;
+    spec.backoff_ms = (250, 2_000);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let running = host::InProcess::start(&config);
+    // Longer than the 3 s the old retries lasted, shorter than the budget.
+    // Each partition's first event meets the outage (the others wait behind it).
+    wait_until("503s seen", || env.provider.seen().len() >= 2).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(env.count(CHARGES).await, 0, "nothing applied during the outage");
+    env.provider.set_fault(Fault::None);
+    wait_until("20 charges", || env.provider.charges() >= 20).await;
+    let committed = || kafka::committed(&spec.group_id, &env.topic, 2);
+    wait_until("offsets committed", || committed() == vec![Some(10), Some(10)]).await;
+    let r = &running.stop().await[0];
+    assert_eq!((r.processed, r.failed, r.dead_lettered), (20, 0, 0), "{r:?}");
+    assert!(r.retries >= 2, "each partition's first event was retried through the outage: {r:?}");
+    assert_eq!(env.count(CHARGES).await, 20);
+    assert!(kafka::read_all(&format!("{}.billing.dlq", env.topic)).is_empty());
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_that_swallows_an_infrastructure_error_is_not_committed_and_spends_no_attempt() {
+    let env = Env::new(1).await;
+    // A serialization failure the first two times, then success.
+    let (_, payload) = scenario("swallow", serde_json::json!({ "sql": "SELECT scenario.flaky('40001', 2)" }));
+    env.send(0, &payload).await;
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.max_attempts = 1;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.unavailable, r.retries, r.dead_lettered), (1, 2, 0, 0), "{r:?}");
+    assert_eq!(
+        env.count("SELECT count(*) FROM scenario.effect WHERE note LIKE 'swallow:err%'").await,
+        0,
+        "the transactions in which the guest swallowed the error were not committed"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'swallow:ok'").await, 1);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poison_event_does_not_stall_the_other_partitions_of_a_concurrency_1_handler() {
+    let env = Env::new(3).await;
+    let (_, poison) = scenario("write-then-retryable", serde_json::json!({}));
+    env.send(0, &poison).await;
+    let records: Vec<(i32, Vec<u8>)> =
+        (0..1000).map(|i| (1 + (i % 2), scenario("ok", serde_json::json!({})).1)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.concurrency = 1;
+    spec.max_attempts = 1_000;
+    spec.backoff_ms = (200, 200);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let running = host::InProcess::start(&config);
+    let committed = || kafka::committed(&spec.group_id, &env.topic, 3);
+    wait_until("partitions 1 and 2 committed to their ends", || {
+        let c = committed();
+        c[1] == Some(500) && c[2] == Some(500)
+    })
+    .await;
+    assert_ne!(committed()[0], Some(1), "the poison event is still being retried, uncommitted");
+    let r = &running.stop().await[0];
+    assert_eq!(r.processed, 1000, "{r:?}");
+    assert!(r.retries >= 1 && r.failed == 0, "{r:?}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_id_reused_with_another_payload_is_dead_lettered_and_the_first_effect_stays() {
+    let env = Env::new(1).await;
+    let (id, first) = order_payload(1);
+    let mut second: serde_json::Value = serde_json::from_slice(&order_payload(2).1).expect("json");
+    second["eventId"] = id.to_string().into();
+    // The same event re-serialised (other key order) is a duplicate, not a reuse.
+    let same: serde_json::Value = serde_json::from_slice(&first).expect("json");
+    let fields: Vec<String> = same
+        .as_object()
+        .expect("object")
+        .iter()
+        .rev()
+        .map(|(k, v)| format!("{}: {v}", serde_json::Value::String(k.clone())))
+        .collect();
+    let reordered = format!("{{ {} }}", fields.join(", "));
+    env.send(0, &first).await;
+    env.send(0, second.to_string().as_bytes()).await;
+    env.send(0, reordered.as_bytes()).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.duplicates, r.failed, r.dead_lettered), (1, 1, 1, 1), "{r:?}");
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge WHERE order_id = 1").await, 1, "the first effect stays");
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge WHERE order_id = 2").await, 0);
+    let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(header(&dead[0], h::CLASS).as_deref(), Some("conflicting"));
+    assert!(header(&dead[0], h::REASON).is_some_and(|r| r.contains("eventId reused with a different payload")));
+    assert_eq!(dead[0].payload(), Some(second.to_string().as_bytes()));
+    env.finish().await;
+}
+
+/// Writes `payload` into `dlq` as idem would have dead-lettered it from
+/// `topic`/0 at `offset`.
+async fn dead_letter(env: &Env, dlq: &str, payload: &[u8], offset: usize) {
+    let (offset, at) = (offset.to_string(), chrono::Utc::now().to_rfc3339());
+    let headers: [(&str, &[u8]); 11] = [
+        (h::CLASS, b"permanent"),
+        (h::REASON, b"handler failed (permanent): provider said no"),
+        (h::ATTEMPTS, b"1"),
+        (h::FAILED_AT, at.as_bytes()),
+        (h::TOPIC, env.topic.as_bytes()),
+        (h::PARTITION, b"0"),
+        (h::OFFSET, offset.as_bytes()),
+        (h::TIMESTAMP, b"1764504000000"),
+        (h::HANDLER, b"billing"),
+        (h::MODULE, b"0000"),
+        (h::GROUP, b"billing"),
+    ];
+    kafka::produce_with_headers(&env.producer, dlq, 0, b"k", payload, &headers).await;
+}
+
+fn idem_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run idem: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "idem {args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_applies_exactly_the_missing_events_to_that_handler_only() {
+    let env = Env::new(1).await;
+    let processed = env.send_orders(3).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    host::run_until_drained(&config).await;
+    assert_eq!(env.count(CHARGES).await, 3);
+
+    // The DLQ holds the three (processed since, say) and two never processed.
+    let dlq = format!("{}.billing.dlq", env.topic);
+    let missing: Vec<Vec<u8>> = (10..12).map(|i| order_payload(i).1).collect();
+    for (i, payload) in processed.iter().chain(&missing).enumerate() {
+        dead_letter(&env, &dlq, payload, i).await;
+    }
+    let source = kafka::read_all(&env.topic).len();
+    let path = config.to_str().expect("path");
+
+    let listing = idem_json(&["dlq", "list", "--config", path, "--handler", "billing", "--json"]);
+    assert_eq!(listing["records"], 5, "{listing}");
+    assert_eq!(listing["by_reason"]["permanent: handler failed (permanent): provider said no"], 5, "{listing}");
+
+    let dry = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--dry-run", "--json"]);
+    assert_eq!((dry["applied"].as_u64(), dry["duplicates"].as_u64()), (Some(2), Some(3)), "{dry}");
+    assert_eq!(env.count(CHARGES).await, 3, "a dry run executes nothing");
+
+    let first = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--json"]);
+    assert_eq!(
+        (first["applied"].as_u64(), first["duplicates"].as_u64(), first["failed_again"].as_u64()),
+        (Some(2), Some(3), Some(0)),
+        "{first}"
+    );
+    assert_eq!(env.count(CHARGES).await, 5);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 5, "each missing event applied once");
+    assert_eq!(env.provider.charges(), 5);
+
+    let second = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--json"]);
+    assert_eq!((second["applied"].as_u64(), second["duplicates"].as_u64()), (Some(0), Some(5)), "{second}");
+    assert_eq!(env.count(CHARGES).await, 5, "a second replay applies nothing");
+    assert_eq!(kafka::read_all(&env.topic).len(), source, "no record went into the shared source topic");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_that_kills_the_host_is_dead_lettered_after_max_attempts_restarts() {
+    let env = Env::new(1).await;
+    let (_, killer) = scenario("ok", serde_json::json!({ "note": "kill-the-host" }));
+    env.send(0, &killer).await;
+    for _ in 0..3 {
+        env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    }
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.max_attempts = 2;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let abort = [("IDEM_TEST_ABORT_ON", "kill-the-host")];
+    for run in 1..=2 {
+        let (status, _) = host::wait_report(host::spawn(&config, true, &abort));
+        assert!(!status.success(), "run {run}: the event brought the host down");
+    }
+    let (status, reports) = host::wait_report(host::spawn(&config, true, &abort));
+    assert!(status.success(), "the third run dead-letters the event instead of running it: {status}");
+    let r = &reports[0];
+    assert_eq!((r.dead_lettered, r.processed), (1, 3), "{r:?}");
+    let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload(), Some(killer.as_slice()));
+    assert!(
+        header(&dead[0], h::REASON).is_some_and(|r| r.contains("ends the host process")),
+        "{:?}",
+        header(&dead[0], h::REASON)
+    );
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(4)], "the partition flowed on");
+    assert_eq!(env.count("SELECT count(*) FROM idem.execution_attempt").await, 0, "counts are forgotten once resolved");
+    env.finish().await;
+}
