@@ -58,4 +58,12 @@ BEGIN
 END
 $$;
 
-DROP FUNCTION idem_api.claim(uuid, text, integer, bigint);
+-- The old signature stays, for hosts of the previous release still running
+-- during a rolling upgrade: it claims with no payload hash (a duplicate
+-- then never counts as a conflict).
+CREATE OR REPLACE FUNCTION idem_api.claim(p_event_id uuid, p_topic text, p_partition integer, p_offset bigint)
+RETURNS boolean
+LANGUAGE sql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT idem_api.claim(p_event_id, p_topic, p_partition, p_offset, NULL) = 'claimed' $$;

@@ -23,7 +23,15 @@ pub struct Record {
     pub timestamp: Option<i64>,
 }
 
-/// Why a record is not a valid event. Logged and counted, never retried.
+impl Record {
+    /// What the record weighs in memory, roughly: payload, key and headers.
+    pub fn weight(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum();
+        self.payload.as_ref().map_or(0, Vec::len) + self.key.as_ref().map_or(0, Vec::len) + headers
+    }
+}
+
+/// Why a record is not a valid event: logged, counted and dead-lettered, never retried.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
     #[error("the record has no payload")]

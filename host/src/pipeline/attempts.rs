@@ -10,6 +10,14 @@
 //! one executed for real. Once one event of the assignment is processed,
 //! counting stops: one insert and one delete per partition assignment in
 //! the steady state, nothing per event.
+//!
+//! Each record is counted once per process (the in-process retries are
+//! bounded by `max_attempts` already), and a handler runs one unproven
+//! execution at a time, so that a crash is only ever blamed on the event
+//! that was running.
+//!
+//! `[database] url`'s role needs INSERT, UPDATE and DELETE on
+//! `idem.execution_attempt` (the README's provisioning section says so).
 
 use sqlx::PgPool;
 

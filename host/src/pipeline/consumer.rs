@@ -28,6 +28,10 @@ use crate::validate::Record;
 /// Queue length at which a partition's fetching is paused, and resumed.
 const PAUSE_AT: usize = 2_000;
 const RESUME_AT: usize = 500;
+/// The same in bytes: 2,000 records of 1 MB on many partitions must not
+/// exhaust memory.
+const PAUSE_AT_BYTES: usize = 16 << 20;
+const RESUME_AT_BYTES: usize = 4 << 20;
 
 type Key = (String, i32);
 
@@ -77,7 +81,20 @@ impl IdemContext {
                 generation,
                 "partition worker started"
             );
-            self.runtime.spawn(partition::work(self.shared.clone(), state.clone(), queue));
+            let worker = self.runtime.spawn(partition::work(self.shared.clone(), state.clone(), queue));
+            // A worker that panics must not leave a partition silently dead
+            // while the consumer keeps fetching into its queue: the handler
+            // stops, loudly, and nothing past the record is committed.
+            let shared = self.shared.clone();
+            let (topic, partition) = (element.topic().to_owned(), element.partition());
+            self.runtime.spawn(async move {
+                if let Err(e) = worker.await
+                    && e.is_panic()
+                {
+                    tracing::error!(handler = %shared.name, %topic, partition, "partition worker panicked: {e}");
+                    shared.fatal(format!("handler {}: the worker of {topic}/{partition} panicked", shared.name));
+                }
+            });
             map.insert((element.topic().to_owned(), element.partition()), state);
         }
         self.lookups_pending.store(true, Ordering::SeqCst);
@@ -296,10 +313,11 @@ impl IdemContext {
     pub(crate) fn flow_control(&self, consumer: &BaseConsumer<Self>) {
         for state in self.states() {
             let queued = state.queued.load(Ordering::SeqCst);
+            let bytes = state.queued_bytes.load(Ordering::SeqCst);
             let paused = state.paused.load(Ordering::SeqCst);
-            let change = if !paused && queued >= PAUSE_AT {
+            let change = if !paused && (queued >= PAUSE_AT || bytes >= PAUSE_AT_BYTES) {
                 Some(true)
-            } else if paused && queued <= RESUME_AT {
+            } else if paused && queued <= RESUME_AT && bytes <= RESUME_AT_BYTES {
                 Some(false)
             } else {
                 None

@@ -36,6 +36,9 @@ pub mod headers {
     pub const GROUP: &str = "idem.consumer.group";
 }
 
+/// The longest `idem.failure.reason` written.
+const MAX_REASON_CHARS: usize = 1_024;
+
 /// Why a record is dead-lettered.
 #[derive(Debug, Clone)]
 pub(crate) struct Failure {
@@ -92,9 +95,12 @@ impl DeadLetters {
         let (partition, offset, attempts) =
             (record.partition.to_string(), record.offset.to_string(), failure.attempts.to_string());
         let timestamp = record.timestamp.map(|t| t.to_string()).unwrap_or_default();
+        // Bounded: a guest's message and stderr tail must not make the
+        // record too large for the topic.
+        let reason: String = failure.reason.chars().take(MAX_REASON_CHARS).collect();
         let added: [(&str, &str); 11] = [
             (headers::CLASS, failure.class.as_str()),
-            (headers::REASON, &failure.reason),
+            (headers::REASON, &reason),
             (headers::ATTEMPTS, &attempts),
             (headers::FAILED_AT, &now),
             (headers::TOPIC, &record.topic),
@@ -119,9 +125,9 @@ impl DeadLetters {
         if let Some(payload) = &record.payload {
             out = out.payload(payload.as_slice());
         }
-        if let Some(t) = record.timestamp {
-            out = out.timestamp(t);
-        }
+        // No original timestamp on the copy (it is in idem.original.timestamp):
+        // with time-based retention an old event's copy would be deleted
+        // soon after its source offset is committed.
         match self.producer.send(out, Duration::from_secs(30)).await {
             Ok(_) => Ok(()),
             Err((e, _)) => Err(format!("failed to write to the DLQ topic {}: {e}", self.topic)),

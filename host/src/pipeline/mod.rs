@@ -51,6 +51,9 @@ pub(crate) struct Shared {
     pub dead_letters: Option<DeadLetters>,
     /// idem's own pool: execution counts that outlive the process.
     pub idem_pool: sqlx::PgPool,
+    /// Held by an execution of a partition that has processed nothing yet
+    /// in its assignment (see `attempts`).
+    pub unproven: tokio::sync::Mutex<()>,
     pub stats: Arc<Stats>,
     fatal: mpsc::UnboundedSender<String>,
     /// Test-only fault point (`IDEM_TEST_CRASH_AFTER_COMMITS=N`): abort the
@@ -118,6 +121,7 @@ pub async fn run(
             crash_after,
             abort_on: std::env::var("IDEM_TEST_ABORT_ON").ok().filter(|m| !m.is_empty()),
             idem_pool: prepared.pool.clone(),
+            unproven: tokio::sync::Mutex::new(()),
             committed: AtomicU64::new(0),
         });
         let consumer = build_consumer(&prepared.config, &config, shared)?;

@@ -36,6 +36,8 @@ pub(crate) struct PartitionState {
     proven: AtomicBool,
     /// Records queued and not yet taken by the worker.
     pub queued: AtomicUsize,
+    /// Their payloads' and keys' bytes: flow control bounds both.
+    pub queued_bytes: AtomicUsize,
     /// The consumer paused fetching for this partition (queue too long).
     pub paused: AtomicBool,
     /// Where the partition resumed, to detect offset resets.
@@ -56,7 +58,11 @@ impl PartitionState {
             busy: AtomicBool::new(false),
             proven: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
-            paused: AtomicBool::new(false),
+            queued_bytes: AtomicUsize::new(0),
+            // librdkafka keeps a partition's pause flag across assignments:
+            // a partition paused when it was revoked would come back paused
+            // for good. Assume it may be, so that flow control resumes it.
+            paused: AtomicBool::new(true),
             start: Mutex::new(Start::default()),
             sender,
         };
@@ -74,11 +80,14 @@ impl PartitionState {
     /// Queues `record` for the worker (called by the polling thread only).
     pub(crate) fn push(&self, record: Record) {
         self.tracker().delivered(record.offset);
+        let bytes = record.weight();
         self.queued.fetch_add(1, Ordering::SeqCst);
+        self.queued_bytes.fetch_add(bytes, Ordering::SeqCst);
         if self.sender.send(record).is_err() {
             // The worker is gone (stopped): the record stays unresolved and
             // uncommitted, so it is redelivered to whoever owns it next.
             self.queued.fetch_sub(1, Ordering::SeqCst);
+            self.queued_bytes.fetch_sub(bytes, Ordering::SeqCst);
         }
     }
 
@@ -150,8 +159,11 @@ impl Start {
 
 /// Drains the partition's queue until it is stopped or the queue closes.
 pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut queue: mpsc::UnboundedReceiver<Record>) {
-    while let Some(record) = queue.recv().await {
+    // Ends when the partition is stopped even if its queue is empty: the
+    // state holds the queue's sender, so `recv` alone would wait forever.
+    while let Some(Some(record)) = state.until_stopped(queue.recv()).await {
         state.queued.fetch_sub(1, Ordering::SeqCst);
+        state.queued_bytes.fetch_sub(record.weight(), Ordering::SeqCst);
         // `busy` before the `stopped` check: whoever stops the partition
         // then waits for `busy` to clear, so it never misses this record.
         // Every wait inside (a permit, a backoff) ends when it is stopped.
@@ -174,6 +186,15 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
 /// Failures of the infrastructure are retried at least this often, however
 /// long they last, so that processing resumes soon after it comes back.
 const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Consecutive infrastructure failures of one event after which the host
+/// asks the database whether it is really down.
+const SUSPECT_AFTER: u32 = 3;
+
+async fn database_answers(shared: &Shared) -> bool {
+    let probe = sqlx::query("SELECT 1").execute(shared.executor.pool());
+    matches!(tokio::time::timeout(Duration::from_secs(2), probe).await, Ok(Ok(_)))
+}
 
 /// Validates and executes one record until it is resolved: processed, a
 /// duplicate, or dead-lettered. `true`: its offset may be committed;
@@ -198,12 +219,27 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bo
     let event_id = event.id;
     let max_attempts = shared.config.retry.max_attempts;
     let (mut attempt, mut outages) = (1, 0);
+    let (mut counted, mut suspect) = (false, false);
     loop {
         let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else { return false };
-        if !state.proven.load(Ordering::SeqCst) {
+        if state.is_stopped() {
+            return false;
+        }
+        // Until this partition has processed an event, its executions are
+        // counted outside the process, one at a time per handler, so that a
+        // crash is blamed on the one event that was running.
+        let unproven = !state.proven.load(Ordering::SeqCst);
+        let serial = match unproven {
+            true => match state.until_stopped(shared.unproven.lock()).await {
+                Some(guard) => Some(guard),
+                None => return false,
+            },
+            false => None,
+        };
+        if unproven && !counted {
             match super::attempts::count(&shared.idem_pool, name, record).await {
                 Ok(started) if started > max_attempts => {
-                    drop(permit);
+                    drop((serial, permit));
                     let reason = format!(
                         "{} executions started and none finished: the event ends the host process",
                         started - 1
@@ -213,11 +249,19 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bo
                     let failure = Failure { class: ErrorClass::Permanent, reason, attempts: started - 1 };
                     return settle(shared, state, record, failure).await;
                 }
-                Ok(_) => {}
+                Ok(_) => counted = true,
                 Err(e) => {
-                    drop(permit);
+                    drop((serial, permit));
+                    let error = crate::ExecError::from_host_sql(e);
+                    if error.class() == ErrorClass::Fatal {
+                        tracing::error!(handler = %name, "fatal: cannot count executions: {error}");
+                        shared.fatal(format!(
+                            "handler {name}: cannot count executions in idem.execution_attempt: {error}"
+                        ));
+                        return false;
+                    }
                     outages += 1;
-                    tracing::warn!(handler = %name, %topic, partition, offset, "failed to count the execution: {e}");
+                    tracing::warn!(handler = %name, %topic, partition, offset, "failed to count the execution: {error}");
                     Stats::add(&stats.unavailable);
                     if !state.sleep(shared.config.backoff(outages).min(MAX_OUTAGE_BACKOFF)).await {
                         return false;
@@ -228,7 +272,7 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bo
         }
         shared.abort_point(&event.payload);
         let result = shared.executor.execute(&event, attempt).await;
-        drop(permit);
+        drop((serial, permit));
         let error = match result {
             Ok(Outcome::Processed) => {
                 Stats::add(&stats.processed);
@@ -243,10 +287,29 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bo
             }
             Err(error) => error,
         };
-        let class = error.class();
+        let mut class = error.class();
+        if class == ErrorClass::Unavailable {
+            outages += 1;
+            // A failure of the infrastructure that persists while the
+            // database answers is the event's own (a guest raising XX000 or
+            // using NOWAIT, a slow deferred trigger at COMMIT): after the
+            // database answered a probe, the next such failure spends an
+            // attempt, so the event reaches the DLQ instead of stalling the
+            // partition for ever. (Not the failure right before the probe:
+            // an outage that just ended must not cost one.)
+            if suspect {
+                tracing::warn!(
+                    handler = %name, %topic, partition, offset, %event_id, outages,
+                    "the failure persists while the database answers: counted as the event's"
+                );
+                class = ErrorClass::Retryable;
+                suspect = false;
+            } else if outages % SUSPECT_AFTER == 0 {
+                suspect = database_answers(shared).await;
+            }
+        }
         let backoff = match class {
             ErrorClass::Unavailable => {
-                outages += 1;
                 tracing::warn!(
                     handler = %name, %topic, partition, offset, %event_id, attempt, outages,
                     "infrastructure unavailable, retrying without spending an attempt: {error}"

@@ -57,6 +57,8 @@ pub struct ReplayReport {
     pub applied: usize,
     pub duplicates: usize,
     pub failed_again: usize,
+    /// Records left alone: another handler's, or without idem's headers.
+    pub foreign: usize,
     /// `--dry-run`: nothing executed; `applied` counts the records that
     /// would be, `duplicates` those already processed.
     pub dry_run: bool,
@@ -192,7 +194,15 @@ pub async fn replay(
         (None, false) => bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", h.name),
     };
     for message in &records {
-        let record = original(message)?;
+        // Only this handler's own dead letters; a record that is not one
+        // (another handler's, or malformed) is counted and left alone.
+        let record = match original(message) {
+            Ok(record) if header(message, headers::HANDLER).as_deref() == Some(h.name.as_str()) => record,
+            Ok(_) | Err(_) => {
+                report.foreign += 1;
+                continue;
+            }
+        };
         let replays: u32 = header(message, REPLAY_COUNT).and_then(|c| c.parse().ok()).unwrap_or(0);
         let event = match handler.validator.validate(&record) {
             Ok(event) => event,
