@@ -142,7 +142,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .iter()
                 .find(|h| h.name == target.handler)
                 .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
-            let listing = crate::pipeline::replay::list(&config, &handler.dlq_topic(), &target.window())?;
+            let listing = crate::pipeline::replay::list(&config, handler, &target.window())?;
             if target.json {
                 println!("{}", serde_json::to_string(&listing)?);
             } else {

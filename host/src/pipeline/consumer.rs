@@ -35,6 +35,18 @@ const RESUME_AT_BYTES: usize = 4 << 20;
 
 type Key = (String, i32);
 
+/// Whether a partition's fetching should be paused (`Some(true)`) or
+/// resumed (`Some(false)`), given its queue in records and bytes.
+fn pause_change(paused: bool, queued: usize, bytes: usize) -> Option<bool> {
+    if !paused && (queued >= PAUSE_AT || bytes >= PAUSE_AT_BYTES) {
+        Some(true)
+    } else if paused && queued <= RESUME_AT && bytes <= RESUME_AT_BYTES {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 pub(crate) struct IdemContext {
     shared: Arc<Shared>,
     partitions: Mutex<HashMap<Key, Arc<PartitionState>>>,
@@ -85,12 +97,13 @@ impl IdemContext {
             // A worker that panics must not leave a partition silently dead
             // while the consumer keeps fetching into its queue: the handler
             // stops, loudly, and nothing past the record is committed.
-            let shared = self.shared.clone();
+            let (shared, watched) = (self.shared.clone(), state.clone());
             let (topic, partition) = (element.topic().to_owned(), element.partition());
             self.runtime.spawn(async move {
                 if let Err(e) = worker.await
                     && e.is_panic()
                 {
+                    watched.worker_died();
                     tracing::error!(handler = %shared.name, %topic, partition, "partition worker panicked: {e}");
                     shared.fatal(format!("handler {}: the worker of {topic}/{partition} panicked", shared.name));
                 }
@@ -315,14 +328,7 @@ impl IdemContext {
             let queued = state.queued.load(Ordering::SeqCst);
             let bytes = state.queued_bytes.load(Ordering::SeqCst);
             let paused = state.paused.load(Ordering::SeqCst);
-            let change = if !paused && (queued >= PAUSE_AT || bytes >= PAUSE_AT_BYTES) {
-                Some(true)
-            } else if paused && queued <= RESUME_AT && bytes <= RESUME_AT_BYTES {
-                Some(false)
-            } else {
-                None
-            };
-            let Some(pause) = change else { continue };
+            let Some(pause) = pause_change(paused, queued, bytes) else { continue };
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&state.topic, state.partition);
             let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
@@ -360,5 +366,19 @@ impl IdemContext {
             let committed = s.start().committed.flatten();
             high == low || s.tracker().position().is_some_and(|p| p >= high) || committed == Some(high)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PAUSE_AT, PAUSE_AT_BYTES, RESUME_AT_BYTES, pause_change};
+
+    #[test]
+    fn a_queue_is_bounded_in_bytes_as_well_as_in_records() {
+        assert_eq!(pause_change(false, 20, 20 << 20), Some(true), "20 records of 1 MB pause the partition");
+        assert_eq!(pause_change(false, PAUSE_AT, 0), Some(true));
+        assert_eq!(pause_change(true, 3, RESUME_AT_BYTES + 1), None, "few records, still too many bytes");
+        assert_eq!(pause_change(true, 3, 1 << 10), Some(false));
+        assert_eq!(pause_change(false, 10, PAUSE_AT_BYTES - 1), None);
     }
 }

@@ -63,7 +63,8 @@ impl DeadLetters {
     pub(crate) async fn open(config: &Config, handler: &HandlerConfig, module_sha256: &str) -> anyhow::Result<Self> {
         let topic = handler.dlq_topic();
         let partitions = ensure_topic(config, handler, &topic).await?;
-        let mut client = crate::kafka_client::client_config(config, None)?;
+        // The handler's own properties too: its credentials, say.
+        let mut client = crate::kafka_client::client_config(config, Some(handler))?;
         client
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -138,7 +139,7 @@ impl DeadLetters {
 /// The DLQ topic's partition count; the topic is created when missing.
 async fn ensure_topic(config: &Config, handler: &HandlerConfig, topic: &str) -> anyhow::Result<i32> {
     let at = format!("handler `{}`", handler.name);
-    let probe = super::probe_client(config, None)?;
+    let probe = super::probe_client(config, Some(handler))?;
     let partitions = |name: &str| -> anyhow::Result<Option<i32>> {
         let metadata = probe
             .fetch_metadata(Some(name), Duration::from_secs(10))
@@ -160,7 +161,7 @@ async fn ensure_topic(config: &Config, handler: &HandlerConfig, topic: &str) -> 
         );
     };
     let admin: AdminClient<DefaultClientContext> = crate::kafka_client::create(
-        &crate::kafka_client::client_config(config, None)?,
+        &crate::kafka_client::client_config(config, Some(handler))?,
         DefaultClientContext,
         "a Kafka admin client",
     )?;

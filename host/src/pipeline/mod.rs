@@ -60,9 +60,12 @@ pub(crate) struct Shared {
     /// process right after the N-th committed transaction, before its
     /// offset can be committed.
     crash_after: Option<u64>,
-    /// Test-only fault point (`IDEM_TEST_ABORT_ON=<text>`): abort the
-    /// process when about to execute an event whose payload contains it.
+    /// Test-only fault points (`IDEM_TEST_ABORT_ON=<text>`,
+    /// `IDEM_TEST_PANIC_ON=<text>`): abort the process, or panic the
+    /// partition's worker, when about to execute an event whose payload
+    /// contains the text.
     abort_on: Option<String>,
+    panic_on: Option<String>,
     committed: AtomicU64,
 }
 
@@ -77,6 +80,11 @@ impl Shared {
         {
             eprintln!("idem: IDEM_TEST_ABORT_ON matched: aborting mid-execution");
             std::process::abort();
+        }
+        if let Some(marker) = &self.panic_on
+            && payload.contains(marker.as_str())
+        {
+            panic!("IDEM_TEST_PANIC_ON matched: a partition worker panics");
         }
     }
 
@@ -120,6 +128,7 @@ pub async fn run(
             fatal: fatal_tx.clone(),
             crash_after,
             abort_on: std::env::var("IDEM_TEST_ABORT_ON").ok().filter(|m| !m.is_empty()),
+            panic_on: std::env::var("IDEM_TEST_PANIC_ON").ok().filter(|m| !m.is_empty()),
             idem_pool: prepared.pool.clone(),
             unproven: tokio::sync::Mutex::new(()),
             committed: AtomicU64::new(0),

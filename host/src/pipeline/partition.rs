@@ -105,6 +105,13 @@ impl PartitionState {
         }
     }
 
+    /// The worker's next record; `None` once the partition is stopped, even
+    /// with an empty queue: the state holds the queue's sender, so `recv`
+    /// alone would wait for ever and leak the worker at every revocation.
+    async fn next(&self, queue: &mut mpsc::UnboundedReceiver<Record>) -> Option<Record> {
+        self.until_stopped(queue.recv()).await.flatten()
+    }
+
     /// Sleeps `duration`; `false` if the partition was stopped meanwhile.
     async fn sleep(&self, duration: Duration) -> bool {
         self.until_stopped(tokio::time::sleep(duration)).await.is_some() && !self.is_stopped()
@@ -112,6 +119,13 @@ impl PartitionState {
 
     pub(crate) fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// The worker is gone (it panicked): nothing of this partition is in
+    /// flight any more, and nothing more is taken or committed past it.
+    pub(crate) fn worker_died(&self) {
+        self.stop();
+        self.busy.store(false, Ordering::SeqCst);
     }
 
     pub(crate) fn is_busy(&self) -> bool {
@@ -159,9 +173,7 @@ impl Start {
 
 /// Drains the partition's queue until it is stopped or the queue closes.
 pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut queue: mpsc::UnboundedReceiver<Record>) {
-    // Ends when the partition is stopped even if its queue is empty: the
-    // state holds the queue's sender, so `recv` alone would wait forever.
-    while let Some(Some(record)) = state.until_stopped(queue.recv()).await {
+    while let Some(record) = state.next(&mut queue).await {
         state.queued.fetch_sub(1, Ordering::SeqCst);
         state.queued_bytes.fetch_sub(record.weight(), Ordering::SeqCst);
         // `busy` before the `stopped` check: whoever stops the partition
@@ -386,7 +398,20 @@ async fn settle(shared: &Shared, state: &PartitionState, record: &Record, failur
 
 #[cfg(test)]
 mod tests {
-    use super::{Reset, Start};
+    use super::{PartitionState, Reset, Start};
+
+    #[tokio::test]
+    async fn a_stopped_partition_releases_its_worker_even_with_an_empty_queue() {
+        let (state, mut queue) = PartitionState::new("t", 0);
+        let waiting = {
+            let state = state.clone();
+            tokio::spawn(async move { state.next(&mut queue).await.is_none() })
+        };
+        tokio::task::yield_now().await;
+        state.stop();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), waiting).await;
+        assert!(matches!(ended, Ok(Ok(true))), "the worker still waits on an empty queue after stop");
+    }
 
     #[test]
     fn a_reset_is_reported_once_whichever_comes_first() {

@@ -6,8 +6,8 @@
 //! record through the handler's own executor, claim and all. An event that
 //! was processed meanwhile is a duplicate and skipped; one that fails again
 //! goes back to the DLQ with `idem.replay.count` one higher (the older copy
-//! stays: Kafka topics are append-only; `--since` on the failure time skips
-//! it in the next replay). An infrastructure failure stops the replay with
+//! stays: Kafka topics are append-only; the next replay runs only the
+//! latest copy of each original record). An infrastructure failure stops the replay with
 //! what it did so far.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 
 use super::dlq::{DeadLetters, Failure, headers};
-use crate::config::Config;
+use crate::config::{Config, HandlerConfig};
 use crate::error::ErrorClass;
 use crate::executor::Outcome;
 use crate::startup::PreparedHandler;
@@ -59,12 +59,16 @@ pub struct ReplayReport {
     pub failed_again: usize,
     /// Records left alone: another handler's, or without idem's headers.
     pub foreign: usize,
+    /// Older copies of a record that failed again in an earlier replay:
+    /// only the latest copy runs.
+    pub superseded: usize,
     /// `--dry-run`: nothing executed; `applied` counts the records that
     /// would be, `duplicates` those already processed.
     pub dry_run: bool,
 }
 
-fn header(message: &OwnedMessage, name: &str) -> Option<String> {
+/// A header's value as text (the first header of that name).
+pub fn header(message: &OwnedMessage, name: &str) -> Option<String> {
     let hs = message.headers()?;
     hs.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
@@ -76,8 +80,10 @@ fn failed_at(message: &OwnedMessage) -> Option<chrono::DateTime<chrono::Utc>> {
 }
 
 /// The handler's DLQ records inside `window`, oldest offset first per partition.
-pub fn read(config: &Config, topic: &str, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
-    let mut client = crate::kafka_client::client_config(config, None)?;
+pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
+    let topic = handler.dlq_topic();
+    let topic = topic.as_str();
+    let mut client = crate::kafka_client::client_config(config, Some(handler))?;
     client.set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7())).set("enable.auto.commit", "false");
     let consumer: BaseConsumer<crate::kafka_client::ProbeContext> =
         crate::kafka_client::create(&client, Default::default(), "a DLQ reader")?;
@@ -120,8 +126,8 @@ pub fn read(config: &Config, topic: &str, window: &Window) -> anyhow::Result<Vec
 }
 
 /// `idem dlq list`.
-pub fn list(config: &Config, topic: &str, window: &Window) -> anyhow::Result<Listing> {
-    let records = read(config, topic, window)?;
+pub fn list(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Listing> {
+    let records = read(config, handler, window)?;
     let mut by_reason = BTreeMap::new();
     for m in &records {
         let class = header(m, headers::CLASS).unwrap_or_else(|| "unknown".into());
@@ -131,7 +137,7 @@ pub fn list(config: &Config, topic: &str, window: &Window) -> anyhow::Result<Lis
     let times: Vec<_> = records.iter().filter_map(failed_at).collect();
     let show = |t: Option<&chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339());
     Ok(Listing {
-        topic: topic.to_owned(),
+        topic: handler.dlq_topic(),
         records: records.len(),
         by_reason,
         oldest: show(times.iter().min()),
@@ -186,14 +192,34 @@ pub async fn replay(
     dry_run: bool,
 ) -> anyhow::Result<ReplayReport> {
     let h = &handler.config;
-    let records = read(config, &h.dlq_topic(), window)?;
+    let records = read(config, h, window)?;
     let mut report = ReplayReport { read: records.len(), dry_run, ..ReplayReport::default() };
     let dead_letters = match (&handler.dead_letters, dry_run) {
         (Some(d), _) => Some(d),
         (None, true) => None,
         (None, false) => bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", h.name),
     };
-    for message in &records {
+    // A record that failed again in an earlier replay is in the DLQ twice
+    // (or more): only its latest copy runs, so copies never multiply.
+    let mut latest: std::collections::HashMap<(String, String, String), (u32, usize)> = Default::default();
+    for (i, m) in records.iter().enumerate() {
+        let position = (
+            header(m, headers::TOPIC).unwrap_or_default(),
+            header(m, headers::PARTITION).unwrap_or_default(),
+            header(m, headers::OFFSET).unwrap_or_default(),
+        );
+        let replays: u32 = header(m, REPLAY_COUNT).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let best = latest.entry(position).or_insert((replays, i));
+        if replays >= best.0 {
+            *best = (replays, i);
+        }
+    }
+    let chosen: std::collections::HashSet<usize> = latest.values().map(|(_, i)| *i).collect();
+    for (i, message) in records.iter().enumerate() {
+        if !chosen.contains(&i) {
+            report.superseded += 1;
+            continue;
+        }
         // Only this handler's own dead letters; a record that is not one
         // (another handler's, or malformed) is counted and left alone.
         let record = match original(message) {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use idem::pipeline::dlq_headers as h;
+use idem::pipeline::replay::header;
 use idem_tests::host::{self, HandlerSpec, order_payload};
 use idem_tests::kafka;
 use idem_tests::provider::Fault;
@@ -24,11 +25,6 @@ fn scenario(name: &str, extra: serde_json::Value) -> (uuid::Uuid, Vec<u8>) {
         p.extend(e.clone());
     }
     (id, payload.to_string().into_bytes())
-}
-
-fn header(message: &rdkafka::message::OwnedMessage, name: &str) -> Option<String> {
-    let headers = message.headers()?;
-    headers.iter().find(|x| x.key == name).and_then(|x| x.value).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -260,12 +256,14 @@ async fn replay_applies_exactly_the_missing_events_to_that_handler_only() {
     for (i, payload) in processed.iter().chain(&missing).enumerate() {
         dead_letter(&env, &dlq, payload, i).await;
     }
+    // And one that fails again whenever it is replayed.
+    dead_letter(&env, &dlq, b"not json", 5).await;
     let source = kafka::read_all(&env.topic).len();
     let path = config.to_str().expect("path");
 
     let listing = idem_json(&["dlq", "list", "--config", path, "--handler", "billing", "--json"]);
-    assert_eq!(listing["records"], 5, "{listing}");
-    assert_eq!(listing["by_reason"]["permanent: handler failed (permanent): provider said no"], 5, "{listing}");
+    assert_eq!(listing["records"], 6, "{listing}");
+    assert_eq!(listing["by_reason"]["permanent: handler failed (permanent): provider said no"], 6, "{listing}");
 
     let dry = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--dry-run", "--json"]);
     assert_eq!((dry["applied"].as_u64(), dry["duplicates"].as_u64()), (Some(2), Some(3)), "{dry}");
@@ -274,15 +272,21 @@ async fn replay_applies_exactly_the_missing_events_to_that_handler_only() {
     let first = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--json"]);
     assert_eq!(
         (first["applied"].as_u64(), first["duplicates"].as_u64(), first["failed_again"].as_u64()),
-        (Some(2), Some(3), Some(0)),
+        (Some(2), Some(3), Some(1)),
         "{first}"
     );
+    assert_eq!(kafka::read_all(&dlq).len(), 7, "the one that failed again is back in the DLQ");
     assert_eq!(env.count(CHARGES).await, 5);
     assert_eq!(env.count(DISTINCT_ORDERS).await, 5, "each missing event applied once");
     assert_eq!(env.provider.charges(), 5);
 
     let second = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--json"]);
-    assert_eq!((second["applied"].as_u64(), second["duplicates"].as_u64()), (Some(0), Some(5)), "{second}");
+    assert_eq!(
+        ["applied", "duplicates", "failed_again", "superseded"].map(|k| second[k].as_u64()),
+        [Some(0), Some(5), Some(1), Some(1)],
+        "only the latest copy of the failing record ran: {second}"
+    );
+    assert_eq!(kafka::read_all(&dlq).len(), 8, "one more copy per replay, never a doubling");
     assert_eq!(env.count(CHARGES).await, 5, "a second replay applies nothing");
     assert_eq!(kafka::read_all(&env.topic).len(), source, "no record went into the shared source topic");
     env.finish().await;
@@ -318,5 +322,79 @@ async fn an_event_that_kills_the_host_is_dead_lettered_after_max_attempts_restar
     );
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(4)], "the partition flowed on");
     assert_eq!(env.count("SELECT count(*) FROM idem.execution_attempt").await, 0, "counts are forgotten once resolved");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_failure_block_stops_the_partition_at_the_failed_record_and_the_others_flow() {
+    let env = Env::new(2).await;
+    for name in ["ok", "write-then-fail", "ok"] {
+        env.send(0, &scenario(name, serde_json::json!({})).1).await;
+    }
+    for _ in 0..3 {
+        env.send(1, &scenario("ok", serde_json::json!({})).1).await;
+    }
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.max_attempts = 1;
+    spec.retry = "on_failure = \"block\"\n".into();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let running = host::InProcess::start(&config);
+    let committed = || kafka::committed(&spec.group_id, &env.topic, 2);
+    wait_until("partition 1 committed to its end, partition 0 up to the failed record", || {
+        committed() == vec![Some(1), Some(3)]
+    })
+    .await;
+    let r = &running.stop().await[0];
+    assert_eq!((r.blocked, r.failed, r.dead_lettered, r.processed), (1, 1, 0, 4), "{r:?}");
+    assert_eq!(committed(), vec![Some(1), Some(3)], "nothing committed past the failed record");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await, 4);
+    assert!(kafka::read_all(&format!("{}.scenarios.dlq", env.topic)).is_empty(), "block never dead-letters");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panicking_worker_stops_the_handler_loudly_without_committing_past_its_record() {
+    let env = Env::new(1).await;
+    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    env.send(0, &scenario("ok", serde_json::json!({ "note": "panic-here" })).1).await;
+    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    let spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let (status, _) = host::wait_report(host::spawn(&config, true, &[("IDEM_TEST_PANIC_ON", "panic-here")]));
+    assert!(!status.success(), "a dead partition worker stops `idem run` with an error: {status}");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(1)], "nothing committed past the record");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await, 1);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partition_paused_when_revoked_is_resumed_when_assigned_again() {
+    let env = Env::new(2).await;
+    // Slow events and long queues: both partitions are paused for
+    // backpressure when the second host joins and takes one away.
+    env.provider.set_latency(Duration::from_millis(2));
+    env.send_orders(6_000).await;
+    let mut a = env.billing();
+    a.assignor = "range";
+    a.key_prefix = Some("a".into());
+    let b = HandlerSpec { key_prefix: Some("b".into()), ..a.clone() };
+    let config_a = host::write_config(&env.db.url, std::slice::from_ref(&a));
+    let config_b = host::write_config(&env.db.url, std::slice::from_ref(&b));
+    let first = host::InProcess::start(&config_a);
+    wait_until("the first host charging", || env.provider.charges() >= 100).await;
+    let second = host::spawn(&config_b, false, &[]);
+    let by_b = || env.provider.keys().iter().flatten().any(|k| k.starts_with("b:"));
+    wait_until("the second host took a partition", by_b).await;
+    host::signal(&second, "TERM");
+    let (status, _) = host::wait_report(second);
+    assert!(status.success());
+    // Its partition comes back to the first host, paused in librdkafka's
+    // state from before: it must be resumed and drained.
+    let committed = || kafka::committed(&a.group_id, &env.topic, 2);
+    wait_until("both partitions committed to their ends", || committed() == vec![Some(3_000), Some(3_000)]).await;
+    let r = &first.stop().await[0];
+    assert!(r.pauses >= 1, "partitions were paused: {r:?}");
+    assert_eq!(env.count(CHARGES).await, 6_000);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 6_000, "none twice");
     env.finish().await;
 }
