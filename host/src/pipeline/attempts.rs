@@ -41,9 +41,11 @@ pub(crate) async fn count(pool: &PgPool, handler: &str, record: &Record) -> Resu
     Ok(u32::try_from(attempts).unwrap_or(0))
 }
 
-/// Forgets `record`'s count once it is resolved. A failure only leaves a
-/// row behind (logged): a later redelivery of the same offset would start
-/// from it, which errs on the side of the DLQ, never of a loop.
+/// Forgets `record`'s count once its execution in this process is over
+/// (resolved, or abandoned at a revocation: either way it did not kill the
+/// process, so rebalances never add up to a crash count). A failure only
+/// leaves a row behind (logged): a later redelivery of the same offset
+/// would start from it, which errs on the side of the DLQ, never of a loop.
 pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record) {
     let deleted = sqlx::query(
         "DELETE FROM idem.execution_attempt WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $4",

@@ -35,6 +35,14 @@ const RESUME_AT_BYTES: usize = 4 << 20;
 
 type Key = (String, i32);
 
+/// The topic and partition of librdkafka's "offset reset" log line.
+fn reset_partition(message: &str) -> Option<(&str, i32)> {
+    let (head, _) = message.split_once(": offset reset (at ")?;
+    let (left, partition) = head.rsplit_once(" [")?;
+    let partition = partition.strip_suffix(']')?.parse().ok()?;
+    Some((left.rsplit("]: ").next().unwrap_or(left), partition))
+}
+
 /// Whether a partition's fetching should be paused (`Some(true)`) or
 /// resumed (`Some(false)`), given its queue in records and bytes.
 fn pause_change(paused: bool, queued: usize, bytes: usize) -> Option<bool> {
@@ -201,6 +209,9 @@ pub(crate) fn commit(
 impl ClientContext for IdemContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         crate::kafka_client::log(level, fac, message);
+        if fac == "OFFSET" {
+            self.note_offset_reset(message);
+        }
     }
 
     /// Client-level errors (a broker unreachable, TLS or SASL refused):
@@ -289,6 +300,26 @@ impl IdemContext {
         }
     }
 
+    /// An offset reset librdkafka made in the middle of an assignment (the
+    /// fetch position fell out of range, e.g. retention deleted records
+    /// before they were fetched): records between were skipped and will
+    /// never be processed. librdkafka reports it only in its log, as
+    /// `<topic> [<partition>]: offset reset (at …) to …`. A reset before the
+    /// partition's first record is left to the start check (`report_reset`).
+    fn note_offset_reset(&self, message: &str) {
+        let Some((topic, partition)) = reset_partition(message) else { return };
+        let Some(state) = self.partitions().get(&(topic.to_owned(), partition)).cloned() else { return };
+        if state.start().first.is_none() {
+            return;
+        }
+        tracing::error!(
+            handler = %self.shared.name, %topic, partition,
+            "offset reset in the middle of the assignment: records between were skipped and will not be \
+             processed ({message})"
+        );
+        Stats::add(&self.shared.stats.offset_resets);
+    }
+
     /// Looks up the committed offsets of partitions assigned since the last
     /// call; a partition without one starts at `auto.offset.reset`.
     pub(crate) fn look_up_starts(&self, consumer: &BaseConsumer<Self>) {
@@ -371,7 +402,20 @@ impl IdemContext {
 
 #[cfg(test)]
 mod tests {
-    use super::{PAUSE_AT, PAUSE_AT_BYTES, RESUME_AT_BYTES, pause_change};
+    use super::{PAUSE_AT, PAUSE_AT_BYTES, RESUME_AT_BYTES, pause_change, reset_partition};
+
+    #[test]
+    fn librdkafkas_offset_reset_line_names_its_partition() {
+        let line = "[thrd:127.0.0.1:40001/bootstrap]: orders.v1 [3]: offset reset (at offset 80 (leader epoch 0), \
+                    broker 1) to offset 125 (leader epoch -1): fetch failed due to requested offset not available \
+                    on the broker: Broker: Offset out of range";
+        assert_eq!(reset_partition(line), Some(("orders.v1", 3)));
+        assert_eq!(
+            reset_partition("orders.v1 [0]: offset reset (at offset 1, broker 1) to BEGINNING"),
+            Some(("orders.v1", 0))
+        );
+        assert_eq!(reset_partition("something else"), None);
+    }
 
     #[test]
     fn a_queue_is_bounded_in_bytes_as_well_as_in_records() {

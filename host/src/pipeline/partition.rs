@@ -185,10 +185,14 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
             return;
         }
         let unproven = !state.proven.load(Ordering::SeqCst);
-        if process(&shared, &state, &record).await {
-            if unproven {
-                super::attempts::forget(&shared.idem_pool, &shared.name, &record).await;
-            }
+        let resolved = process(&shared, &state, &record).await;
+        // This process is alive: whatever became of the record (resolved,
+        // or abandoned at a revocation), its execution did not kill it, so
+        // the count outside the process goes. Only a crash leaves it.
+        if unproven {
+            super::attempts::forget(&shared.idem_pool, &shared.name, &record).await;
+        }
+        if resolved {
             state.tracker().completed(record.offset);
         }
         state.busy.store(false, Ordering::SeqCst);

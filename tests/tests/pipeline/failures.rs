@@ -398,3 +398,33 @@ async fn a_partition_paused_when_revoked_is_resumed_when_assigned_again() {
     assert_eq!(env.count(DISTINCT_ORDERS).await, 6_000, "none twice");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_offset_reset_in_the_middle_of_an_assignment_is_detected_and_counted() {
+    if !kafka::is_mock() {
+        return; // relies on the mock cluster's 5 MB log per partition
+    }
+    let env = Env::new(1).await;
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.concurrency = 1;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let running = host::InProcess::start(&config);
+    // Assigned and consuming.
+    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    wait_until("the first event", || kafka::committed(&spec.group_id, &env.topic, 1) == vec![Some(1)]).await;
+    // 30 MB of slow events: the host's queue fills (16 MiB) and pauses the
+    // partition while the mock cluster, which keeps 5 MB per partition,
+    // deletes records the host has not fetched yet. When the host resumes,
+    // its position is out of range and librdkafka resets it.
+    let pad = "x".repeat(200_000);
+    let slow =
+        |i: usize| scenario("statement", serde_json::json!({ "sql": "SELECT pg_sleep(0.02)", "pad": pad, "i": i })).1;
+    let records: Vec<(i32, Vec<u8>)> = (0..150).map(|i| (0, slow(i))).collect();
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let end = kafka::high_watermarks(&env.topic, 1)[0];
+    wait_until("committed to the end", || kafka::committed(&spec.group_id, &env.topic, 1) == vec![Some(end)]).await;
+    let r = &running.stop().await[0];
+    assert!(r.processed < 151, "records were skipped by the reset: {r:?}");
+    assert!(r.offset_resets >= 1, "the reset in the middle of the assignment was counted: {r:?}");
+    env.finish().await;
+}
