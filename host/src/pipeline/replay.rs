@@ -103,7 +103,8 @@ pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow
         tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))?;
         consumer.assign(&tpl)?;
         let mut next = low;
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        // Stuck means no record for a minute, however long the partition.
+        let mut deadline = std::time::Instant::now() + Duration::from_secs(60);
         while next < high {
             if std::time::Instant::now() > deadline {
                 bail!("reading {topic}/{}: stuck at offset {next} of {high}", p.id());
@@ -111,16 +112,18 @@ pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow
             let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
             let message = message.with_context(|| format!("failed to read {topic}"))?.detach();
             next = message.offset() + 1;
+            deadline = std::time::Instant::now() + Duration::from_secs(60);
             let at = failed_at(&message);
             let inside = window.since.is_none_or(|s| at.is_some_and(|a| a >= s))
                 && window.until.is_none_or(|u| at.is_some_and(|a| a < u));
             if inside {
                 out.push(message);
+                // `--limit`: no need to read (and hold) more than that.
+                if window.limit.is_some_and(|limit| out.len() >= limit) {
+                    return Ok(out);
+                }
             }
         }
-    }
-    if let Some(limit) = window.limit {
-        out.truncate(limit);
     }
     Ok(out)
 }

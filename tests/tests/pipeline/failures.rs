@@ -265,6 +265,9 @@ async fn replay_applies_exactly_the_missing_events_to_that_handler_only() {
     assert_eq!(listing["records"], 6, "{listing}");
     assert_eq!(listing["by_reason"]["permanent: handler failed (permanent): provider said no"], 6, "{listing}");
 
+    let one =
+        idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--dry-run", "--limit", "1", "--json"]);
+    assert_eq!(one["read"].as_u64(), Some(1), "--limit: {one}");
     let dry = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--dry-run", "--json"]);
     assert_eq!((dry["applied"].as_u64(), dry["duplicates"].as_u64()), (Some(2), Some(3)), "{dry}");
     assert_eq!(env.count(CHARGES).await, 3, "a dry run executes nothing");
