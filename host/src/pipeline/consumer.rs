@@ -4,9 +4,9 @@
 //! The consumer is owned by a dedicated blocking thread, and every call on it
 //! happens there: polling, routing records to partition queues, pausing and
 //! resuming, committing. rust-rdkafka runs rebalance callbacks inside `poll`,
-//! so they run on that thread too; they may wait (boundedly) for in-flight
-//! events without blocking any async task, since events run on the tokio
-//! runtime.
+//! so they run on that thread too, and while one waits no partition of the
+//! handler is fed or committed: a revocation waits only [`REVOKE_GRACE`] for
+//! the revoked partitions' in-flight events.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +35,15 @@ const RESUME_AT_BYTES: usize = 4 << 20;
 
 type Key = (String, i32);
 
+/// How long a revocation waits for the revoked partitions' in-flight events
+/// before it lets them go. Short, because the wait blocks routing and
+/// commits of the partitions the handler keeps. An event still running
+/// then is abandoned, not committed: the partition's next owner redelivers
+/// it, and its claim waits on this execution's uncommitted claim row, so it
+/// finds a duplicate if this execution commits and runs the event if it
+/// rolls back. Dedup absorbs the overlap; nothing runs twice.
+pub(crate) const REVOKE_GRACE: Duration = Duration::from_millis(250);
+
 /// The topic and partition of librdkafka's "offset reset" log line.
 fn reset_partition(message: &str) -> Option<(&str, i32)> {
     let (head, _) = message.split_once(": offset reset (at ")?;
@@ -61,7 +70,7 @@ pub(crate) struct IdemContext {
     generation: AtomicU64,
     runtime: tokio::runtime::Handle,
     /// How long a revocation waits for in-flight events before abandoning them.
-    revoke_timeout: Duration,
+    revoke_grace: Duration,
     /// `auto.offset.reset`, for the log of a reset.
     reset_policy: String,
     /// Partitions were assigned whose committed offsets are not looked up yet.
@@ -72,12 +81,12 @@ impl IdemContext {
     pub(crate) fn new(
         shared: Arc<Shared>,
         runtime: tokio::runtime::Handle,
-        revoke_timeout: Duration,
+        revoke_grace: Duration,
         reset_policy: String,
     ) -> Self {
         let (partitions, generation) = (Mutex::new(HashMap::new()), AtomicU64::new(0));
         let lookups_pending = AtomicBool::new(false);
-        Self { shared, partitions, generation, runtime, revoke_timeout, reset_policy, lookups_pending }
+        Self { shared, partitions, generation, runtime, revoke_grace, reset_policy, lookups_pending }
     }
 
     fn partitions(&self) -> MutexGuard<'_, HashMap<Key, Arc<PartitionState>>> {
@@ -122,15 +131,21 @@ impl IdemContext {
         tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions assigned");
     }
 
-    /// Stops the revoked partitions, lets in-flight events finish (boundedly)
-    /// and commits what is done before the partitions are released.
+    /// Stops the revoked partitions, gives in-flight events [`REVOKE_GRACE`]
+    /// to finish and commits what is done before the partitions are released.
     fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
         let revoked: Vec<Arc<PartitionState>> = {
             let mut map = self.partitions();
             tpl.elements().iter().filter_map(|e| map.remove(&(e.topic().to_owned(), e.partition()))).collect()
         };
         tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions revoked");
-        settle(&self.shared.name, &revoked, self.revoke_timeout);
+        if !settle(&revoked, self.revoke_grace) {
+            tracing::info!(
+                handler = %self.shared.name,
+                "an event of a revoked partition is still in flight: it is released uncommitted, and its \
+                 next owner's claim waits for this execution's outcome"
+            );
+        }
         commit(consumer, &revoked, CommitMode::Sync, Positions::All);
     }
 }
@@ -139,19 +154,20 @@ fn keys(tpl: &TopicPartitionList) -> Vec<String> {
     tpl.elements().iter().map(|e| format!("{}/{}", e.topic(), e.partition())).collect()
 }
 
-/// Stops `states` and waits until none is executing an event, or `timeout`.
-pub(crate) fn settle(handler: &str, states: &[Arc<PartitionState>], timeout: Duration) {
+/// Stops `states` and waits until none is executing an event, or
+/// `timeout`. Returns whether they all finished.
+pub(crate) fn settle(states: &[Arc<PartitionState>], timeout: Duration) -> bool {
     for state in states {
         state.stop();
     }
     let deadline = Instant::now() + timeout;
     while states.iter().any(|s| s.is_busy()) {
         if Instant::now() >= deadline {
-            tracing::warn!(handler, "in-flight events did not finish within {timeout:?}: abandoned, not committed");
-            return;
+            return false;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    true
 }
 
 /// Which positions a commit carries.

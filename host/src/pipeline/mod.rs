@@ -235,9 +235,9 @@ fn build_consumer(
     // it anyway): librdkafka's default stores an offset as soon as poll hands
     // the message out, and auto-commit would then commit unprocessed records.
     client.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false");
-    let revoke_timeout = Duration::from_millis(handler.timeout_ms).min(Duration::from_secs(30));
+    let revoke_grace = consumer::REVOKE_GRACE.min(Duration::from_millis(handler.timeout_ms));
     let context =
-        IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_timeout, handler.auto_offset_reset.clone());
+        IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_grace, handler.auto_offset_reset.clone());
     crate::kafka_client::create(&client, context, &format!("the Kafka consumer of handler {}", handler.name))
 }
 
@@ -279,7 +279,9 @@ fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, d
     }
     // Stop taking records, let in-flight events finish, commit what is done.
     let states = ctx.states();
-    consumer::settle("shutdown", &states, Duration::from_secs(30));
+    if !consumer::settle(&states, Duration::from_secs(30)) {
+        tracing::warn!("in-flight events did not finish within 30 s: abandoned, not committed");
+    }
     // Synchronously, every position; a group in the middle of a rebalance
     // refuses commits, so keep polling (which lets it settle) and retry.
     let deadline = Instant::now() + FINAL_COMMIT_PATIENCE;

@@ -15,7 +15,7 @@ use idem_tests::wait_until;
 
 use crate::{CHARGES, DISTINCT_ORDERS, Env};
 
-fn scenario(name: &str, extra: serde_json::Value) -> (uuid::Uuid, Vec<u8>) {
+pub(crate) fn scenario(name: &str, extra: serde_json::Value) -> (uuid::Uuid, Vec<u8>) {
     let id = uuid::Uuid::now_v7();
     let mut payload = serde_json::json!({
         "eventId": id.to_string(), "eventType": "test.scenario.v1",

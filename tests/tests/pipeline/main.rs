@@ -13,6 +13,7 @@ use idem_tests::wait_until;
 
 mod batching;
 mod failures;
+mod revocation;
 mod security;
 
 struct Env {
