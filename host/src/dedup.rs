@@ -43,3 +43,37 @@ pub async fn claim(conn: &mut PgConnection, event: &Event) -> Result<Claim, sqlx
         other => Err(sqlx::Error::Protocol(format!("idem_api.claim answered `{other}`"))),
     }
 }
+
+/// Claims a batch in one statement (see `idem_api.claim_many`): what each
+/// event found, in the order given. The ids must be distinct.
+pub async fn claim_many(conn: &mut PgConnection, events: &[Event]) -> Result<Vec<Claim>, sqlx::Error> {
+    let ids: Vec<uuid::Uuid> = events.iter().map(|e| e.id).collect();
+    let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
+    let partitions: Vec<i32> = events.iter().map(|e| e.partition).collect();
+    let offsets: Vec<i64> = events.iter().map(|e| e.offset).collect();
+    let hashes: Vec<Vec<u8>> = events.iter().map(|e| e.payload_sha256.to_vec()).collect();
+    let answers: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_many($1, $2, $3, $4, $5)")
+        .bind(&ids)
+        .bind(&topics)
+        .bind(&partitions)
+        .bind(&offsets)
+        .bind(&hashes)
+        .fetch_one(conn)
+        .await?;
+    if answers.len() != events.len() {
+        return Err(sqlx::Error::Protocol(format!(
+            "idem_api.claim_many answered {} words for {} events",
+            answers.len(),
+            events.len()
+        )));
+    }
+    answers
+        .iter()
+        .map(|answer| match answer.as_str() {
+            "claimed" => Ok(Claim::Claimed),
+            "duplicate" => Ok(Claim::Duplicate),
+            "conflict" => Ok(Claim::Conflict),
+            other => Err(sqlx::Error::Protocol(format!("idem_api.claim_many answered `{other}`"))),
+        })
+        .collect()
+}

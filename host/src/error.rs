@@ -79,6 +79,10 @@ pub enum ExecError {
     Schema(#[source] sqlx::Error),
     #[error("eventId reused with a different payload (this handler processed the id before)")]
     Conflict,
+    /// A guest statement failed inside a batch (see `DbCapability`): the
+    /// event runs again alone, where the guest sees the error. Never final.
+    #[error("a handler statement failed inside a batch: {0}")]
+    InBatch(String),
 }
 
 impl ExecError {
@@ -87,7 +91,7 @@ impl ExecError {
             Self::HandlerRetryable(_) | Self::TimedOut(_) => ErrorClass::Retryable,
             Self::HandlerPermanent(_) | Self::Trapped(_) => ErrorClass::Permanent,
             Self::Database(e) => sql_class(e),
-            Self::Infrastructure(_) | Self::Deadline(_) => ErrorClass::Unavailable,
+            Self::Infrastructure(_) | Self::Deadline(_) | Self::InBatch(_) => ErrorClass::Unavailable,
             Self::Schema(_) => ErrorClass::Fatal,
             Self::Conflict => ErrorClass::Conflicting,
         }

@@ -1,6 +1,7 @@
 //! Counters per handler: what the pipeline did with every record. Nothing is
 //! dropped without being counted here and logged.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
@@ -19,15 +20,46 @@ pub struct Stats {
     pub offset_resets: AtomicU64,
     pub pauses: AtomicU64,
     pub rebalances: AtomicU64,
+    pub transactions: AtomicU64,
+    pub batch_splits: AtomicU64,
+    /// Milliseconds from each resolved record's timestamp to its resolution
+    /// (its transaction's commit, or its DLQ acknowledgement).
+    latencies: Mutex<Vec<u32>>,
 }
+
+/// Latencies kept for the report's percentiles (4 MiB at most); past that
+/// the report describes the first ones.
+const MAX_LATENCIES: usize = 1 << 20;
 
 impl Stats {
     pub fn add(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Records that the record with `timestamp` (ms since the epoch) was
+    /// resolved now.
+    pub fn resolved(&self, timestamp: Option<i64>) {
+        let Some(timestamp) = timestamp else { return };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let latency = (now.as_millis() as i64 - timestamp).clamp(0, i64::from(u32::MAX)) as u32;
+        let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        if latencies.len() < MAX_LATENCIES {
+            latencies.push(latency);
+        }
+    }
+
+    fn percentile(sorted: &[u32], p: f64) -> u64 {
+        if sorted.is_empty() {
+            return 0;
+        }
+        let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
+        u64::from(sorted[rank - 1])
+    }
+
     pub fn report(&self, handler: &str) -> HandlerReport {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        latencies.sort_unstable();
         HandlerReport {
             handler: handler.to_owned(),
             delivered: get(&self.delivered),
@@ -42,6 +74,10 @@ impl Stats {
             offset_resets: get(&self.offset_resets),
             pauses: get(&self.pauses),
             rebalances: get(&self.rebalances),
+            transactions: get(&self.transactions),
+            batch_splits: get(&self.batch_splits),
+            latency_p50_ms: Self::percentile(&latencies, 0.50),
+            latency_p99_ms: Self::percentile(&latencies, 0.99),
         }
     }
 }
@@ -80,4 +116,17 @@ pub struct HandlerReport {
     #[serde(default)]
     pub pauses: u64,
     pub rebalances: u64,
+    /// Transactions that committed events (a batch is one).
+    #[serde(default)]
+    pub transactions: u64,
+    /// Batches rolled back because one of their events failed (the events
+    /// before it ran again, it alone went through the failure path).
+    #[serde(default)]
+    pub batch_splits: u64,
+    /// Median and 99th percentile of the time from a record's timestamp
+    /// (its producer's clock) to its resolution, in milliseconds.
+    #[serde(default)]
+    pub latency_p50_ms: u64,
+    #[serde(default)]
+    pub latency_p99_ms: u64,
 }

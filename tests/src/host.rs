@@ -36,6 +36,9 @@ pub struct HandlerSpec {
     pub db_schema: &'static str,
     /// Extra TOML lines for the `[[handler]]` table (before its sub-tables).
     pub extra: String,
+    /// `[handler.batch] max_events, max_wait_ms`; `None`: idem's defaults
+    /// (batches of up to 100).
+    pub batch: Option<(usize, u64)>,
 }
 
 impl HandlerSpec {
@@ -57,6 +60,7 @@ impl HandlerSpec {
             create_dlq: true,
             db_schema: "billing",
             extra: String::new(),
+            batch: None,
         }
     }
 
@@ -132,7 +136,7 @@ pub fn write_config_with(
              event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
              {extra}\
              [handler.retry]\nmax_attempts = {max_attempts}\ninitial_backoff_ms = {initial}\nmax_backoff_ms = {max}\n{retry}\
-             [handler.database]\nschema = \"{db_schema}\"\nmigrations = \"{migrations}\"\n\
+             {batch}[handler.database]\nschema = \"{db_schema}\"\nmigrations = \"{migrations}\"\n\
              [handler.http]\nallow = [\"{url}\"]\nallow_private = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n",
             name = h.name,
             topic = h.topic,
@@ -147,6 +151,10 @@ pub fn write_config_with(
             initial = h.backoff_ms.0,
             max = h.backoff_ms.1,
             extra = h.extra,
+            batch = h
+                .batch
+                .map(|(events, wait)| format!("[handler.batch]\nmax_events = {events}\nmax_wait_ms = {wait}\n"))
+                .unwrap_or_default(),
             db_schema = h.db_schema,
             migrations = crate::db::HANDLERS
                 .iter()

@@ -22,6 +22,11 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)",
         &[&event.id(), &order.order_id, &order.customer_id, &order.total_amount, &order.currency],
     )?;
+    // `charge_payment = "false"` leaves the provider out: only the benchmark
+    // sets it, to measure the database path alone.
+    if config::get("charge_payment").as_deref() == Some("false") {
+        return Ok(());
+    }
     let body = json!({ "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency });
     http::post(format!("{}/v1/charges", config::require("payment_base_url")?))
         .json(&body)

@@ -13,6 +13,12 @@ pub(crate) mod http;
 pub enum HostFault {
     #[error("the database failed while running a handler statement: {0}")]
     Database(#[source] sqlx::Error),
+    /// A statement failed in a batch, where statements run without a
+    /// savepoint of their own: the transaction is aborted, so the guest
+    /// cannot be told and go on. The executor runs the event again alone,
+    /// where the guest gets the error as usual.
+    #[error("a handler statement failed inside a batch: {0}")]
+    InBatch(String),
 }
 
 /// How many calls of one kind an invocation may still make

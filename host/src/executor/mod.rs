@@ -1,6 +1,7 @@
 //! Executes one event: claim, handler, commit, all in one transaction on a
 //! connection of the handler's own pool (logged in as its role).
 
+mod batch;
 mod transaction;
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
 use crate::runtime::{Handler, HostState, Invocation};
+pub use batch::BatchFailure;
 pub use transaction::{EventTx, GRACE, Pins};
 
 /// What became of an event that did not fail.
@@ -90,13 +92,14 @@ impl Executor {
     /// limits would fail every event.
     pub async fn check_instantiation(&self) -> anyhow::Result<()> {
         let tx = self.begin().await.map_err(|e| anyhow::anyhow!("failed to begin a transaction: {e}"))?;
-        let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string())).await;
+        let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string(), false)).await;
         state.db.into_transaction().rollback().await;
         result.map_err(|e| anyhow::anyhow!("cannot be instantiated under its limits: {e:#}"))
     }
 
-    /// A store's state for one event of this handler, holding `tx`.
-    fn state(&self, tx: EventTx, event_id: String) -> HostState {
+    /// A store's state for one event of this handler, holding `tx`
+    /// (`batched`: see `DbCapability`).
+    fn state(&self, tx: EventTx, event_id: String, batched: bool) -> HostState {
         let settings = self.handler.settings();
         let http = HttpCapability::new(
             self.http.clone(),
@@ -104,12 +107,12 @@ impl Executor {
             event_id.clone(),
             settings.max_http_requests,
         );
-        HostState::new(self.handler.new_state(), event_id, DbCapability::new(tx, settings.max_db_statements), http)
+        let db = DbCapability::new(tx, settings.max_db_statements, batched);
+        HostState::new(self.handler.new_state(), event_id, db, http)
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
-    /// commits or rolls back. The unit a batch of events will repeat, each
-    /// under its own savepoint.
+    /// commits or rolls back.
     pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.statement_deadline();
         match transaction::within(deadline, "claim", dedup::claim(tx.conn(), event)).await {
@@ -118,8 +121,19 @@ impl Executor {
             Ok(Claim::Conflict) => return (tx, Err(ExecError::Conflict)),
             Err(e) => return (tx, Err(e)),
         }
+        self.invoke(tx, event, attempt, false).await
+    }
+
+    /// Runs the handler on a claimed `event` inside `tx`.
+    async fn invoke(
+        &self,
+        tx: EventTx,
+        event: &Event,
+        attempt: u32,
+        batched: bool,
+    ) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.deadline();
-        let state = self.state(tx, event.id.hyphenated().to_string());
+        let state = self.state(tx, event.id.hyphenated().to_string(), batched);
         let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).await;
         state.log_output();
         let stderr = state.stderr_tail();
@@ -137,6 +151,7 @@ impl Executor {
             Invocation::TimedOut(limit) => Err(ExecError::TimedOut(limit)),
             Invocation::Trapped(trap) => Err(match trap.downcast::<HostFault>() {
                 Ok(HostFault::Database(e)) => ExecError::Database(e),
+                Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),
                 Err(trap) if stderr.is_empty() => ExecError::Trapped(format!("{trap:#}")),
                 Err(trap) => ExecError::Trapped(format!("{trap:#}; guest stderr: {stderr}")),
             }),

@@ -91,6 +91,12 @@ impl EventTx {
         self.deadline
     }
 
+    /// A fresh budget for the next invocation in the same transaction (a
+    /// batch gives each event the handler's whole timeout).
+    pub fn renew(&mut self, budget: Duration) {
+        self.deadline = Instant::now() + budget;
+    }
+
     /// A deadline for one host statement: the budget's end plus [`GRACE`].
     pub fn statement_deadline(&self) -> Instant {
         self.deadline.max(Instant::now()) + GRACE

@@ -4,6 +4,7 @@
 //! committed (or that were skipped), never ahead of them.
 
 mod attempts;
+mod batch;
 mod consumer;
 mod dlq;
 mod partition;

@@ -6,6 +6,7 @@
 //! finishes late updates a state nobody commits from any more, so a late
 //! completion never commits for a partition this process no longer owns.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -15,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::Shared;
 use super::dlq::Failure;
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, ExecError};
 use crate::executor::Outcome;
 use crate::offsets::OffsetTracker;
 use crate::stats::Stats;
@@ -32,8 +33,8 @@ pub(crate) struct PartitionState {
     /// A record is being executed right now.
     busy: AtomicBool,
     /// An event of this assignment was processed: executions are no longer
-    /// counted outside the process (see `attempts`).
-    proven: AtomicBool,
+    /// counted outside the process (see `attempts`), and batches may run.
+    pub(super) proven: AtomicBool,
     /// Records queued and not yet taken by the worker.
     pub queued: AtomicUsize,
     /// Their payloads' and keys' bytes: flow control bounds both.
@@ -91,13 +92,19 @@ impl PartitionState {
         }
     }
 
+    /// Accounts for `record` leaving the queue.
+    pub(crate) fn taken(&self, record: &Record) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.queued_bytes.fetch_sub(record.weight(), Ordering::SeqCst);
+    }
+
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::SeqCst);
         self.stop_signal.send_replace(true);
     }
 
     /// `fut`'s output, or `None` if the partition is stopped first.
-    async fn until_stopped<F: std::future::Future>(&self, fut: F) -> Option<F::Output> {
+    pub(super) async fn until_stopped<F: std::future::Future>(&self, fut: F) -> Option<F::Output> {
         let mut stopped = self.stop_signal.subscribe();
         tokio::select! {
             out = fut => Some(out),
@@ -108,7 +115,7 @@ impl PartitionState {
     /// The worker's next record; `None` once the partition is stopped, even
     /// with an empty queue: the state holds the queue's sender, so `recv`
     /// alone would wait for ever and leak the worker at every revocation.
-    async fn next(&self, queue: &mut mpsc::UnboundedReceiver<Record>) -> Option<Record> {
+    pub(super) async fn next(&self, queue: &mut mpsc::UnboundedReceiver<Record>) -> Option<Record> {
         self.until_stopped(queue.recv()).await.flatten()
     }
 
@@ -171,11 +178,21 @@ impl Start {
     }
 }
 
-/// Drains the partition's queue until it is stopped or the queue closes.
+/// Drains the partition's queue until it is stopped or the queue closes:
+/// in batches once the partition has processed an event in this
+/// assignment (see `batch`), one record at a time before that.
 pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut queue: mpsc::UnboundedReceiver<Record>) {
-    while let Some(record) = state.next(&mut queue).await {
-        state.queued.fetch_sub(1, Ordering::SeqCst);
-        state.queued_bytes.fetch_sub(record.weight(), Ordering::SeqCst);
+    let mut pending = VecDeque::new();
+    loop {
+        if pending.is_empty() {
+            let Some(record) = state.next(&mut queue).await else { return };
+            state.taken(&record);
+            pending.push_back(record);
+        }
+        let batching = shared.config.batch.max_events > 1 && state.proven.load(Ordering::SeqCst);
+        if batching {
+            super::batch::fill(&shared, &state, &mut queue, &mut pending).await;
+        }
         // `busy` before the `stopped` check: whoever stops the partition
         // then waits for `busy` to clear, so it never misses this record.
         // Every wait inside (a permit, a backoff) ends when it is stopped.
@@ -184,18 +201,29 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
             state.busy.store(false, Ordering::SeqCst);
             return;
         }
-        let unproven = !state.proven.load(Ordering::SeqCst);
-        let resolved = process(&shared, &state, &record).await;
-        // This process is alive: whatever became of the record (resolved,
-        // or abandoned at a revocation), its execution did not kill it, so
-        // the count outside the process goes. Only a crash leaves it.
-        if unproven {
-            super::attempts::forget(&shared.idem_pool, &shared.name, &record).await;
-        }
-        if resolved {
-            state.tracker().completed(record.offset);
+        if batching {
+            super::batch::run(&shared, &state, &mut pending).await;
+        } else if let Some(record) = pending.pop_front() {
+            one(&shared, &state, &record, None).await;
         }
         state.busy.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Resolves one record through the whole failure path; `first` is the
+/// failure of an execution it already had (in a batch).
+pub(super) async fn one(shared: &Shared, state: &PartitionState, record: &Record, first: Option<ExecError>) {
+    let unproven = !state.proven.load(Ordering::SeqCst);
+    let resolved = process(shared, state, record, first).await;
+    // This process is alive: whatever became of the record (resolved,
+    // or abandoned at a revocation), its execution did not kill it, so
+    // the count outside the process goes. Only a crash leaves it.
+    if unproven {
+        super::attempts::forget(&shared.idem_pool, &shared.name, record).await;
+    }
+    if resolved {
+        state.tracker().completed(record.offset);
+        shared.stats.resolved(record.timestamp);
     }
 }
 
@@ -219,7 +247,7 @@ async fn database_answers(shared: &Shared) -> bool {
 /// The handler's `concurrency` permit is held only while an execution
 /// runs, never during a backoff: a partition that waits does not hold up
 /// the handler's other partitions.
-async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bool {
+async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut first: Option<ExecError>) -> bool {
     let stats = &shared.stats;
     let name = &shared.name;
     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
@@ -237,62 +265,68 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record) -> bo
     let (mut attempt, mut outages) = (1, 0);
     let (mut counted, mut suspect) = (false, false);
     loop {
-        let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else { return false };
-        if state.is_stopped() {
-            return false;
-        }
-        // Until this partition has processed an event, its executions are
-        // counted outside the process, one at a time per handler, so that a
-        // crash is blamed on the one event that was running.
-        let unproven = !state.proven.load(Ordering::SeqCst);
-        let serial = match unproven {
-            true => match state.until_stopped(shared.unproven.lock()).await {
-                Some(guard) => Some(guard),
-                None => return false,
-            },
-            false => None,
-        };
-        if unproven && !counted {
-            match super::attempts::count(&shared.idem_pool, name, record).await {
-                Ok(started) if started > max_attempts => {
-                    drop((serial, permit));
-                    let reason = format!(
-                        "{} executions started and none finished: the event ends the host process",
-                        started - 1
-                    );
-                    tracing::error!(handler = %name, %topic, partition, offset, %event_id, "{reason}");
-                    Stats::add(&stats.failed);
-                    let failure = Failure { class: ErrorClass::Permanent, reason, attempts: started - 1 };
-                    return settle(shared, state, record, failure).await;
-                }
-                Ok(_) => counted = true,
-                Err(e) => {
-                    drop((serial, permit));
-                    let error = crate::ExecError::from_host_sql(e);
-                    if error.class() == ErrorClass::Fatal {
-                        tracing::error!(handler = %name, "fatal: cannot count executions: {error}");
-                        shared.fatal(format!(
-                            "handler {name}: cannot count executions in idem.execution_attempt: {error}"
-                        ));
-                        return false;
+        let result = if let Some(error) = first.take() {
+            Err(error)
+        } else {
+            let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else { return false };
+            if state.is_stopped() {
+                return false;
+            }
+            // Until this partition has processed an event, its executions are
+            // counted outside the process, one at a time per handler, so that a
+            // crash is blamed on the one event that was running.
+            let unproven = !state.proven.load(Ordering::SeqCst);
+            let serial = match unproven {
+                true => match state.until_stopped(shared.unproven.lock()).await {
+                    Some(guard) => Some(guard),
+                    None => return false,
+                },
+                false => None,
+            };
+            if unproven && !counted {
+                match super::attempts::count(&shared.idem_pool, name, record).await {
+                    Ok(started) if started > max_attempts => {
+                        drop((serial, permit));
+                        let reason = format!(
+                            "{} executions started and none finished: the event ends the host process",
+                            started - 1
+                        );
+                        tracing::error!(handler = %name, %topic, partition, offset, %event_id, "{reason}");
+                        Stats::add(&stats.failed);
+                        let failure = Failure { class: ErrorClass::Permanent, reason, attempts: started - 1 };
+                        return settle(shared, state, record, failure).await;
                     }
-                    outages += 1;
-                    tracing::warn!(handler = %name, %topic, partition, offset, "failed to count the execution: {error}");
-                    Stats::add(&stats.unavailable);
-                    if !state.sleep(shared.config.backoff(outages).min(MAX_OUTAGE_BACKOFF)).await {
-                        return false;
+                    Ok(_) => counted = true,
+                    Err(e) => {
+                        drop((serial, permit));
+                        let error = crate::ExecError::from_host_sql(e);
+                        if error.class() == ErrorClass::Fatal {
+                            tracing::error!(handler = %name, "fatal: cannot count executions: {error}");
+                            shared.fatal(format!(
+                                "handler {name}: cannot count executions in idem.execution_attempt: {error}"
+                            ));
+                            return false;
+                        }
+                        outages += 1;
+                        tracing::warn!(handler = %name, %topic, partition, offset, "failed to count the execution: {error}");
+                        Stats::add(&stats.unavailable);
+                        if !state.sleep(shared.config.backoff(outages).min(MAX_OUTAGE_BACKOFF)).await {
+                            return false;
+                        }
+                        continue;
                     }
-                    continue;
                 }
             }
-        }
-        shared.abort_point(&event.payload);
-        let result = shared.executor.execute(&event, attempt).await;
-        drop((serial, permit));
+            shared.abort_point(&event.payload);
+            let result = shared.executor.execute(&event, attempt).await;
+            drop((serial, permit));
+            result
+        };
         let error = match result {
             Ok(Outcome::Processed) => {
                 Stats::add(&stats.processed);
                 state.proven.store(true, Ordering::SeqCst);
+                Stats::add(&stats.transactions);
                 shared.fault_point();
                 return true;
             }

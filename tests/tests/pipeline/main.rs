@@ -15,6 +15,7 @@ mod batching;
 mod failures;
 mod revocation;
 mod security;
+mod transactions;
 
 struct Env {
     db: TestDb,
@@ -198,33 +199,35 @@ async fn after_a_clean_stop_the_committed_offsets_are_the_end_and_nothing_is_red
 async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_charge() {
     let env = Env::new(3).await;
     env.send_orders(150).await;
-    let spec = env.billing();
+    let mut spec = env.billing();
+    spec.batch = Some((10, 5));
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
 
-    // The fault point aborts the process right after the 40th transaction
-    // committed, before its offset can be committed.
-    let crashing = host::spawn(&config, false, &[("IDEM_TEST_CRASH_AFTER_COMMITS", "40")]);
+    // The fault point aborts the process right after the 6th transaction
+    // committed (each partition's first event runs alone, then batches of
+    // up to 10), before its offset can be committed.
+    let crashing = host::spawn(&config, false, &[("IDEM_TEST_CRASH_AFTER_COMMITS", "6")]);
     let (status, _) = host::wait_report(crashing);
     assert!(!status.success(), "the host died at the fault point: {status}");
-    // 40, or a little more: other partitions' transactions may commit in the
+    // Or a little more: other partitions' transactions may commit in the
     // instant before the abort.
     let at_crash = env.count(CHARGES).await;
-    assert!((40..150).contains(&at_crash), "{at_crash} charged before the crash");
+    assert!((6..150).contains(&at_crash), "{at_crash} charged before the crash");
 
     let (status, reports) = host::wait_report(host::spawn(&config, true, &[]));
     assert!(status.success(), "{status}");
     let r = &reports[0];
-    assert!(r.duplicates >= 1, "the event committed before the crash came back and was skipped: {r:?}");
+    assert!(r.duplicates >= 1, "the events committed before the crash came back and were skipped: {r:?}");
     assert_eq!(r.processed as i64, 150 - at_crash, "{r:?}");
     assert_eq!(env.count(CHARGES).await, 150, "0 lost");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 150, "0 double charges");
     assert_eq!(env.provider.charges(), 150, "one charge per order: repeated requests carried the same key");
-    // An event in flight on another partition at the abort had sent its
-    // request but not committed: it runs again and sends the same key
-    // (the provider's dedup makes that one charge). At most the other
-    // `concurrency - 1` partitions' events can be in that state.
+    // Events in flight on other partitions at the abort had sent their
+    // requests but not committed: they run again and send the same keys
+    // (the provider's dedup makes that one charge each). At most the other
+    // `concurrency - 1` partitions' batches can be in that state.
     let repeats = env.provider.keys().len() - 150;
-    assert!(repeats < spec.concurrency, "{repeats} requests repeated; only in-flight events may repeat");
+    assert!(repeats < spec.concurrency * 10, "{repeats} requests repeated; only in-flight events may repeat");
     env.finish().await;
 }
 
@@ -267,9 +270,23 @@ async fn rebalance_mid_stream(assignor: &'static str) {
 
     assert_eq!(env.count(CHARGES).await, 600, "0 lost");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 600, "0 double effects");
-    assert_eq!(env.provider.charges(), 600, "no order was charged by both hosts");
-    assert_eq!(ra[0].processed as usize, by("a:"), "{ra:?}");
-    assert_eq!(rb[0].processed as usize, by("b:"), "{rb:?}");
+    // Every order's request went out. A batch in flight when its partition
+    // was revoked (or its host stopped) is rolled back and runs again at
+    // the next owner, whose request repeats the key: with one prefix per
+    // handler, as in production, the provider charges it once. The
+    // prefixes here only tell the hosts apart.
+    let mut ids: Vec<String> = env
+        .provider
+        .keys()
+        .into_iter()
+        .flatten()
+        .filter_map(|k| k.split_once(':').map(|(_, id)| id.to_owned()))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 600, "every order reached the provider");
+    assert!(by("a:") >= ra[0].processed as usize, "{ra:?}");
+    assert!(by("b:") >= rb[0].processed as usize, "{rb:?}");
     assert_eq!(ra[0].processed + rb[0].processed, 600, "{ra:?} {rb:?}");
     assert!(rb[0].rebalances >= 2, "b was assigned partitions at its join and at a's departure: {rb:?}");
     assert_eq!(

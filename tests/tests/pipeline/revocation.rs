@@ -128,9 +128,8 @@ async fn a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_
     let stuck = format!("SELECT count(*) FROM scenario.effect WHERE event_id = '{}'", gated[moved as usize]);
     assert_eq!(env.count(&stuck).await, 0, "the moved partition's event is still in flight");
 
-    // The stuck event ends and commits in the first host; the partition
-    // comes back to it when the member leaves, and the redelivered event
-    // is a duplicate.
+    // The stuck event ends in the first host; the partition comes back to
+    // it when the member leaves.
     let (gate, _) = gates.remove(0);
     gate.rollback().await.expect("open the moved partition's gate");
     member.leave();
@@ -138,7 +137,10 @@ async fn a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_
     wait_until("both partitions committed to their ends", || kafka::committed(&spec.group_id, &env.topic, 2) == ends)
         .await;
     let r = &first.stop().await[0];
-    assert_eq!((r.processed, r.duplicates, r.failed), (2 * per_partition as u64, 1, 0), "{r:?}");
+    // The stuck event committed (alone, or with the events of its batch
+    // before it) and came back as a duplicate; or its batch was rolled back
+    // at the revocation and it ran again: once either way.
+    assert_eq!((r.processed, r.failed), (2 * per_partition as u64, 0), "{r:?}");
     let effects = "SELECT count(DISTINCT event_id) FROM scenario.effect WHERE note = 'start'";
     assert_eq!(env.count(effects).await, 2 * per_partition, "every event took effect");
     assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 2 * per_partition, "none twice");

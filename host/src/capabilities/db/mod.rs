@@ -9,6 +9,15 @@
 //! back, the host traps: the event fails and nothing is committed.
 //! (`DbCapability::in_savepoint` says how this costs one round trip.)
 //!
+//! Inside a batch (`[handler.batch]`) statements run without savepoints:
+//! PostgreSQL keeps only 64 subtransaction ids per backend in its cache, and
+//! a batch of events with a savepoint per statement would cross that at
+//! once, slowing every snapshot on the server. There a failing statement
+//! traps instead (`HostFault::InBatch`): the executor rolls the batch back,
+//! commits the events before this one, and runs this one alone, with
+//! savepoints, where the guest sees the error as it always does. So the
+//! guest never observes the difference.
+//!
 //! Every statement goes through the extended protocol (prepared and bound,
 //! even without parameters), which runs exactly one statement per call.
 
@@ -29,6 +38,9 @@ pub(crate) struct DbCapability {
     savepoint: bool,
     /// Statements this invocation may still run.
     statements: Allowance,
+    /// In a batch: statements run without savepoints, and one that fails
+    /// traps the guest.
+    batched: bool,
     /// The first guest statement that failed for an infrastructure reason
     /// (see `error::unavailable_sqlstate`): the transaction must not
     /// commit, whatever the guest made of the error.
@@ -36,11 +48,12 @@ pub(crate) struct DbCapability {
 }
 
 impl DbCapability {
-    pub(crate) fn new(tx: EventTx, max_statements: u32) -> Self {
+    pub(crate) fn new(tx: EventTx, max_statements: u32, batched: bool) -> Self {
         Self {
             tx,
             savepoint: false,
             statements: Allowance::new(max_statements, "max_db_statements"),
+            batched,
             infrastructure: None,
         }
     }
@@ -58,7 +71,10 @@ impl DbCapability {
 
     /// Undoes the last statement (its savepoint stays, released by the next
     /// statement or by COMMIT).
-    async fn undo_last(&mut self) -> wasmtime::Result<()> {
+    async fn undo_last(&mut self, why: &DbError) -> wasmtime::Result<()> {
+        if self.batched {
+            return Err(wasmtime::Error::new(HostFault::InBatch(format!("{why:?}"))));
+        }
         let conn: &mut PgConnection = self.tx.conn();
         conn.execute("ROLLBACK TO SAVEPOINT idem_statement")
             .await
@@ -85,6 +101,15 @@ impl DbCapability {
         run: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> wasmtime::Result<Result<T, DbError>> {
         let fault = |e| wasmtime::Error::new(HostFault::Database(e));
+        if self.batched {
+            return match run(self.tx.conn()).await {
+                Ok(value) => Ok(Ok(value)),
+                Err(e @ (sqlx::Error::Database(_) | sqlx::Error::ColumnDecode { .. })) => {
+                    Err(wasmtime::Error::new(HostFault::InBatch(e.to_string())))
+                }
+                Err(e) => Err(fault(e)),
+            };
+        }
         let conn: &mut PgConnection = self.tx.conn();
         let set = if self.savepoint {
             "RELEASE SAVEPOINT idem_statement; SAVEPOINT idem_statement"
@@ -175,7 +200,7 @@ impl db::Host for HostState {
                 Err(e) => DbError::InvalidValue(e),
             },
         };
-        self.db.undo_last().await?;
+        self.db.undo_last(&refusal).await?;
         Ok(Err(refusal))
     }
 }

@@ -1,0 +1,121 @@
+//! Executes a batch of events of one handler in one transaction: one BEGIN,
+//! one set-based claim, the handler once per claimed event (each in a fresh
+//! store), one COMMIT.
+//!
+//! The scheme is optimistic and uses no savepoints at all. If anything goes
+//! wrong with event `k` (its handler fails, one of its statements fails, its
+//! claim conflicts, the database fails), the whole transaction is rolled
+//! back and the caller runs events `0..k` again as a batch, then resolves
+//! event `k` alone through the failure path (retries, DLQ), before anything
+//! after it. Why that is correct:
+//! - a rolled-back event leaves nothing behind, its claim included: the
+//!   claim was made in the same transaction, and no savepoint can outlive
+//!   its rollback, so a redelivery is never mistaken for a duplicate;
+//! - the events before `k` run again; their database effects were rolled
+//!   back, and their HTTP calls repeat with the same `Idempotency-Key`,
+//!   which is what the key is for (the provider answers the first result);
+//! - event `k` is resolved before any later event of its partition runs, so
+//!   the partition stays in order and the committed offset never passes it;
+//! - no subtransaction is ever opened, so PostgreSQL's cache of 64
+//!   subtransaction ids per backend is never crossed, however large the
+//!   batch or however many statements its handlers run.
+//!
+//! The price: a failure re-runs the events before it. Failures are rare
+//! next to successes, and a batch is bounded (`max_events`).
+
+use super::transaction::within;
+use super::{Executor, Outcome};
+use crate::dedup::{self, Claim};
+use crate::error::{ErrorClass, ExecError};
+use crate::event::Event;
+
+/// Why a batch did not commit.
+#[derive(Debug)]
+pub struct BatchFailure {
+    /// The events before it may run again as a batch; it must be resolved
+    /// alone before any event after it runs.
+    pub index: usize,
+    /// Its failure when the failure is its own (its handler failed,
+    /// trapped or overran, or idem's tables are unusable): that was its
+    /// first attempt. `None`: not the event's doing (a statement that
+    /// failed without a savepoint, a conflicting claim, the database); it
+    /// runs again from attempt 1.
+    pub own: Option<ExecError>,
+    /// Rolled back because `stop` asked: nothing to resolve.
+    pub stopped: bool,
+}
+
+impl BatchFailure {
+    fn whole(error: ExecError) -> Self {
+        let own = (error.class() == ErrorClass::Fatal).then_some(error);
+        Self { index: 0, own, stopped: false }
+    }
+}
+
+impl Executor {
+    /// Executes `events` (distinct ids) in one transaction. `Ok` only
+    /// after COMMIT succeeded, with one outcome per event. When `stop`
+    /// answers true between two events (the partition was revoked, the
+    /// host is stopping), the batch is rolled back at once, so that the
+    /// partition's next owner finds its events unclaimed instead of waiting
+    /// for up to `max_events` executions; they run again there (HTTP calls
+    /// with the same keys).
+    pub async fn execute_batch(&self, events: &[Event], stop: impl Fn() -> bool) -> Result<Vec<Outcome>, BatchFailure> {
+        let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
+        let deadline = tx.statement_deadline();
+        let claims = match within(deadline, "claim", dedup::claim_many(tx.conn(), events)).await {
+            Ok(claims) => claims,
+            Err(error) => {
+                tx.abandon(&self.pool);
+                return Err(BatchFailure::whole(error));
+            }
+        };
+        let budget = self.handler.settings().timeout;
+        let mut outcomes = Vec::with_capacity(events.len());
+        for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
+            if index > 0 && stop() {
+                tx.rollback().await;
+                return Err(BatchFailure { index: 0, own: None, stopped: true });
+            }
+            match claim {
+                Claim::Claimed => {}
+                Claim::Duplicate => {
+                    outcomes.push(Outcome::Duplicate);
+                    continue;
+                }
+                Claim::Conflict => {
+                    tx.rollback().await;
+                    return Err(BatchFailure { index, own: None, stopped: false });
+                }
+            }
+            tx.renew(budget);
+            let (back, result) = self.invoke(tx, event, 1, true).await;
+            tx = back;
+            let error = match result {
+                Ok(outcome) => {
+                    outcomes.push(outcome);
+                    continue;
+                }
+                Err(error) => error,
+            };
+            match error {
+                // A statement may still run, or the connection is in an
+                // unknown state: close it (see `execute`).
+                ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_) => tx.abandon(&self.pool),
+                _ => tx.rollback().await,
+            }
+            let own = match error {
+                ExecError::HandlerRetryable(_)
+                | ExecError::HandlerPermanent(_)
+                | ExecError::Trapped(_)
+                | ExecError::TimedOut(_) => Some(error),
+                _ => None,
+            };
+            return Err(BatchFailure { index, own, stopped: false });
+        }
+        // An error at COMMIT names no event: the caller resolves the first
+        // alone (the claim then tells whether the batch committed after all).
+        tx.commit().await.map_err(BatchFailure::whole)?;
+        Ok(outcomes)
+    }
+}

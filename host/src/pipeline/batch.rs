@@ -1,0 +1,113 @@
+//! A partition's records in batches, the fast path (`[handler.batch]`): up
+//! to `max_events` records in one transaction (see `executor::batch` for
+//! the scheme and why it is correct). Whatever a batch cannot settle goes
+//! through the failure path of `partition`, one record at a time, before
+//! any record after it runs.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::Shared;
+use super::partition::{PartitionState, one};
+use crate::executor::Outcome;
+use crate::stats::Stats;
+use crate::validate::Record;
+
+/// Tops `pending` up to `max_events` with what the queue holds, waiting up
+/// to `max_wait_ms` for more while the batch is not full.
+pub(super) async fn fill(
+    shared: &Shared,
+    state: &PartitionState,
+    queue: &mut mpsc::UnboundedReceiver<Record>,
+    pending: &mut VecDeque<Record>,
+) {
+    let max = shared.config.batch.max_events;
+    while pending.len() < max {
+        match queue.try_recv() {
+            Ok(record) => {
+                state.taken(&record);
+                pending.push_back(record);
+            }
+            Err(_) => break,
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.batch.max_wait_ms);
+    while pending.len() < max {
+        match state.until_stopped(tokio::time::timeout_at(deadline, queue.recv())).await {
+            Some(Ok(Some(record))) => {
+                state.taken(&record);
+                pending.push_back(record);
+            }
+            _ => break,
+        }
+    }
+}
+
+/// Resolves a prefix of `pending` (at least its first record, unless the
+/// partition is stopped): the longest run of valid records with distinct
+/// event ids in one transaction; if one of them fails, the ones before it
+/// in one transaction again, then the failing one alone.
+pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut VecDeque<Record>) {
+    let mut ids = HashSet::new();
+    let mut events = Vec::new();
+    for record in pending.iter() {
+        // An invalid record, or an id already in the batch (redelivered
+        // within it), ends the batch; the next one starts with it.
+        match shared.validator.validate(record) {
+            Ok(event) if ids.insert(event.id) => events.push(event),
+            _ => break,
+        }
+    }
+    if events.is_empty() {
+        if let Some(record) = pending.pop_front() {
+            one(shared, state, &record, None).await;
+        }
+        return;
+    }
+    let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else { return };
+    for event in &events {
+        shared.abort_point(&event.payload);
+    }
+    let (mut end, mut failed) = (events.len(), None);
+    while end > 0 {
+        if state.is_stopped() {
+            return;
+        }
+        match shared.executor.execute_batch(&events[..end], || state.is_stopped()).await {
+            Ok(outcomes) => {
+                Stats::add(&shared.stats.transactions);
+                shared.fault_point();
+                for outcome in outcomes {
+                    match outcome {
+                        Outcome::Processed => Stats::add(&shared.stats.processed),
+                        Outcome::Duplicate => Stats::add(&shared.stats.duplicates),
+                    }
+                    if let Some(record) = pending.pop_front() {
+                        state.tracker().completed(record.offset);
+                        shared.stats.resolved(record.timestamp);
+                    }
+                }
+                break;
+            }
+            Err(failure) if failure.stopped => return,
+            Err(failure) => {
+                tracing::debug!(
+                    handler = %shared.name, topic = %state.topic, partition = state.partition,
+                    size = end, at = failure.index, own = ?failure.own,
+                    "batch rolled back; the events before the failing one run again"
+                );
+                Stats::add(&shared.stats.batch_splits);
+                end = failure.index;
+                failed = Some(failure.own);
+            }
+        }
+    }
+    drop(permit);
+    if let Some(own) = failed
+        && let Some(record) = pending.pop_front()
+    {
+        one(shared, state, &record, own).await;
+    }
+}

@@ -1,0 +1,24 @@
+"""Bar chart of scripts/bench's JSON: records/s per variant, without and
+with the payment call. Usage: bench-chart.py bench.json bench.png"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+rows = json.load(open(sys.argv[1]))
+variants = list(dict.fromkeys(r["variant"] for r in rows))
+fig, ax = plt.subplots(figsize=(9, 4.5))
+width = 0.38
+for offset, http in ((-width / 2, False), (width / 2, True)):
+    values = [next((r["events_per_s"] for r in rows if r["variant"] == v and r["http"] == http), 0) for v in variants]
+    bars = ax.bar([i + offset for i in range(len(variants))], values, width, label="with HTTP" if http else "no HTTP")
+    ax.bar_label(bars, fmt="%.0f", fontsize=8)
+ax.set_xticks(range(len(variants)), variants)
+ax.set_ylabel("records/s (higher is better)")
+ax.set_title("idem throughput, one run on this machine")
+ax.legend()
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)

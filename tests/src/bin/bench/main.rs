@@ -1,0 +1,314 @@
+//! `scripts/bench`: one run that races idem against itself per event and
+//! against the SQL ceiling, on this machine, with and without the payment
+//! call. See the README's "Benchmark".
+//!
+//! Per variant: a fresh database (`idem migrate`), a fresh topic, N orders
+//! on 6 partitions plus 10% redelivered duplicates produced up front; the
+//! host drains them (`idem run --exit-when-drained`, a child process, so
+//! its CPU time and peak RSS are its own). Throughput is records over the
+//! span between the first and the last transaction (start-up and the
+//! group's join excluded). Then, on the same host config, a paced stream at
+//! half that rate for a few seconds gives the end-to-end latency (record
+//! timestamp to commit, as the host measures it). Every variant is checked:
+//! charges = distinct orders, provider charges = distinct keys.
+
+mod ceiling;
+mod measure;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use idem_tests::host::{self, HandlerSpec, order_payload};
+use idem_tests::kafka;
+use idem_tests::provider::PaymentProvider;
+use serde::Serialize;
+use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
+
+const PARTITIONS: i32 = 6;
+const CONCURRENCY: usize = 3;
+const BATCH: usize = 100;
+/// How long the paced stream for latency lasts.
+const PACED_FOR: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    variant: &'static str,
+    http: bool,
+    records: u64,
+    events_per_s: f64,
+    p50_ms: Option<u64>,
+    p99_ms: Option<u64>,
+    cpu_s: f64,
+    peak_rss_mib: Option<f64>,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Idem { max_events: usize },
+    Ceiling,
+}
+
+struct Variant {
+    name: &'static str,
+    kind: Kind,
+}
+
+const VARIANTS: &[Variant] = &[
+    Variant { name: "a: idem, batched", kind: Kind::Idem { max_events: BATCH } },
+    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem { max_events: 1 } },
+    Variant { name: "d: SQL ceiling", kind: Kind::Ceiling },
+];
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let orders: i64 = args.next().map(|s| s.parse()).transpose().context("N: a number of orders")?.unwrap_or(100_000);
+    let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
+    std::fs::create_dir_all(&out)?;
+    let mut rows = Vec::new();
+    for http in [false, true] {
+        for variant in VARIANTS {
+            eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
+            let row = match variant.kind {
+                Kind::Idem { max_events } => idem_variant(variant.name, max_events, http, orders).await?,
+                Kind::Ceiling => ceiling_variant(variant.name, http, orders).await?,
+            };
+            eprintln!("bench:   {:.0} records/s", row.events_per_s);
+            rows.push(row);
+        }
+    }
+    let report = render(&rows);
+    println!("{report}");
+    std::fs::write(out.join("bench.md"), &report)?;
+    std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
+    eprintln!("bench: wrote {0}/bench.md and {0}/bench.json", out.display());
+    Ok(())
+}
+
+/// N orders round-robin over the partitions, then 10% of them again (same
+/// payload, same eventId), half on their partition and half on the next.
+fn workload(orders: i64) -> Vec<(i32, Vec<u8>)> {
+    let originals: Vec<(i32, Vec<u8>)> =
+        (0..orders).map(|i| ((i % i64::from(PARTITIONS)) as i32, order_payload(i + 1).1)).collect();
+    let again: Vec<(i32, Vec<u8>)> = originals
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 10 == 0)
+        .map(|(i, (p, payload))| (if i % 20 == 0 { *p } else { (*p + 1) % PARTITIONS }, payload.clone()))
+        .collect();
+    originals.into_iter().chain(again).collect()
+}
+
+/// A fresh database `name`, migrated for `config` by `idem migrate`.
+async fn fresh_database(name: &str, config: &Path) -> anyhow::Result<PgConnection> {
+    let server = idem_tests::db::server_url();
+    let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
+    admin.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
+    admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
+    let migrate = Command::new(idem_tests::idem_bin()).arg("migrate").arg("--config").arg(config).status()?;
+    if !migrate.success() {
+        bail!("idem migrate failed");
+    }
+    Ok(PgConnection::connect(&idem_tests::db::with_database(&server, name)).await?)
+}
+
+/// A config for the billing handler; without HTTP, the example's switch.
+fn config(topic: &str, provider: &PaymentProvider, db_url: &str, max_events: usize, http: bool) -> PathBuf {
+    let mut spec = HandlerSpec::billing(topic, &provider.base_url());
+    spec.concurrency = CONCURRENCY;
+    spec.batch = Some((max_events, 5));
+    // The ceiling has no topic, so no dead-letter topic either.
+    spec.create_dlq = topic != "unused";
+    let path = host::write_config(db_url, &[spec]);
+    if !http {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let text = text.replace("[handler.config]\n", "[handler.config]\ncharge_payment = \"false\"\n");
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("config: {e}"));
+    }
+    path
+}
+
+/// The span between the first and the last charge's transaction, and
+/// whether every order was charged once (and, with HTTP, once at the provider).
+async fn check(conn: &mut PgConnection, provider: &PaymentProvider, orders: i64, http: bool) -> anyhow::Result<f64> {
+    let (rows, distinct, span): (i64, i64, f64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT order_id), \
+         coalesce(extract(epoch FROM max(charged_at) - min(charged_at))::float8, 0) FROM billing.charge",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if rows != orders || distinct != orders {
+        bail!("wrong answer: {rows} charges for {distinct} distinct orders, {orders} expected");
+    }
+    if http && provider.charges() as i64 != orders {
+        bail!("wrong answer: {} provider charges, {orders} expected", provider.charges());
+    }
+    Ok(span)
+}
+
+async fn idem_variant(name: &'static str, max_events: usize, http: bool, orders: i64) -> anyhow::Result<Row> {
+    let provider = PaymentProvider::start().await;
+    let topic = kafka::create_topic(PARTITIONS).await;
+    let db = format!("idem_bench_{}", std::process::id());
+    let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
+    let config = config(&topic, &provider, &db_url, max_events, http);
+    let mut conn = fresh_database(&db, &config).await?;
+    let records = workload(orders);
+    kafka::produce_all(&kafka::producer(), &topic, &records).await;
+
+    let child = host::spawn(&config, true, &[("IDEM_LOG", "error")]);
+    let cost = measure::watch(&child).await;
+    let (status, _) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
+    if !status.success() {
+        bail!("{name}: idem run failed: {status}");
+    }
+    let span = check(&mut conn, &provider, orders, http).await?;
+    let events_per_s = records.len() as f64 / span.max(1e-3);
+
+    // Latency: a paced stream at half that rate, on a running host.
+    let rate = (events_per_s / 2.0).clamp(100.0, 20_000.0);
+    let (p50, p99) = paced(&config, &topic, &mut conn, rate, orders).await?;
+    admin_drop(&db).await;
+    Ok(Row {
+        variant: name,
+        http,
+        records: records.len() as u64,
+        events_per_s,
+        p50_ms: Some(p50),
+        p99_ms: Some(p99),
+        cpu_s: cost.cpu_s,
+        peak_rss_mib: Some(cost.peak_rss_mib),
+    })
+}
+
+/// Runs the host while producing `rate` orders per second for
+/// [`PACED_FOR`]; returns its latency percentiles.
+async fn paced(
+    config: &Path,
+    topic: &str,
+    conn: &mut PgConnection,
+    rate: f64,
+    already: i64,
+) -> anyhow::Result<(u64, u64)> {
+    let producer = kafka::producer();
+    let child = host::spawn(config, false, &[("IDEM_LOG", "error")]);
+    // Joined and consuming: a first order is charged.
+    kafka::produce(&producer, topic, 0, "k", &order_payload(10_000_000).1).await;
+    let charged = async |conn: &mut PgConnection| -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM billing.charge").fetch_one(conn).await.unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while charged(conn).await < already + 1 {
+        if Instant::now() > deadline {
+            bail!("the host did not start consuming within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let per_tick = (rate / 100.0).max(1.0) as i64;
+    let ticks = (PACED_FOR.as_secs_f64() * 100.0) as i64;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut n = 0;
+    for _ in 0..ticks {
+        tick.tick().await;
+        let sends = (0..per_tick).map(|i| {
+            let order = 10_000_001 + n + i;
+            let payload = order_payload(order).1;
+            let producer = &producer;
+            async move { kafka::produce(producer, topic, (order % i64::from(PARTITIONS)) as i32, "k", &payload).await }
+        });
+        futures::future::join_all(sends).await;
+        n += per_tick;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while charged(conn).await < already + 1 + n {
+        if Instant::now() > deadline {
+            bail!("the paced stream was not consumed within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    host::signal(&child, "TERM");
+    let (_, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
+    let r = reports.first().context("the paced run printed no report")?;
+    Ok((r.latency_p50_ms, r.latency_p99_ms))
+}
+
+async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow::Result<Row> {
+    let provider = PaymentProvider::start().await;
+    let db = format!("idem_bench_{}", std::process::id());
+    let server = idem_tests::db::server_url();
+    let db_url = idem_tests::db::with_database(&server, &db);
+    // Only for `idem migrate` (the billing role, schema and grants).
+    let config = config("unused", &provider, &db_url, BATCH, http);
+    let mut conn = fresh_database(&db, &config).await?;
+    let mut partitions = vec![Vec::new(); PARTITIONS as usize];
+    let records = workload(orders);
+    for (p, payload) in &records {
+        partitions[*p as usize].push(payload.clone());
+    }
+    // As the billing handler's own role, like the host.
+    let mut role_url = reqwest::Url::parse(&db_url)?;
+    role_url.set_username(&format!("{db}_billing")).map_err(|()| anyhow::anyhow!("role in URL"))?;
+    let pool: PgPool =
+        sqlx::postgres::PgPoolOptions::new().max_connections(CONCURRENCY as u32).connect(role_url.as_str()).await?;
+    let cpu = measure::own_cpu_s();
+    let url = http.then(|| provider.base_url());
+    ceiling::run(&pool, partitions, CONCURRENCY, BATCH, url).await?;
+    let cpu_s = measure::own_cpu_s() - cpu;
+    pool.close().await;
+    let span = check(&mut conn, &provider, orders, http).await?;
+    admin_drop(&db).await;
+    Ok(Row {
+        variant: name,
+        http,
+        records: records.len() as u64,
+        events_per_s: records.len() as f64 / span.max(1e-3),
+        p50_ms: None,
+        p99_ms: None,
+        cpu_s,
+        peak_rss_mib: None,
+    })
+}
+
+async fn admin_drop(db: &str) {
+    if let Ok(mut admin) = PgConnection::connect(&idem_tests::db::server_url()).await {
+        let _ = admin.execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str()).await;
+        let _ = admin.execute(format!("DROP ROLE IF EXISTS {db}_billing").as_str()).await;
+    }
+}
+
+/// The table and the ratios, in Markdown.
+fn render(rows: &[Row]) -> String {
+    let mut text = String::from(
+        "| variant | HTTP | records | records/s | p50 ms | p99 ms | CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
+    for r in rows {
+        text.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {} | {} | {:.1} | {} |\n",
+            r.variant,
+            if r.http { "yes" } else { "no" },
+            r.records,
+            r.events_per_s,
+            opt(r.p50_ms),
+            opt(r.p99_ms),
+            r.cpu_s,
+            r.peak_rss_mib.map_or("-".to_owned(), |m| format!("{m:.0}")),
+        ));
+    }
+    for http in [false, true] {
+        let rate = |prefix: &str| {
+            rows.iter().find(|r| r.http == http && r.variant.starts_with(prefix)).map_or(f64::NAN, |r| r.events_per_s)
+        };
+        let (a, b, d) = (rate("a"), rate("b"), rate("d"));
+        text.push_str(&format!(
+            "\n{}: a/b = {:.2}, a/d = {:.2}",
+            if http { "with HTTP" } else { "without HTTP" },
+            a / b,
+            a / d
+        ));
+    }
+    text.push('\n');
+    text
+}
