@@ -25,10 +25,11 @@ pub struct Stats {
     /// Milliseconds from each resolved record's timestamp to its resolution
     /// (its transaction's commit, or its DLQ acknowledgement).
     latencies: Mutex<Vec<u32>>,
+    resolved_count: AtomicU64,
 }
 
 /// Latencies kept for the report's percentiles (4 MiB at most); past that
-/// the report describes the first ones.
+/// each new one replaces the oldest, so the report describes the latest.
 const MAX_LATENCIES: usize = 1 << 20;
 
 impl Stats {
@@ -42,9 +43,12 @@ impl Stats {
         let Some(timestamp) = timestamp else { return };
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let latency = (now.as_millis() as i64 - timestamp).clamp(0, i64::from(u32::MAX)) as u32;
+        let n = self.resolved_count.fetch_add(1, Ordering::Relaxed) as usize;
         let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
         if latencies.len() < MAX_LATENCIES {
             latencies.push(latency);
+        } else {
+            latencies[n % MAX_LATENCIES] = latency;
         }
     }
 

@@ -43,12 +43,14 @@ pub struct BatchFailure {
     pub own: Option<ExecError>,
     /// Rolled back because `stop` asked: nothing to resolve.
     pub stopped: bool,
+    /// The failure names no event (BEGIN, the claim, COMMIT failed).
+    pub whole: bool,
 }
 
 impl BatchFailure {
     fn whole(error: ExecError) -> Self {
         let own = (error.class() == ErrorClass::Fatal).then_some(error);
-        Self { index: 0, own, stopped: false }
+        Self { index: 0, own, stopped: false, whole: true }
     }
 }
 
@@ -75,7 +77,7 @@ impl Executor {
         for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
             if index > 0 && stop() {
                 tx.rollback().await;
-                return Err(BatchFailure { index: 0, own: None, stopped: true });
+                return Err(BatchFailure { index: 0, own: None, stopped: true, whole: false });
             }
             match claim {
                 Claim::Claimed => {}
@@ -85,7 +87,7 @@ impl Executor {
                 }
                 Claim::Conflict => {
                     tx.rollback().await;
-                    return Err(BatchFailure { index, own: None, stopped: false });
+                    return Err(BatchFailure { index, own: None, stopped: false, whole: false });
                 }
             }
             tx.renew(budget);
@@ -111,7 +113,7 @@ impl Executor {
                 | ExecError::TimedOut(_) => Some(error),
                 _ => None,
             };
-            return Err(BatchFailure { index, own, stopped: false });
+            return Err(BatchFailure { index, own, stopped: false, whole: false });
         }
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).

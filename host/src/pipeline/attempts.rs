@@ -7,9 +7,12 @@
 //! transaction) only while the partition has committed no event since it
 //! was assigned. A crash loop replays exactly that: after a restart the
 //! records before the killer are duplicates, and the killer is the first
-//! one executed for real. Once one event of the assignment is processed,
-//! counting stops: one insert and one delete per partition assignment in
-//! the steady state, nothing per event.
+//! one executed for real. With batches (`[handler.batch]`) the killer may
+//! sit up to `max_events - 1` records after the first record of its
+//! (rolled-back) batch, so a partition counts, and runs alone, its first
+//! `max_events` processed events of each assignment; then counting stops:
+//! two writes per such event per assignment, nothing per event in the
+//! steady state.
 //!
 //! Each record is counted once per process (the in-process retries are
 //! bounded by `max_attempts` already), and a handler runs one unproven
@@ -41,22 +44,35 @@ pub(crate) async fn count(pool: &PgPool, handler: &str, record: &Record) -> Resu
     Ok(u32::try_from(attempts).unwrap_or(0))
 }
 
-/// Forgets `record`'s count once its execution in this process is over
-/// (resolved, or abandoned at a revocation: either way it did not kill the
-/// process, so rebalances never add up to a crash count). A failure only
-/// leaves a row behind (logged): a later redelivery of the same offset
-/// would start from it, which errs on the side of the DLQ, never of a loop.
-pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record) {
-    let deleted = sqlx::query(
-        "DELETE FROM idem.execution_attempt WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $4",
-    )
-    .bind(handler)
-    .bind(&record.topic)
-    .bind(record.partition)
-    .bind(record.offset)
-    .execute(pool)
-    .await;
-    if let Err(e) = deleted {
+/// Ends this process's count of `record` once its execution here is over:
+/// `resolved` (processed, a duplicate, dead-lettered), the row goes; else
+/// (abandoned at a revocation) this process's start is taken back, a
+/// decrement: another owner of the partition may be counting the same
+/// record right now (a revocation does not wait for a long execution), and
+/// its count must stay. Either way the execution did not kill the process,
+/// so rebalances never add up to a crash count. A failure only leaves a
+/// count behind (logged): a later redelivery of the same offset would start
+/// from it, which errs on the side of the DLQ, never of a loop.
+pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record, resolved: bool) {
+    let sql = if resolved {
+        "DELETE FROM idem.execution_attempt \
+         WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $4"
+    } else {
+        "WITH gone AS (DELETE FROM idem.execution_attempt \
+           WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $4 AND attempts <= 1 \
+           RETURNING 1) \
+         UPDATE idem.execution_attempt SET attempts = attempts - 1, updated_at = now() \
+         WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND \"offset\" = $4 AND attempts > 1 \
+           AND NOT EXISTS (SELECT FROM gone)"
+    };
+    let ended = sqlx::query(sql)
+        .bind(handler)
+        .bind(&record.topic)
+        .bind(record.partition)
+        .bind(record.offset)
+        .execute(pool)
+        .await;
+    if let Err(e) = ended {
         tracing::warn!(handler, topic = %record.topic, partition = record.partition, offset = record.offset, "failed to forget an execution count: {e}");
     }
 }

@@ -5,6 +5,7 @@
 //! any record after it runs.
 
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -26,20 +27,14 @@ pub(super) async fn fill(
     let max = shared.config.batch.max_events;
     while pending.len() < max {
         match queue.try_recv() {
-            Ok(record) => {
-                state.taken(&record);
-                pending.push_back(record);
-            }
+            Ok(record) => pending.push_back(record),
             Err(_) => break,
         }
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(shared.config.batch.max_wait_ms);
     while pending.len() < max {
         match state.until_stopped(tokio::time::timeout_at(deadline, queue.recv())).await {
-            Some(Ok(Some(record))) => {
-                state.taken(&record);
-                pending.push_back(record);
-            }
+            Some(Ok(Some(record))) => pending.push_back(record),
             _ => break,
         }
     }
@@ -62,6 +57,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
     }
     if events.is_empty() {
         if let Some(record) = pending.pop_front() {
+            state.taken(&record);
             one(shared, state, &record, None).await;
         }
         return;
@@ -85,6 +81,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
                         Outcome::Duplicate => Stats::add(&shared.stats.duplicates),
                     }
                     if let Some(record) = pending.pop_front() {
+                        state.taken(&record);
                         state.tracker().completed(record.offset);
                         shared.stats.resolved(record.timestamp);
                     }
@@ -93,6 +90,14 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
             }
             Err(failure) if failure.stopped => return,
             Err(failure) => {
+                if failure.whole {
+                    // Nothing names an event (BEGIN, the claim, COMMIT): the
+                    // batch's records run alone, so that a deterministic
+                    // failure at COMMIT is found in one pass, not by
+                    // re-running the batch once per record.
+                    let last = events[end - 1].offset;
+                    state.alone_through.fetch_max(last, Ordering::SeqCst);
+                }
                 tracing::debug!(
                     handler = %shared.name, topic = %state.topic, partition = state.partition,
                     size = end, at = failure.index, own = ?failure.own,
@@ -108,6 +113,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
     if let Some(own) = failed
         && let Some(record) = pending.pop_front()
     {
+        state.taken(&record);
         one(shared, state, &record, own).await;
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,9 +32,16 @@ pub(crate) struct PartitionState {
     stop_signal: watch::Sender<bool>,
     /// A record is being executed right now.
     busy: AtomicBool,
-    /// An event of this assignment was processed: executions are no longer
-    /// counted outside the process (see `attempts`), and batches may run.
+    /// Enough events of this assignment were processed alone (`max_events`):
+    /// executions are no longer counted outside the process (see
+    /// `attempts`), and batches may run.
     pub(super) proven: AtomicBool,
+    /// Events processed alone in this assignment, towards `proven`.
+    processed_alone: AtomicUsize,
+    /// Records up to this offset run alone: they were in a batch that
+    /// failed as a whole (at BEGIN, at the claim, at COMMIT), where no
+    /// single event was to blame.
+    pub(super) alone_through: AtomicI64,
     /// Records queued and not yet taken by the worker.
     pub queued: AtomicUsize,
     /// Their payloads' and keys' bytes: flow control bounds both.
@@ -58,6 +65,8 @@ impl PartitionState {
             stop_signal: watch::channel(false).0,
             busy: AtomicBool::new(false),
             proven: AtomicBool::new(false),
+            processed_alone: AtomicUsize::new(0),
+            alone_through: AtomicI64::new(-1),
             queued: AtomicUsize::new(0),
             queued_bytes: AtomicUsize::new(0),
             // librdkafka keeps a partition's pause flag across assignments:
@@ -92,7 +101,8 @@ impl PartitionState {
         }
     }
 
-    /// Accounts for `record` leaving the queue.
+    /// Accounts for `record` leaving the worker's hands (the queue and the
+    /// batch being formed count alike, so flow control bounds both).
     pub(crate) fn taken(&self, record: &Record) {
         self.queued.fetch_sub(1, Ordering::SeqCst);
         self.queued_bytes.fetch_sub(record.weight(), Ordering::SeqCst);
@@ -186,10 +196,10 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
     loop {
         if pending.is_empty() {
             let Some(record) = state.next(&mut queue).await else { return };
-            state.taken(&record);
             pending.push_back(record);
         }
-        let batching = shared.config.batch.max_events > 1 && state.proven.load(Ordering::SeqCst);
+        let alone = pending.front().is_some_and(|r| r.offset <= state.alone_through.load(Ordering::SeqCst));
+        let batching = shared.config.batch.max_events > 1 && state.proven.load(Ordering::SeqCst) && !alone;
         if batching {
             super::batch::fill(&shared, &state, &mut queue, &mut pending).await;
         }
@@ -204,6 +214,7 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
         if batching {
             super::batch::run(&shared, &state, &mut pending).await;
         } else if let Some(record) = pending.pop_front() {
+            state.taken(&record);
             one(&shared, &state, &record, None).await;
         }
         state.busy.store(false, Ordering::SeqCst);
@@ -219,7 +230,7 @@ pub(super) async fn one(shared: &Shared, state: &PartitionState, record: &Record
     // or abandoned at a revocation), its execution did not kill it, so
     // the count outside the process goes. Only a crash leaves it.
     if unproven {
-        super::attempts::forget(&shared.idem_pool, &shared.name, record).await;
+        super::attempts::forget(&shared.idem_pool, &shared.name, record, resolved).await;
     }
     if resolved {
         state.tracker().completed(record.offset);
@@ -325,7 +336,9 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
         let error = match result {
             Ok(Outcome::Processed) => {
                 Stats::add(&stats.processed);
-                state.proven.store(true, Ordering::SeqCst);
+                if state.processed_alone.fetch_add(1, Ordering::SeqCst) + 1 >= shared.config.batch.max_events {
+                    state.proven.store(true, Ordering::SeqCst);
+                }
                 Stats::add(&stats.transactions);
                 shared.fault_point();
                 return true;

@@ -101,6 +101,12 @@ async fn a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_
 
     let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
     spec.extra = "timeout_ms = 60000\n".into();
+    // One event per transaction: a partition then runs in parallel with
+    // the others from its second event on (until it has processed
+    // `max_events` events alone, a handler runs one at a time), so both
+    // gated events can be in flight at once. Batches meeting revocations
+    // are the rebalance tests' (`main.rs`).
+    spec.batch = Some((1, 0));
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let first = host::InProcess::start(&config);
     let waiting_on_gates = || async {

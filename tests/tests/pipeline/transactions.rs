@@ -15,6 +15,15 @@ fn batched(env: &Env, max_events: usize) -> HandlerSpec {
     HandlerSpec { batch: Some((max_events, 50)), ..HandlerSpec::scenarios(&env.topic, &env.provider.base_url()) }
 }
 
+/// A partition runs its first `max_events` events of an assignment alone
+/// (counted for crashes, see `attempts`); these go first so that the
+/// records after them meet batches.
+async fn prove(env: &Env, partition: i32, max_events: usize) {
+    for _ in 0..max_events {
+        env.send(partition, &scenario("ok", serde_json::json!({})).1).await;
+    }
+}
+
 /// When the transaction that claimed `id` began (`processed_at` is
 /// `now()`), in microseconds.
 async fn began(env: &Env, id: uuid::Uuid) -> i64 {
@@ -31,10 +40,9 @@ async fn effects(env: &Env, id: uuid::Uuid) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_event_in_a_batch_rolls_back_alone_and_runs_again_before_the_events_after_it() {
     let env = Env::new(1).await;
-    // The first event proves the partition (it runs alone); the next five
-    // are queued before the host starts, so they form one batch.
-    let (first, payload) = scenario("ok", serde_json::json!({}));
-    env.send(0, &payload).await;
+    // The five events after the first five (which run alone) are queued
+    // before the host starts, so they form one batch.
+    prove(&env, 0, 5).await;
     let (a, pa) = scenario("ok", serde_json::json!({}));
     let (b, pb) = scenario("ok", serde_json::json!({}));
     // Fails retryably at its first attempt, in the batch; succeeds at its
@@ -46,13 +54,13 @@ async fn a_failing_event_in_a_batch_rolls_back_alone_and_runs_again_before_the_e
     for payload in [&pa, &pb, &pc, &pd, &pe] {
         env.send(0, payload).await;
     }
-    let spec = batched(&env, 100);
+    let spec = batched(&env, 5);
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
-    assert_eq!((r.processed, r.duplicates, r.retries, r.failed, r.dead_lettered), (6, 0, 1, 0, 0), "{r:?}");
+    assert_eq!((r.processed, r.duplicates, r.retries, r.failed, r.dead_lettered), (10, 0, 1, 0, 0), "{r:?}");
     assert!(r.batch_splits >= 1, "the batch was rolled back at the failing event: {r:?}");
-    assert!(r.transactions < 6, "events shared transactions: {r:?}");
-    for id in [first, a, b, c, d, e] {
+    assert!(r.transactions < 10, "events shared transactions: {r:?}");
+    for id in [a, b, c, d, e] {
         assert_eq!(effects(&env, id).await, vec!["start".to_owned()], "{id}: one effect");
     }
     let mut labels: Vec<String> = env.provider.keys().into_iter().flatten().collect();
@@ -64,14 +72,14 @@ async fn a_failing_event_in_a_batch_rolls_back_alone_and_runs_again_before_the_e
     assert!(tb < tc && tc < td, "b {tb} < c {tc} < d {td}");
     assert_eq!(began(&env, a).await, tb, "a and b committed together");
     assert_eq!(began(&env, e).await, td, "d and e committed together");
-    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(6)]);
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(10)]);
     env.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_permanent_failure_in_a_batch_is_dead_lettered_and_the_others_commit_once() {
     let env = Env::new(1).await;
-    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    prove(&env, 0, 10).await;
     let mut ids = Vec::new();
     for i in 0..20 {
         let (id, payload) = if i == 7 {
@@ -82,23 +90,24 @@ async fn a_permanent_failure_in_a_batch_is_dead_lettered_and_the_others_commit_o
         ids.push(id);
         env.send(0, &payload).await;
     }
-    let spec = batched(&env, 100);
+    let spec = batched(&env, 10);
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
-    assert_eq!((r.processed, r.failed, r.dead_lettered), (20, 1, 1), "{r:?}");
+    assert_eq!((r.processed, r.failed, r.dead_lettered), (29, 1, 1), "{r:?}");
+    assert!(r.batch_splits >= 1, "{r:?}");
     assert!(effects(&env, ids[7]).await.is_empty(), "the failed event left nothing");
     let claimed = format!("SELECT count(*) FROM idem.processed_event WHERE event_id = '{}'", ids[7]);
     assert_eq!(env.count(&claimed).await, 0, "nor its claim");
-    assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 20, "every other event once");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 29, "every other event once");
     assert_eq!(kafka::read_all(&format!("{}.scenarios.dlq", env.topic)).len(), 1);
-    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(21)]);
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(30)]);
     env.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn duplicates_and_a_reused_id_inside_one_batch_are_told_apart() {
     let env = Env::new(1).await;
-    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    prove(&env, 0, 6).await;
     let (a, pa) = scenario("ok", serde_json::json!({}));
     let (b, pb) = scenario("ok", serde_json::json!({}));
     // `a` again with another payload: an id reused, not a duplicate.
@@ -108,71 +117,71 @@ async fn duplicates_and_a_reused_id_inside_one_batch_are_told_apart() {
     for payload in [&pa, &pb, &pa, &pb, &reused, &pa] {
         env.send(0, payload).await;
     }
-    let spec = batched(&env, 100);
+    let spec = batched(&env, 6);
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
-    assert_eq!((r.processed, r.duplicates, r.failed, r.dead_lettered), (3, 3, 1, 1), "{r:?}");
+    assert_eq!((r.processed, r.duplicates, r.failed, r.dead_lettered), (8, 3, 1, 1), "{r:?}");
     assert_eq!(effects(&env, a).await, vec!["start".to_owned()]);
     assert_eq!(effects(&env, b).await, vec!["start".to_owned()]);
     let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
     assert_eq!(dead.len(), 1);
     assert_eq!(rdkafka::Message::payload(&dead[0]), Some(&reused[..]), "the reused id's record");
-    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(7)]);
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(12)]);
     env.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_shared_by_two_partitions_concurrent_batches_take_effect_once_without_deadlock() {
     let env = Env::new(2).await;
-    // The same 40 events on both partitions, in opposite orders, after 200
+    // The same 40 events on both partitions, in opposite orders, after 250
     // of each partition's own: two batches claiming them at once would
     // wait on each other in a cycle unless claims go in one order.
     let shared: Vec<Vec<u8>> = (0..40).map(|_| scenario("ok", serde_json::json!({})).1).collect();
     let mut records = Vec::new();
     for partition in 0..2 {
-        records.push((partition, scenario("ok", serde_json::json!({})).1));
+        records.extend((0..50).map(|_| (partition, scenario("ok", serde_json::json!({})).1)));
         records.extend((0..200).map(|_| (partition, scenario("ok", serde_json::json!({})).1)));
     }
     records.extend(shared.iter().map(|p| (0, p.clone())));
     records.extend(shared.iter().rev().map(|p| (1, p.clone())));
     kafka::produce_all(&env.producer, &env.topic, &records).await;
-    let mut spec = batched(&env, 500);
+    let mut spec = batched(&env, 50);
     spec.concurrency = 2;
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
-    assert_eq!((r.processed, r.duplicates), (402 + 40, 40), "{r:?}");
+    assert_eq!((r.processed, r.duplicates), (500 + 40, 40), "{r:?}");
     assert_eq!((r.failed, r.unavailable, r.retries), (0, 0, 0), "no deadlock, no lock timeout: {r:?}");
-    assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 442, "each event once");
-    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 2), vec![Some(241), Some(241)]);
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect").await, 540, "each event once");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 2), vec![Some(290), Some(290)]);
     env.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guest_that_handles_a_unique_violation_and_a_statement_failing_mid_batch_still_work() {
     let env = Env::new(1).await;
-    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    prove(&env, 0, 10).await;
     let mut ids = Vec::new();
     for i in 0..30 {
         let (id, payload) = match i {
             // Handles the violation of its own insert and goes on.
-            10 => scenario("unique-violation", serde_json::json!({})),
+            11 => scenario("unique-violation", serde_json::json!({})),
             // Its statement fails once for an infrastructure reason (admin
             // shutdown), then answers: the database failing halfway through
             // a batch.
-            20 => scenario("statement", serde_json::json!({ "sql": "SELECT scenario.flaky('57P01', 1)" })),
+            25 => scenario("statement", serde_json::json!({ "sql": "SELECT scenario.flaky('57P01', 1)" })),
             _ => scenario("ok", serde_json::json!({})),
         };
         ids.push(id);
         env.send(0, &payload).await;
     }
-    let spec = batched(&env, 100);
+    let spec = batched(&env, 10);
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
-    assert_eq!((r.processed, r.failed, r.dead_lettered, r.retries), (31, 0, 0, 0), "{r:?}");
+    assert_eq!((r.processed, r.failed, r.dead_lettered, r.retries), (40, 0, 0, 0), "{r:?}");
     assert!(r.batch_splits >= 2, "{r:?}");
-    assert_eq!(effects(&env, ids[10]).await, vec!["after-violation".to_owned(), "start".to_owned()]);
-    assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await, 31, "each event once");
-    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(31)]);
+    assert_eq!(effects(&env, ids[11]).await, vec!["after-violation".to_owned(), "start".to_owned()]);
+    assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await, 40, "each event once");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(40)]);
     env.finish().await;
 }
 
@@ -186,5 +195,44 @@ async fn max_events_1_is_one_transaction_per_event() {
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
     assert_eq!((r.processed, r.transactions, r.batch_splits), (10, 10, 0), "{r:?}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_that_kills_the_host_inside_a_batch_is_dead_lettered_after_max_attempts_restarts() {
+    let env = Env::new(1).await;
+    prove(&env, 0, 5).await;
+    // The killer is the third of a batch: a crash rolls the whole batch back,
+    // so after a restart the records before it run again, and it must still
+    // be counted.
+    let (_, killer) = scenario("ok", serde_json::json!({ "note": "kill-the-host" }));
+    let ok = || scenario("ok", serde_json::json!({})).1;
+    for payload in [ok(), ok(), killer.clone(), ok(), ok()] {
+        env.send(0, &payload).await;
+    }
+    let mut spec = batched(&env, 5);
+    spec.max_attempts = 2;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let abort = [("IDEM_TEST_ABORT_ON", "kill-the-host")];
+    let mut crashes = 0;
+    let report = loop {
+        let (status, reports) = host::wait_report(host::spawn(&config, true, &abort));
+        if status.success() {
+            break reports;
+        }
+        crashes += 1;
+        assert!(crashes <= 4, "the host keeps crashing on the same event");
+    };
+    let r = &report[0];
+    assert_eq!(r.dead_lettered, 1, "{r:?}");
+    let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(rdkafka::Message::payload(&dead[0]), Some(killer.as_slice()));
+    assert_eq!(
+        env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await,
+        9,
+        "every other event once"
+    );
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(10)], "the partition flowed on");
     env.finish().await;
 }
