@@ -7,12 +7,17 @@
 //! transaction) only while the partition has committed no event since it
 //! was assigned. A crash loop replays exactly that: after a restart the
 //! records before the killer are duplicates, and the killer is the first
-//! one executed for real. With batches (`[handler.batch]`) the killer may
-//! sit up to `max_events - 1` records after the first record of its
-//! (rolled-back) batch, so a partition counts, and runs alone, its first
-//! `max_events` processed events of each assignment; then counting stops:
-//! two writes per such event per assignment, nothing per event in the
-//! steady state.
+//! one executed for real. Once one event of the assignment is processed,
+//! counting stops: one insert and one delete per partition assignment in
+//! the steady state, nothing per event.
+//!
+//! Batches (`[handler.batch]`): a crash rolls back the whole batch, so the
+//! killer may sit deep in it, after records that are not duplicates when
+//! they come back. Each batch's offset range is therefore written to
+//! `idem.batch_in_flight` before it starts and deleted when it ends (two
+//! writes per batch, a few µs per event); a host assigned the partition
+//! runs the records of a range that survived a crash one at a time, counted,
+//! until past it.
 //!
 //! Each record is counted once per process (the in-process retries are
 //! bounded by `max_attempts` already), and a handler runs one unproven
@@ -75,4 +80,63 @@ pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record, resolv
     if let Err(e) = ended {
         tracing::warn!(handler, topic = %record.topic, partition = record.partition, offset = record.offset, "failed to forget an execution count: {e}");
     }
+}
+
+/// Records that `handler` is about to execute the records `first..=last`
+/// of `topic`/`partition` in one batch.
+pub(crate) async fn batch_started(
+    pool: &PgPool,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+    (first, last): (i64, i64),
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO idem.batch_in_flight (consumer, topic, \"partition\", first_offset, last_offset) \
+         VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (consumer, topic, \"partition\") \
+         DO UPDATE SET first_offset = $4, last_offset = $5, started_at = now()",
+    )
+    .bind(handler)
+    .bind(topic)
+    .bind(partition)
+    .bind(first)
+    .bind(last)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The batch ended in this live process (committed or rolled back).
+pub(crate) async fn batch_ended(pool: &PgPool, handler: &str, topic: &str, partition: i32) {
+    let ended =
+        sqlx::query("DELETE FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3")
+            .bind(handler)
+            .bind(topic)
+            .bind(partition)
+            .execute(pool)
+            .await;
+    if let Err(e) = ended {
+        // A row left behind only makes the next assignment run that range
+        // alone: slower, never wrong.
+        tracing::warn!(handler, topic, partition, "failed to clear the batch in flight: {e}");
+    }
+}
+
+/// The last offset of a batch of this partition that a crash interrupted,
+/// if any.
+pub(crate) async fn crashed_batch(
+    pool: &PgPool,
+    handler: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT last_offset FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3",
+    )
+    .bind(handler)
+    .bind(topic)
+    .bind(partition)
+    .fetch_optional(pool)
+    .await
 }

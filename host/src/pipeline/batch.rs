@@ -16,6 +16,37 @@ use crate::executor::Outcome;
 use crate::stats::Stats;
 use crate::validate::Record;
 
+/// Reads whether a crash interrupted a batch of this partition; if so, its
+/// records run alone, counted, until past it. A failure to read leaves the
+/// partition running records alone and tries again with the next record.
+pub(super) async fn check_crash(shared: &Shared, state: &PartitionState) {
+    match super::attempts::crashed_batch(&shared.idem_pool, &shared.name, &state.topic, state.partition).await {
+        Ok(last) => {
+            if let Some(last) = last {
+                tracing::info!(
+                    handler = %shared.name, topic = %state.topic, partition = state.partition, last,
+                    "a batch of this partition was interrupted by a crash: its records run alone, counted"
+                );
+                state.alone_through.fetch_max(last, Ordering::SeqCst);
+            }
+            state.crash_checked.store(true, Ordering::SeqCst);
+        }
+        Err(e) => refused(shared, "read", e),
+    }
+}
+
+/// A failure on `idem.batch_in_flight`: fatal when idem's role may not use
+/// it (the handler stops, naming the table), else logged.
+fn refused(shared: &Shared, what: &str, e: sqlx::Error) {
+    let error = crate::ExecError::from_host_sql(e);
+    if error.class() == crate::error::ErrorClass::Fatal {
+        tracing::error!(handler = %shared.name, "fatal: cannot {what} idem.batch_in_flight: {error}");
+        shared.fatal(format!("handler {}: cannot {what} idem.batch_in_flight: {error}", shared.name));
+    } else {
+        tracing::warn!(handler = %shared.name, "failed to {what} idem.batch_in_flight: {error}");
+    }
+}
+
 /// Tops `pending` up to `max_events` with what the queue holds, waiting up
 /// to `max_wait_ms` for more while the batch is not full.
 pub(super) async fn fill(
@@ -62,14 +93,30 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
         }
         return;
     }
-    let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else { return };
+    let range = (events[0].offset, events[events.len() - 1].offset);
+    let marked =
+        super::attempts::batch_started(&shared.idem_pool, &shared.name, &state.topic, state.partition, range).await;
+    if let Err(e) = marked {
+        // Without the mark a crash in this batch could not be traced: the
+        // first record goes alone (the failure path rides out an outage).
+        refused(shared, "write", e);
+        if let Some(record) = pending.pop_front() {
+            state.taken(&record);
+            one(shared, state, &record, None).await;
+        }
+        return;
+    }
+    let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else {
+        super::attempts::batch_ended(&shared.idem_pool, &shared.name, &state.topic, state.partition).await;
+        return;
+    };
     for event in &events {
         shared.abort_point(&event.payload);
     }
     let (mut end, mut failed) = (events.len(), None);
     while end > 0 {
         if state.is_stopped() {
-            return;
+            break;
         }
         match shared.executor.execute_batch(&events[..end], || state.is_stopped()).await {
             Ok(outcomes) => {
@@ -88,7 +135,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
                 }
                 break;
             }
-            Err(failure) if failure.stopped => return,
+            Err(failure) if failure.stopped => break,
             Err(failure) => {
                 if failure.whole {
                     // Nothing names an event (BEGIN, the claim, COMMIT): the
@@ -110,6 +157,10 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
         }
     }
     drop(permit);
+    super::attempts::batch_ended(&shared.idem_pool, &shared.name, &state.topic, state.partition).await;
+    if state.is_stopped() {
+        return;
+    }
     if let Some(own) = failed
         && let Some(record) = pending.pop_front()
     {

@@ -32,16 +32,17 @@ pub(crate) struct PartitionState {
     stop_signal: watch::Sender<bool>,
     /// A record is being executed right now.
     busy: AtomicBool,
-    /// Enough events of this assignment were processed alone (`max_events`):
+    /// An event of this assignment past `alone_through` was processed:
     /// executions are no longer counted outside the process (see
     /// `attempts`), and batches may run.
     pub(super) proven: AtomicBool,
-    /// Events processed alone in this assignment, towards `proven`.
-    processed_alone: AtomicUsize,
-    /// Records up to this offset run alone: they were in a batch that
-    /// failed as a whole (at BEGIN, at the claim, at COMMIT), where no
-    /// single event was to blame.
+    /// Records up to this offset run alone: they were in a batch that a
+    /// crash interrupted (counted too, until past it), or in one that
+    /// failed as a whole (at BEGIN, at the claim, at COMMIT) where no single
+    /// event was to blame.
     pub(super) alone_through: AtomicI64,
+    /// Whether `idem.batch_in_flight` was read for this assignment.
+    pub(super) crash_checked: AtomicBool,
     /// Records queued and not yet taken by the worker.
     pub queued: AtomicUsize,
     /// Their payloads' and keys' bytes: flow control bounds both.
@@ -65,8 +66,8 @@ impl PartitionState {
             stop_signal: watch::channel(false).0,
             busy: AtomicBool::new(false),
             proven: AtomicBool::new(false),
-            processed_alone: AtomicUsize::new(0),
             alone_through: AtomicI64::new(-1),
+            crash_checked: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             queued_bytes: AtomicUsize::new(0),
             // librdkafka keeps a partition's pause flag across assignments:
@@ -198,8 +199,14 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
             let Some(record) = state.next(&mut queue).await else { return };
             pending.push_back(record);
         }
+        if shared.config.batch.max_events > 1 && !state.crash_checked.load(Ordering::SeqCst) {
+            super::batch::check_crash(&shared, &state).await;
+        }
         let alone = pending.front().is_some_and(|r| r.offset <= state.alone_through.load(Ordering::SeqCst));
-        let batching = shared.config.batch.max_events > 1 && state.proven.load(Ordering::SeqCst) && !alone;
+        let batching = shared.config.batch.max_events > 1
+            && state.proven.load(Ordering::SeqCst)
+            && state.crash_checked.load(Ordering::SeqCst)
+            && !alone;
         if batching {
             super::batch::fill(&shared, &state, &mut queue, &mut pending).await;
         }
@@ -336,7 +343,7 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
         let error = match result {
             Ok(Outcome::Processed) => {
                 Stats::add(&stats.processed);
-                if state.processed_alone.fetch_add(1, Ordering::SeqCst) + 1 >= shared.config.batch.max_events {
+                if record.offset >= state.alone_through.load(Ordering::SeqCst) {
                     state.proven.store(true, Ordering::SeqCst);
                 }
                 Stats::add(&stats.transactions);

@@ -197,8 +197,20 @@ async fn paced(
     rate: f64,
     already: i64,
 ) -> anyhow::Result<(u64, u64)> {
-    let producer = kafka::producer();
     let child = host::spawn(config, false, &[("IDEM_LOG", "error")]);
+    let driven = drive(topic, conn, rate, already).await;
+    // Stopped whatever happened, so that no host outlives the benchmark.
+    host::signal(&child, "TERM");
+    let (_, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
+    driven?;
+    let r = reports.first().context("the paced run printed no report")?;
+    Ok((r.latency_p50_ms, r.latency_p99_ms))
+}
+
+/// Produces the paced stream once the host consumes, and waits until it
+/// is all charged.
+async fn drive(topic: &str, conn: &mut PgConnection, rate: f64, already: i64) -> anyhow::Result<()> {
+    let producer = kafka::producer();
     // Joined and consuming: a first order is charged.
     kafka::produce(&producer, topic, 0, "k", &order_payload(10_000_000).1).await;
     let charged = async |conn: &mut PgConnection| -> i64 {
@@ -233,10 +245,7 @@ async fn paced(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    host::signal(&child, "TERM");
-    let (_, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
-    let r = reports.first().context("the paced run printed no report")?;
-    Ok((r.latency_p50_ms, r.latency_p99_ms))
+    Ok(())
 }
 
 async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow::Result<Row> {

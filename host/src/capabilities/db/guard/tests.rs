@@ -426,3 +426,14 @@ fn refuses_functions_called_in_column_notation() {
         assert_eq!(check(sql), Ok(()), "{sql}");
     }
 }
+
+#[test]
+fn a_verdict_is_the_same_when_it_comes_from_the_cache() {
+    for sql in ["INSERT INTO billing.charge (event_id) VALUES ($1)", "DELETE FROM idem.processed_event"] {
+        let first = check(sql);
+        assert_eq!(check(sql), first, "{sql}");
+    }
+    assert!(check("DELETE FROM idem.processed_event").is_err());
+    let long = format!("SELECT 1 /* {} */", "x".repeat(super::CACHED_BYTES));
+    assert_eq!(check(&long), Ok(()), "long statements are checked, not cached");
+}
