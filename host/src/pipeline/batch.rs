@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::Shared;
-use super::partition::{PartitionState, one};
+use super::partition::{PartitionState, completed, one};
 use crate::executor::Outcome;
 use crate::stats::Stats;
 use crate::validate::Record;
@@ -87,10 +87,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
         }
     }
     if events.is_empty() {
-        if let Some(record) = pending.pop_front() {
-            state.taken(&record);
-            one(shared, state, &record, None).await;
-        }
+        one(shared, state, pending, None).await;
         return;
     }
     let range = (events[0].offset, events[events.len() - 1].offset);
@@ -100,10 +97,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
         // Without the mark a crash in this batch could not be traced: the
         // first record goes alone (the failure path rides out an outage).
         refused(shared, "write", e);
-        if let Some(record) = pending.pop_front() {
-            state.taken(&record);
-            one(shared, state, &record, None).await;
-        }
+        one(shared, state, pending, None).await;
         return;
     }
     let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else {
@@ -129,8 +123,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
                     }
                     if let Some(record) = pending.pop_front() {
                         state.taken(&record);
-                        state.tracker().completed(record.offset);
-                        shared.stats.resolved(record.timestamp);
+                        completed(shared, state, &record);
                     }
                 }
                 break;
@@ -161,10 +154,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
     if state.is_stopped() {
         return;
     }
-    if let Some(own) = failed
-        && let Some(record) = pending.pop_front()
-    {
-        state.taken(&record);
-        one(shared, state, &record, own).await;
+    if let Some(own) = failed {
+        one(shared, state, pending, own).await;
     }
 }

@@ -220,29 +220,41 @@ pub(crate) async fn work(shared: Arc<Shared>, state: Arc<PartitionState>, mut qu
         }
         if batching {
             super::batch::run(&shared, &state, &mut pending).await;
-        } else if let Some(record) = pending.pop_front() {
-            state.taken(&record);
-            one(&shared, &state, &record, None).await;
+        } else {
+            one(&shared, &state, &mut pending, None).await;
         }
         state.busy.store(false, Ordering::SeqCst);
     }
 }
 
-/// Resolves one record through the whole failure path; `first` is the
-/// failure of an execution it already had (in a batch).
-pub(super) async fn one(shared: &Shared, state: &PartitionState, record: &Record, first: Option<ExecError>) {
+/// Takes the first of `pending` and resolves it alone, through the whole
+/// failure path; `first` is the failure of an execution it already had (in
+/// a batch).
+pub(super) async fn one(
+    shared: &Shared,
+    state: &PartitionState,
+    pending: &mut VecDeque<Record>,
+    first: Option<ExecError>,
+) {
+    let Some(record) = pending.pop_front() else { return };
+    state.taken(&record);
     let unproven = !state.proven.load(Ordering::SeqCst);
-    let resolved = process(shared, state, record, first).await;
+    let resolved = process(shared, state, &record, first).await;
     // This process is alive: whatever became of the record (resolved,
     // or abandoned at a revocation), its execution did not kill it, so
     // the count outside the process goes. Only a crash leaves it.
     if unproven {
-        super::attempts::forget(&shared.idem_pool, &shared.name, record, resolved).await;
+        super::attempts::forget(&shared.idem_pool, &shared.name, &record, resolved).await;
     }
     if resolved {
-        state.tracker().completed(record.offset);
-        shared.stats.resolved(record.timestamp);
+        completed(shared, state, &record);
     }
+}
+
+/// `record` is resolved: its offset may be committed.
+pub(super) fn completed(shared: &Shared, state: &PartitionState, record: &Record) {
+    state.tracker().completed(record.offset);
+    shared.stats.resolved(record.timestamp);
 }
 
 /// Failures of the infrastructure are retried at least this often, however
