@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+use crate::runtime::NativeHandlers;
+
 #[derive(Parser)]
 #[command(
     name = "idem",
@@ -98,6 +100,12 @@ impl DlqTarget {
 
 /// Parses the arguments, runs the command, and returns the exit code.
 pub fn main() -> ExitCode {
+    main_with(NativeHandlers::default())
+}
+
+/// As [`main`], for a program that embeds idem with native handlers of its
+/// own (a config names one with `native = "<name>"`).
+pub fn main_with(natives: NativeHandlers) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -111,7 +119,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, &natives)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idem: {e:#}");
@@ -120,10 +128,10 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => {
-            let prepared = crate::startup::prepare(&config).await?;
+            let prepared = crate::startup::prepare_with(&config, natives).await?;
             let options = crate::pipeline::RunOptions { exit_when_drained };
             let reports = crate::pipeline::run(prepared, options, shutdown_signal()).await?;
             // One JSON line on stdout: what happened to every record.
@@ -131,7 +139,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Check { config } => {
-            let prepared = crate::startup::prepare(&config).await?;
+            let prepared = crate::startup::prepare_with(&config, natives).await?;
             println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
             Ok(())
         }
@@ -157,7 +165,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Dlq { command: DlqCommand::Replay { target, dry_run } } => {
-            let prepared = crate::startup::prepare(&target.config).await?;
+            let prepared = crate::startup::prepare_with(&target.config, natives).await?;
             let handler = prepared
                 .handlers
                 .iter()

@@ -95,7 +95,13 @@ pub struct HandlerConfig {
     /// The Kafka consumer group. Unique in the file.
     pub group_id: String,
     /// Path of the component (`.wasm`), relative to the config file.
-    pub component: PathBuf,
+    /// Exactly one of `component` and `native`.
+    #[serde(default)]
+    pub component: Option<PathBuf>,
+    /// A native handler the program embedding idem registered under this
+    /// name (see `idem::runtime::native`); the `idem` binary has none.
+    #[serde(default)]
+    pub native: Option<String>,
     /// The `eventType`s this handler accepts; any other is invalid.
     pub event_types: Vec<String>,
     /// JSON Schema (draft 2020-12) of the payload, relative to the config file.
@@ -343,7 +349,9 @@ impl Config {
         }
         let base = path.parent().unwrap_or(Path::new("."));
         for h in &mut config.handlers {
-            h.component = base.join(&h.component);
+            if let Some(component) = &mut h.component {
+                *component = base.join(&*component);
+            }
             h.schema = base.join(&h.schema);
             if let Some(m) = &mut h.database.migrations {
                 *m = base.join(&*m);
@@ -379,6 +387,11 @@ impl Config {
             }
             if !groups.insert(&h.group_id) {
                 bail!("{at}: group_id `{}` is used by another handler", h.group_id);
+            }
+            match (&h.component, &h.native) {
+                (Some(_), None) | (None, Some(_)) => {}
+                (None, None) => bail!("{at}: no `component` (the handler's .wasm)"),
+                (Some(_), Some(_)) => bail!("{at}: both `component` and `native`: a handler has one body"),
             }
             if h.event_types.is_empty() {
                 bail!("{at}: event_types is empty, so every event would be invalid");
@@ -639,6 +652,10 @@ mod tests {
             let err = load(format!("{base}{extra}")).expect_err(extra);
             assert!(err.contains(expected), "{extra}: {err}");
         };
+        refused("native = \"billing\"\n", "both `component` and `native`");
+        let bodiless = base.replace("component = \"c\"\n", "");
+        assert!(load(bodiless.clone()).expect_err("no body").contains("no `component`"));
+        assert!(load(format!("{bodiless}native = \"billing\"\n")).is_ok(), "a native handler instead");
         refused("[handler.database]\nschema = \"idem\"\n", "reserved");
         refused("[handler.database]\nschema = \"pg_catalog\"\n", "reserved");
         refused("[handler.database]\nschema = \"Bad-Name\"\n", "lowercase");

@@ -11,7 +11,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::config::{Config, HandlerConfig, OnFailure};
 use crate::executor::{Executor, Pins};
-use crate::runtime::{Handler, Runtime};
+use crate::runtime::{Handler, NativeHandlers, PoolSize, Runtime};
 use crate::sandbox::Place;
 use crate::validate::Validator;
 
@@ -40,17 +40,23 @@ impl std::fmt::Debug for Prepared {
 
 /// Loads the config at `path` and runs every start-up check.
 pub async fn prepare(path: &Path) -> anyhow::Result<Prepared> {
-    let config = Config::load(path)?;
-    prepare_config(config).await
+    prepare_with(path, &NativeHandlers::default()).await
 }
 
-pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
-    let runtime = Runtime::new()?;
+/// As [`prepare`], for a program that registers native handlers.
+pub async fn prepare_with(path: &Path, natives: &NativeHandlers) -> anyhow::Result<Prepared> {
+    let config = Config::load(path)?;
+    prepare_config(config, natives).await
+}
+
+pub async fn prepare_config(config: Config, natives: &NativeHandlers) -> anyhow::Result<Prepared> {
+    let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
+    let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();
+    let runtime = Runtime::with_pool(PoolSize::for_concurrency(concurrency, max_memory))?;
     let mut loaded = Vec::new();
     for h in &config.handlers {
         let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
-        let handler =
-            Handler::load(&runtime, &h.component, h.settings()).with_context(|| format!("handler `{}`", h.name))?;
+        let handler = load(&runtime, h, natives).with_context(|| format!("handler `{}`", h.name))?;
         loaded.push((h.clone(), handler, validator));
     }
 
@@ -86,6 +92,20 @@ pub async fn prepare_config(config: Config) -> anyhow::Result<Prepared> {
         handlers.push(PreparedHandler { config: h, executor, validator, dead_letters });
     }
     Ok(Prepared { config, pool, handlers })
+}
+
+/// The handler's body: its component, or a native handler registered here.
+fn load(runtime: &Runtime, h: &HandlerConfig, natives: &NativeHandlers) -> anyhow::Result<Handler> {
+    if let Some(path) = &h.component {
+        return Ok(Handler::load(runtime, path, h.settings())?);
+    }
+    let name = h.native.as_deref().unwrap_or_default();
+    let Some(native) = natives.get(name) else {
+        let known = natives.names();
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        bail!("no native handler `{name}` is registered in this program (registered: {known})");
+    };
+    Ok(Handler::native(runtime, name, native, h.settings()))
 }
 
 /// Fails unless the brokers answer a metadata request, with the `[kafka]`

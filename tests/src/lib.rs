@@ -11,6 +11,8 @@
 //! - [`proxy`]: a TCP proxy to cut, for database outages;
 //! - [`secure`]: a Kafka listener that requires TLS and SASL, for the
 //!   security settings operators of managed Kafka use;
+//! - [`native`]: the billing example as a native handler (no wasm), which
+//!   `idem-under-test` registers for the benchmark;
 //! - [`kafka`]: a broker (`KAFKA_BROKERS`, or librdkafka's mock cluster in
 //!   this process), random topics, a producer that batches like real ones.
 
@@ -18,6 +20,7 @@ pub mod db;
 pub mod guests;
 pub mod host;
 pub mod kafka;
+pub mod native;
 pub mod provider;
 pub mod proxy;
 pub mod secure;

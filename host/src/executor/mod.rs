@@ -149,6 +149,10 @@ impl Executor {
             Invocation::Failed { retryable: true, message } => Err(ExecError::HandlerRetryable(message)),
             Invocation::Failed { retryable: false, message } => Err(ExecError::HandlerPermanent(message)),
             Invocation::TimedOut(limit) => Err(ExecError::TimedOut(limit)),
+            // The host's own shortage, not the event's doing (see `runtime::pool`).
+            Invocation::Trapped(trap) if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) => {
+                Err(ExecError::Infrastructure(format!("no instance slot free: {trap}")))
+            }
             Invocation::Trapped(trap) => Err(match trap.downcast::<HostFault>() {
                 Ok(HostFault::Database(e)) => ExecError::Database(e),
                 Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),

@@ -11,6 +11,7 @@ use wasmtime::component::Component;
 
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
+use super::native::{NativeContext, NativeHandler, NativeResult};
 use super::state::HostState;
 
 /// What an operator configures for one handler, as the runtime needs it.
@@ -107,10 +108,20 @@ pub enum LoadError {
 #[derive(Clone)]
 pub struct Handler {
     runtime: Runtime,
-    pre: HandlerPre<HostState>,
+    body: Body,
     settings: Arc<HandlerSettings>,
-    /// SHA-256 of the component's bytes (hex): which module processed an event.
+    /// SHA-256 of the component's bytes (hex): which module processed an
+    /// event; `native:<name>` for a native handler.
     sha256: Arc<str>,
+}
+
+/// What runs an event.
+#[derive(Clone)]
+enum Body {
+    /// A component, compiled and linked once.
+    Component(HandlerPre<HostState>),
+    /// Code compiled into the program (see [`super::native`]).
+    Native(Arc<dyn NativeHandler>),
 }
 
 impl std::fmt::Debug for Handler {
@@ -144,14 +155,34 @@ impl Handler {
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
         let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
-        Ok(Self { runtime: runtime.clone(), pre, settings: Arc::new(settings), sha256: sha256.into() })
+        Ok(Self {
+            runtime: runtime.clone(),
+            body: Body::Component(pre),
+            settings: Arc::new(settings),
+            sha256: sha256.into(),
+        })
+    }
+
+    /// A handler whose `handle` is `native`, registered as `name`.
+    pub fn native(runtime: &Runtime, name: &str, native: Arc<dyn NativeHandler>, settings: HandlerSettings) -> Self {
+        let sha256 = format!("native:{name}");
+        Self {
+            runtime: runtime.clone(),
+            body: Body::Native(native),
+            settings: Arc::new(settings),
+            sha256: sha256.into(),
+        }
     }
 
     pub fn settings(&self) -> &HandlerSettings {
         &self.settings
     }
 
-    /// SHA-256 of the component's bytes, hex.
+    pub fn is_native(&self) -> bool {
+        matches!(self.body, Body::Native(_))
+    }
+
+    /// SHA-256 of the component's bytes, hex (`native:<name>` for a native handler).
     pub fn sha256(&self) -> &str {
         &self.sha256
     }
@@ -167,29 +198,52 @@ impl Handler {
         event: &types::Event,
         deadline: tokio::time::Instant,
     ) -> (HostState, Invocation) {
+        let pre = match &self.body {
+            Body::Component(pre) => pre,
+            Body::Native(native) => return self.invoke_native(native, state, event, deadline).await,
+        };
         let mut store = self.store(state);
-
         let call = async {
-            let instance = self.pre.instantiate_async(&mut store).await?;
+            let instance = pre.instantiate_async(&mut store).await?;
             instance.call_handle(&mut store, event).await
         };
-        let answer = match tokio::time::timeout_at(deadline, call).await {
+        let answer = self.answer(tokio::time::timeout_at(deadline, call).await);
+        (store.into_data(), answer)
+    }
+
+    async fn invoke_native(
+        &self,
+        native: &Arc<dyn NativeHandler>,
+        mut state: HostState,
+        event: &types::Event,
+        deadline: tokio::time::Instant,
+    ) -> (HostState, Invocation) {
+        let mut cx = NativeContext { state: &mut state };
+        let answer = self.answer(tokio::time::timeout_at(deadline, native.handle(event, &mut cx)).await);
+        (state, answer)
+    }
+
+    fn answer(&self, call: Result<NativeResult, tokio::time::error::Elapsed>) -> Invocation {
+        match call {
             Ok(Ok(Ok(()))) => Invocation::Ok,
             Ok(Ok(Err(types::HandlerError::Retryable(m)))) => Invocation::Failed { retryable: true, message: m },
             Ok(Ok(Err(types::HandlerError::Permanent(m)))) => Invocation::Failed { retryable: false, message: m },
             Ok(Err(trap)) => Invocation::Trapped(trap),
             Err(_) => Invocation::TimedOut(self.settings.timeout),
-        };
-        (store.into_data(), answer)
+        }
     }
 
     /// Instantiates the component once in a store like an event's, without
     /// calling it. A start-up check: it finds what would otherwise fail
     /// every event (a memory limit below the guest's initial memory, say).
     pub(crate) async fn try_instantiate(&self, state: HostState) -> (HostState, wasmtime::Result<()>) {
+        let pre = match &self.body {
+            Body::Component(pre) => pre,
+            Body::Native(_) => return (state, Ok(())),
+        };
         let mut store = self.store(state);
         // A start function that never returns must not hang start-up.
-        let result = match tokio::time::timeout(self.settings.timeout, self.pre.instantiate_async(&mut store)).await {
+        let result = match tokio::time::timeout(self.settings.timeout, pre.instantiate_async(&mut store)).await {
             Ok(instantiated) => instantiated.map(drop),
             Err(_) => Err(wasmtime::Error::msg(format!("instantiation took longer than {:?}", self.settings.timeout))),
         };

@@ -6,6 +6,8 @@ pub mod bindings;
 mod handler;
 pub mod imports;
 mod limits;
+pub mod native;
+mod pool;
 mod state;
 
 use std::sync::{Arc, Weak};
@@ -18,6 +20,8 @@ use wasmtime::{Config, Engine};
 
 pub(crate) use handler::Invocation;
 pub use handler::{Credential, Handler, HandlerSettings, HttpPolicy, LoadError};
+pub use native::{NativeContext, NativeHandler, NativeHandlers, NativeResult};
+pub use pool::PoolSize;
 pub(crate) use state::{HostState, LOGGED_OUTPUT, MAX_LOG_LINES};
 
 /// How often the epoch advances. A running guest yields to the async runtime
@@ -37,12 +41,27 @@ struct Inner {
 }
 
 impl Runtime {
+    /// A runtime whose pool fits a few handlers ([`PoolSize::default`]).
     pub fn new() -> anyhow::Result<Self> {
+        Self::with_pool(PoolSize::default())
+    }
+
+    /// A runtime whose instance pool is sized by `pool` (see [`pool`]).
+    pub fn with_pool(pool: PoolSize) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
-        let engine =
-            Engine::new(&config).map_err(anyhow::Error::from).context("failed to create the wasmtime engine")?;
+        config.allocation_strategy(pool.strategy());
+        let engine = match Engine::new(&config) {
+            Ok(engine) => engine,
+            // The pool reserves its address space up front; where that is
+            // refused (a `ulimit -v`, say), run on demand, slower but right.
+            Err(e) => {
+                tracing::warn!("the instance pool could not be reserved ({e}); instantiating on demand (slower)");
+                config.allocation_strategy(wasmtime::InstanceAllocationStrategy::OnDemand);
+                Engine::new(&config).map_err(anyhow::Error::from).context("failed to create the wasmtime engine")?
+            }
+        };
 
         let mut linker = Linker::new(&engine);
         // A Rust guest built with std imports WASI's cli/io interfaces even if

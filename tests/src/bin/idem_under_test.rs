@@ -5,6 +5,9 @@
 //! With `IDEM_TEST_PARENT_PID` set (the harness sets it), it exits when that
 //! process is gone: a test that fails before it stops its `idem run` leaves
 //! no process behind to hold connections and consume.
+//!
+//! It registers the harness's native handlers (`native = "billing"`), which
+//! the `idem` binary does not have.
 
 fn main() -> std::process::ExitCode {
     if let Some(parent) = std::env::var("IDEM_TEST_PARENT_PID").ok().and_then(|p| p.parse::<u32>().ok()) {
@@ -16,5 +19,5 @@ fn main() -> std::process::ExitCode {
             std::process::exit(3);
         });
     }
-    idem::cli::main()
+    idem::cli::main_with(idem_tests::native::handlers())
 }

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use idem::{ErrorClass, Outcome};
+use idem::{ErrorClass, ExecError, Outcome};
 use serde_json::json;
 use sqlx::{Connection as _, Executor as _, PgPool};
 
@@ -594,5 +594,28 @@ async fn a_python_component_loads_and_runs_in_the_sandbox() {
     assert_eq!(exec.execute(&e, 1).await.expect("processed"), Outcome::Processed);
     assert_eq!(exec.execute(&e, 1).await.expect("again"), Outcome::Duplicate);
     assert_eq!(s.count("SELECT count(*) FROM notification.sent WHERE message = 'from python'").await, 1);
+    s.finish().await;
+}
+
+/// The instance pool (`runtime::pool`) is sized so that it is never full;
+/// should it be, the event is not failed for it: the host's shortage is
+/// classified as unavailable (retried without spending an attempt), and
+/// the slot serves the next event once free.
+#[tokio::test]
+async fn a_full_instance_pool_is_the_hosts_shortage_not_the_events_failure() {
+    let mut s = Setup::new().await;
+    s.runtime = idem::Runtime::with_pool(idem::runtime::PoolSize { instances: 1, max_memory_bytes: 256 << 20 })
+        .expect("a pool of one");
+    let exec = s.scenarios_with(|settings| settings.timeout = Duration::from_secs(2));
+    let endless = scenario("loop");
+    let (looping, blocked) = tokio::join!(exec.execute(&endless, 1), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        exec.execute(&scenario("ok"), 1).await
+    });
+    assert!(matches!(looping, Err(ExecError::TimedOut(_))), "{looping:?}");
+    let err = blocked.expect_err("no slot while the loop runs");
+    assert!(matches!(err, ExecError::Infrastructure(ref m) if m.contains("no instance slot")), "{err}");
+    assert_eq!(err.class(), ErrorClass::Unavailable);
+    assert_eq!(exec.execute(&scenario("ok"), 1).await.expect("a free slot"), Outcome::Processed);
     s.finish().await;
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 mod hostile;
+mod native;
 
 use idem::executor::Pins;
 use idem::{ErrorClass, Event, ExecError, Executor, Handler, HandlerSettings, LoadError, Outcome, Runtime};

@@ -1,5 +1,5 @@
-//! `scripts/bench`: one run that races idem against itself per event and
-//! against the SQL ceiling, on this machine, with and without the payment
+//! `scripts/bench`: one run that races idem against itself per event, a
+//! native (no wasm) handler and the SQL ceiling, on this machine, with and without the payment
 //! call. See the README's "Benchmark".
 //!
 //! Per variant: a fresh database (`idem migrate`), a fresh topic, N orders
@@ -46,7 +46,12 @@ struct Row {
 
 #[derive(Clone, Copy)]
 enum Kind {
-    Idem { max_events: usize },
+    /// `native`: the billing logic compiled into the host
+    /// (`idem_tests::native`), not the component.
+    Idem {
+        max_events: usize,
+        native: bool,
+    },
     Ceiling,
 }
 
@@ -56,8 +61,9 @@ struct Variant {
 }
 
 const VARIANTS: &[Variant] = &[
-    Variant { name: "a: idem, batched", kind: Kind::Idem { max_events: BATCH } },
-    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem { max_events: 1 } },
+    Variant { name: "a: idem, batched", kind: Kind::Idem { max_events: BATCH, native: false } },
+    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem { max_events: 1, native: false } },
+    Variant { name: "c: idem, native handler", kind: Kind::Idem { max_events: BATCH, native: true } },
     Variant { name: "d: SQL ceiling", kind: Kind::Ceiling },
 ];
 
@@ -72,7 +78,9 @@ async fn main() -> anyhow::Result<()> {
         for variant in VARIANTS {
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
             let row = match variant.kind {
-                Kind::Idem { max_events } => idem_variant(variant.name, max_events, http, orders).await?,
+                Kind::Idem { max_events, native } => {
+                    idem_variant(variant.name, max_events, native, http, orders).await?
+                }
                 Kind::Ceiling => ceiling_variant(variant.name, http, orders).await?,
             };
             eprintln!("bench:   {:.0} records/s", row.events_per_s);
@@ -114,8 +122,16 @@ async fn fresh_database(name: &str, config: &Path) -> anyhow::Result<PgConnectio
     Ok(PgConnection::connect(&idem_tests::db::with_database(&server, name)).await?)
 }
 
-/// A config for the billing handler; without HTTP, the example's switch.
-fn config(topic: &str, provider: &PaymentProvider, db_url: &str, max_events: usize, http: bool) -> PathBuf {
+/// A config for the billing handler; without HTTP, the example's switch;
+/// `native`: the native billing handler instead of the component.
+fn config(
+    topic: &str,
+    provider: &PaymentProvider,
+    db_url: &str,
+    max_events: usize,
+    native: bool,
+    http: bool,
+) -> PathBuf {
     let mut spec = HandlerSpec::billing(topic, &provider.base_url());
     spec.concurrency = CONCURRENCY;
     spec.batch = Some((max_events, 5));
@@ -130,6 +146,14 @@ fn config(topic: &str, provider: &PaymentProvider, db_url: &str, max_events: usi
     text = text.replace("[kafka.properties]\n", "[kafka.properties]\n\"fetch.wait.max.ms\" = \"20\"\n");
     if !http {
         text = text.replace("[handler.config]\n", "[handler.config]\ncharge_payment = \"false\"\n");
+    }
+    if native {
+        text = text
+            .lines()
+            .map(|l| if l.starts_with("component = ") { "native = \"billing\"" } else { l })
+            .collect::<Vec<_>>()
+            .join("\n");
+        text.push('\n');
     }
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("config: {e}"));
     path
@@ -153,12 +177,18 @@ async fn check(conn: &mut PgConnection, provider: &PaymentProvider, orders: i64,
     Ok(span)
 }
 
-async fn idem_variant(name: &'static str, max_events: usize, http: bool, orders: i64) -> anyhow::Result<Row> {
+async fn idem_variant(
+    name: &'static str,
+    max_events: usize,
+    native: bool,
+    http: bool,
+    orders: i64,
+) -> anyhow::Result<Row> {
     let provider = PaymentProvider::start().await;
     let topic = kafka::create_topic(PARTITIONS).await;
     let db = format!("idem_bench_{}", std::process::id());
     let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
-    let config = config(&topic, &provider, &db_url, max_events, http);
+    let config = config(&topic, &provider, &db_url, max_events, native, http);
     let mut conn = fresh_database(&db, &config).await?;
     let records = workload(orders);
     kafka::produce_all(&kafka::producer(), &topic, &records).await;
@@ -254,7 +284,7 @@ async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow:
     let server = idem_tests::db::server_url();
     let db_url = idem_tests::db::with_database(&server, &db);
     // Only for `idem migrate` (the billing role, schema and grants).
-    let config = config("unused", &provider, &db_url, BATCH, http);
+    let config = config("unused", &provider, &db_url, BATCH, false, http);
     let mut conn = fresh_database(&db, &config).await?;
     let mut partitions = vec![Vec::new(); PARTITIONS as usize];
     let records = workload(orders);
@@ -315,11 +345,12 @@ fn render(rows: &[Row]) -> String {
         let rate = |prefix: &str| {
             rows.iter().find(|r| r.http == http && r.variant.starts_with(prefix)).map_or(f64::NAN, |r| r.events_per_s)
         };
-        let (a, b, d) = (rate("a"), rate("b"), rate("d"));
+        let (a, b, c, d) = (rate("a"), rate("b"), rate("c"), rate("d"));
         text.push_str(&format!(
-            "\n{}: a/b = {:.2}, a/d = {:.2}",
+            "\n{}: a/b = {:.2}, a/c = {:.2}, a/d = {:.2}",
             if http { "with HTTP" } else { "without HTTP" },
             a / b,
+            a / c,
             a / d
         ));
     }
