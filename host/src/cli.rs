@@ -1,4 +1,5 @@
-//! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`. The `idem`
+//! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`,
+//! `idem deploy`, `idem handlers`, `idem rollback`. The `idem`
 //! binary is [`main`] and nothing else.
 
 use std::path::PathBuf;
@@ -39,6 +40,33 @@ enum Command {
     Dlq {
         #[command(subcommand)]
         command: DlqCommand,
+    },
+    /// Uploads a component as a handler's next module version and activates
+    /// it on every host (through the admin API of a running host).
+    Deploy {
+        #[command(flatten)]
+        admin: AdminTarget,
+        #[arg(long)]
+        handler: String,
+        /// The component (.wasm).
+        path: PathBuf,
+        /// Stored with the version (what changed, a ticket).
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Each handler's module versions: active, running here, counts per version.
+    Handlers {
+        #[command(flatten)]
+        admin: AdminTarget,
+    },
+    /// Activates an older version: `--to N`, or else the newest stored
+    /// version older than the active one.
+    Rollback {
+        #[command(flatten)]
+        admin: AdminTarget,
+        handler: String,
+        #[arg(long)]
+        to: Option<i32>,
     },
     /// Applies idem's migrations (schema `idem`) to the database; with
     /// `--config`, also creates or updates each handler's role, schema,
@@ -92,6 +120,33 @@ struct DlqTarget {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct AdminTarget {
+    /// The admin API of a running host (`[admin] listen`).
+    #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
+    url: String,
+    /// Its bearer token, if it has one.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The API's JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl AdminTarget {
+    fn target(&self) -> crate::admin::client::Target {
+        crate::admin::client::Target { url: self.url.clone(), token: self.token.clone().filter(|t| !t.is_empty()) }
+    }
+
+    fn print(&self, answer: &serde_json::Value, human: impl FnOnce(&serde_json::Value) -> String) {
+        if self.json {
+            println!("{answer}");
+        } else {
+            print!("{}", human(answer));
+        }
+    }
+}
+
 impl DlqTarget {
     fn window(&self) -> crate::pipeline::replay::Window {
         crate::pipeline::replay::Window { since: self.since, until: self.until, limit: self.limit }
@@ -139,7 +194,8 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Check { config } => {
-            let prepared = crate::startup::prepare_with(&config, natives).await?;
+            let loaded = crate::config::Config::load(&config)?;
+            let prepared = crate::startup::prepare_as(loaded, natives, crate::startup::Seed::No).await?;
             println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
             Ok(())
         }
@@ -183,6 +239,21 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                     report.read, report.applied, report.duplicates, report.failed_again
                 );
             }
+            Ok(())
+        }
+        Command::Deploy { admin, handler, path, note } => {
+            let answer = crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref()).await?;
+            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
+            Ok(())
+        }
+        Command::Handlers { admin } => {
+            let answer = crate::admin::client::handlers(&admin.target()).await?;
+            admin.print(&answer, crate::admin::client::render_handlers);
+            Ok(())
+        }
+        Command::Rollback { admin, handler, to } => {
+            let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
+            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
             Ok(())
         }
         Command::Migrate { database_url, config } => {

@@ -2,7 +2,7 @@
 //! inserted in the same transaction as the handler's effect.
 //!
 //! The handler's role has no right on that table: it claims through
-//! `idem_api.claim`, a SECURITY DEFINER function that takes the handler's
+//! `idem_api.claim_events`, a SECURITY DEFINER function that takes the handler's
 //! namespace from the login role (`session_user`), never from an argument.
 
 use sqlx::PgConnection;
@@ -20,49 +20,43 @@ pub enum Claim {
     Conflict,
 }
 
-/// Claims `event` for the handler `conn` is logged in as, recording the
-/// hash of its payload.
+/// Claims `event` for the handler `conn` is logged in as (see [`claim_many`]).
 ///
 /// Under READ COMMITTED a concurrent claim of the same key waits for the
 /// first transaction: if it commits, this finds its row; if it rolls back,
 /// this one claims. (Under REPEATABLE READ it would raise a serialization
 /// error instead, which is why the executor pins the isolation level.)
-pub async fn claim(conn: &mut PgConnection, event: &Event) -> Result<Claim, sqlx::Error> {
-    let answer: String = sqlx::query_scalar("SELECT idem_api.claim($1, $2, $3, $4, $5)")
-        .bind(event.id)
-        .bind(&event.topic)
-        .bind(event.partition)
-        .bind(event.offset)
-        .bind(&event.payload_sha256[..])
-        .fetch_one(conn)
-        .await?;
-    match answer.as_str() {
-        "claimed" => Ok(Claim::Claimed),
-        "duplicate" => Ok(Claim::Duplicate),
-        "conflict" => Ok(Claim::Conflict),
-        other => Err(sqlx::Error::Protocol(format!("idem_api.claim answered `{other}`"))),
-    }
+pub async fn claim(conn: &mut PgConnection, event: &Event, version: Option<i32>) -> Result<Claim, sqlx::Error> {
+    let claims = claim_many(conn, std::slice::from_ref(event), version).await?;
+    claims.first().copied().ok_or_else(|| sqlx::Error::Protocol("idem_api.claim_events answered nothing".into()))
 }
 
-/// Claims a batch in one statement (see `idem_api.claim_many`): what each
-/// event found, in the order given. The ids must be distinct.
-pub async fn claim_many(conn: &mut PgConnection, events: &[Event]) -> Result<Vec<Claim>, sqlx::Error> {
+/// Claims a batch in one statement (see `idem_api.claim_events`), recording
+/// each payload's hash and the module `version` that runs them: what each
+/// event found, in the order given. The ids must be distinct. Fails with
+/// SQLSTATE `ID001` when `version` is not the handler's active one.
+pub async fn claim_many(
+    conn: &mut PgConnection,
+    events: &[Event],
+    version: Option<i32>,
+) -> Result<Vec<Claim>, sqlx::Error> {
     let ids: Vec<uuid::Uuid> = events.iter().map(|e| e.id).collect();
     let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
     let partitions: Vec<i32> = events.iter().map(|e| e.partition).collect();
     let offsets: Vec<i64> = events.iter().map(|e| e.offset).collect();
     let hashes: Vec<Vec<u8>> = events.iter().map(|e| e.payload_sha256.to_vec()).collect();
-    let answers: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_many($1, $2, $3, $4, $5)")
+    let answers: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_events($1, $2, $3, $4, $5, $6)")
         .bind(&ids)
         .bind(&topics)
         .bind(&partitions)
         .bind(&offsets)
         .bind(&hashes)
+        .bind(version)
         .fetch_one(conn)
         .await?;
     if answers.len() != events.len() {
         return Err(sqlx::Error::Protocol(format!(
-            "idem_api.claim_many answered {} words for {} events",
+            "idem_api.claim_events answered {} words for {} events",
             answers.len(),
             events.len()
         )));
@@ -73,7 +67,7 @@ pub async fn claim_many(conn: &mut PgConnection, events: &[Event]) -> Result<Vec
             "claimed" => Ok(Claim::Claimed),
             "duplicate" => Ok(Claim::Duplicate),
             "conflict" => Ok(Claim::Conflict),
-            other => Err(sqlx::Error::Protocol(format!("idem_api.claim_many answered `{other}`"))),
+            other => Err(sqlx::Error::Protocol(format!("idem_api.claim_events answered `{other}`"))),
         })
         .collect()
 }

@@ -83,6 +83,11 @@ pub enum ExecError {
     /// event runs again alone, where the guest sees the error. Never final.
     #[error("a handler statement failed inside a batch: {0}")]
     InBatch(String),
+    /// The claim named a module version that is no longer the handler's
+    /// active one: the host switches to the active one and runs the event
+    /// again. Never final.
+    #[error("{0}")]
+    StaleModule(String),
 }
 
 impl ExecError {
@@ -91,7 +96,9 @@ impl ExecError {
             Self::HandlerRetryable(_) | Self::TimedOut(_) => ErrorClass::Retryable,
             Self::HandlerPermanent(_) | Self::Trapped(_) => ErrorClass::Permanent,
             Self::Database(e) => sql_class(e),
-            Self::Infrastructure(_) | Self::Deadline(_) | Self::InBatch(_) => ErrorClass::Unavailable,
+            Self::Infrastructure(_) | Self::Deadline(_) | Self::InBatch(_) | Self::StaleModule(_) => {
+                ErrorClass::Unavailable
+            }
             Self::Schema(_) => ErrorClass::Fatal,
             Self::Conflict => ErrorClass::Conflicting,
         }
@@ -101,6 +108,10 @@ impl ExecError {
     pub(crate) fn from_host_sql(e: sqlx::Error) -> Self {
         let code = e.as_database_error().and_then(|d| d.code()).map(|c| c.into_owned());
         match code.as_deref() {
+            // idem_api.claim_events: not the active module version.
+            Some("ID001") => {
+                Self::StaleModule(e.as_database_error().map(|d| d.message().to_owned()).unwrap_or_default())
+            }
             // undefined table / schema / column / function, insufficient privilege
             Some("42P01" | "3F000" | "42703" | "42883" | "42501") => Self::Schema(e),
             _ => Self::Database(e),

@@ -12,11 +12,14 @@
 //! - [`executor`]: one event, one transaction: claim, handler, commit;
 //! - [`dedup`]: the claim in `idem.processed_event`;
 //! - [`migrate`]: idem's own schema;
+//! - [`modules`]: uploaded handler modules, their versions, hot swap;
+//! - [`admin`]: the host's HTTP API (`idem deploy`, `idem handlers`, `idem rollback`);
 //! - [`sandbox`]: each handler's database role, schema, grants and pool;
 //! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
 //!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`];
 //! - [`kafka_client`]: brokers, librdkafka properties, secrets from the environment.
 
+pub mod admin;
 mod capabilities;
 pub mod cli;
 pub mod config;
@@ -26,6 +29,7 @@ pub mod event;
 pub mod executor;
 pub mod kafka_client;
 pub mod migrate;
+pub mod modules;
 pub mod offsets;
 pub mod pipeline;
 pub mod runtime;

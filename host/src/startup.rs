@@ -11,6 +11,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::config::{Config, HandlerConfig, OnFailure};
 use crate::executor::{Executor, Pins};
+use crate::modules::Slot;
 use crate::runtime::{Handler, NativeHandlers, PoolSize, Runtime};
 use crate::sandbox::Place;
 use crate::validate::Validator;
@@ -26,7 +27,8 @@ pub struct Prepared {
 /// One handler, checked and ready.
 pub struct PreparedHandler {
     pub config: HandlerConfig,
-    pub executor: Executor,
+    /// Its executor, swapped when another module version is activated.
+    pub slot: std::sync::Arc<Slot>,
     pub validator: Validator,
     /// Its dead-letter topic's producer (`on_failure = "dlq"`).
     pub(crate) dead_letters: Option<crate::pipeline::DeadLetters>,
@@ -50,14 +52,25 @@ pub async fn prepare_with(path: &Path, natives: &NativeHandlers) -> anyhow::Resu
 }
 
 pub async fn prepare_config(config: Config, natives: &NativeHandlers) -> anyhow::Result<Prepared> {
+    prepare_as(config, natives, Seed::Yes).await
+}
+
+/// Whether a handler's `component` file is stored as version 1 when the
+/// module store has none for it (`idem run`), or only checked (`idem check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seed {
+    Yes,
+    No,
+}
+
+pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) -> anyhow::Result<Prepared> {
     let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
     let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();
     let runtime = Runtime::with_pool(PoolSize::for_concurrency(concurrency, max_memory))?;
-    let mut loaded = Vec::new();
+    let mut validators = Vec::new();
     for h in &config.handlers {
         let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
-        let handler = load(&runtime, h, natives).with_context(|| format!("handler `{}`", h.name))?;
-        loaded.push((h.clone(), handler, validator));
+        validators.push(validator);
     }
 
     let pool = PgPoolOptions::new()
@@ -73,7 +86,7 @@ pub async fn prepare_config(config: Config, natives: &NativeHandlers) -> anyhow:
     let database = config.database_name()?;
     let schemas: Vec<String> = config.handlers.iter().map(|h| h.schema_name()).collect();
     let mut handlers = Vec::new();
-    for (h, handler, validator) in loaded {
+    for (h, validator) in config.handlers.iter().cloned().zip(validators) {
         let place = Place::of(&h, &database)?;
         let others: Vec<String> = schemas.iter().filter(|s| **s != place.schema).cloned().collect();
         crate::sandbox::rights::check(&pool, &place, &others).await?;
@@ -81,23 +94,93 @@ pub async fn prepare_config(config: Config, natives: &NativeHandlers) -> anyhow:
         let handler_pool = crate::sandbox::pool::connect(&config.database.url, &place, max_connections).await?;
         let pins =
             Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
-        let http = crate::capabilities::http::client(&handler.settings().http)
+        let http = crate::capabilities::http::client(&h.settings().http)
             .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
-        let executor = Executor::new(handler, handler_pool, http, pins);
-        executor.check_instantiation().await.with_context(|| format!("handler `{}`", h.name))?;
+        let at = || format!("handler `{}`", h.name);
+        let stored = crate::modules::store::active(&pool, &h.name).await.with_context(at)?;
+        let body = match (&stored, &h.native) {
+            (_, Some(_)) | (None, None) => load(&runtime, &h, natives).with_context(at)?,
+            (Some(active), None) => {
+                let what = format!("{} version {} (module store)", h.name, active.version);
+                Handler::from_bytes(&runtime, &what, &active.bytes, h.settings())
+                    .with_context(at)?
+                    .with_version(active.version)
+            }
+        };
+        let executor = Executor::new(body, handler_pool, http, pins);
+        executor.check_instantiation().await.with_context(at)?;
+        let executor = match (&stored, &h.component) {
+            (None, Some(path)) if seed == Seed::Yes => {
+                seed_version_1(&pool, &runtime, executor, path).await.with_context(at)?
+            }
+            (Some(active), Some(path)) => {
+                note_file_differs(&h.name, path, active);
+                executor
+            }
+            _ => executor,
+        };
         let dead_letters = match h.retry.on_failure {
-            OnFailure::Dlq => Some(crate::pipeline::DeadLetters::open(&config, &h, executor.handler().sha256()).await?),
+            OnFailure::Dlq => Some(crate::pipeline::DeadLetters::open(&config, &h).await?),
             OnFailure::Block => None,
         };
-        handlers.push(PreparedHandler { config: h, executor, validator, dead_letters });
+        let slot = Slot::new(runtime.clone(), executor, h.max_module_mib << 20);
+        handlers.push(PreparedHandler { config: h, slot, validator, dead_letters });
     }
     Ok(Prepared { config, pool, handlers })
 }
 
-/// The handler's body: its component, or a native handler registered here.
+/// Stores the `component` file (checked) as the handler's version 1: from
+/// now on the store is the handler's source. If another host seeded first,
+/// its version is what runs here too.
+async fn seed_version_1(pool: &PgPool, runtime: &Runtime, executor: Executor, path: &Path) -> anyhow::Result<Executor> {
+    let name = executor.handler().settings().name.clone();
+    let bytes = std::fs::read(path).with_context(|| format!("failed to read component {}", path.display()))?;
+    let sha256 = executor.handler().sha256().to_owned();
+    let note = format!("seeded from {}", path.display());
+    let seeded = crate::modules::store::seed(pool, &name, &bytes, &sha256, "idem run (component file)", Some(&note))
+        .await
+        .context("failed to store the component as version 1")?;
+    if let Some(version) = seeded {
+        tracing::info!(handler = %name, version, %sha256, "component file stored in the module store");
+        let handler = executor.handler().clone().with_version(version);
+        return Ok(executor.with_handler(handler));
+    }
+    let active = crate::modules::store::active(pool, &name)
+        .await?
+        .context("the module store has versions of this handler but none active")?;
+    let what = format!("{name} version {} (module store)", active.version);
+    let handler = Handler::from_bytes(runtime, &what, &active.bytes, executor.handler().settings().clone())?
+        .with_version(active.version);
+    let executor = executor.with_handler(handler);
+    executor.check_instantiation().await?;
+    Ok(executor)
+}
+
+/// The store wins over the file; says so when they differ.
+fn note_file_differs(name: &str, path: &Path, active: &crate::modules::store::ActiveModule) {
+    let Ok(bytes) = std::fs::read(path) else { return };
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    if sha256 != active.sha256 {
+        tracing::warn!(
+            handler = %name, file = %path.display(), active_version = active.version,
+            "the component file differs from the active version in the module store, which wins; \
+             `idem deploy` makes the file the next version"
+        );
+    }
+}
+
+/// The handler's body when the store has none: its component file, or a
+/// native handler registered here.
 fn load(runtime: &Runtime, h: &HandlerConfig, natives: &NativeHandlers) -> anyhow::Result<Handler> {
     if let Some(path) = &h.component {
         return Ok(Handler::load(runtime, path, h.settings())?);
+    }
+    if h.module.is_some() {
+        bail!(
+            "the module store holds no version of this handler (module = \"store\"); upload one with \
+             `idem deploy --handler {} FILE.wasm`",
+            h.name
+        );
     }
     let name = h.native.as_deref().unwrap_or_default();
     let Some(native) = natives.get(name) else {

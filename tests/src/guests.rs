@@ -89,3 +89,31 @@ pub fn python_component(name: &str) -> PathBuf {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// `component` (a component's bytes) with a custom section `idem-marker`
+/// holding `tag` appended: another module, another sha256, the same
+/// behaviour. The tests and the demo deploy it as a "v2".
+pub fn with_marker(component: &[u8], tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"idem-marker";
+    let mut content = Vec::new();
+    leb(name.len(), &mut content);
+    content.extend_from_slice(name);
+    content.extend_from_slice(tag.as_bytes());
+    let mut out = component.to_vec();
+    // A custom section (id 0) may appear anywhere in a component.
+    out.push(0);
+    leb(content.len(), &mut out);
+    out.extend_from_slice(&content);
+    out
+}

@@ -126,6 +126,8 @@ pub fn write_config_with(
         }
     }
     text.push_str(&format!("\n[database]\nurl = \"{database_url}\"\n"));
+    // A port of its own per host config: tests run many hosts at once.
+    text.push_str(&format!("\n[admin]\nlisten = \"127.0.0.1:{}\"\n", free_port()));
     for h in handlers {
         if h.create_dlq && brokers == crate::kafka::brokers() {
             crate::kafka::create_topic_like(&format!("{}.{}.dlq", h.topic, h.name), &h.topic);
@@ -168,6 +170,25 @@ pub fn write_config_with(
     let path = dir.join("idem.toml");
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("write config: {e}"));
     path
+}
+
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// The admin API's base URL of the host that runs `config`.
+pub fn admin_url(config: &Path) -> String {
+    let text = std::fs::read_to_string(config).unwrap_or_else(|e| panic!("config: {e}"));
+    let listen = text
+        .lines()
+        .skip_while(|l| l.trim() != "[admin]")
+        .find_map(|l| l.strip_prefix("listen = "))
+        .unwrap_or_else(|| panic!("no [admin] listen in {}", config.display()));
+    format!("http://{}", listen.trim_matches('"'))
 }
 
 /// Runs the host in this process until every partition is drained.

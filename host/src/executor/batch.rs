@@ -45,12 +45,20 @@ pub struct BatchFailure {
     pub stopped: bool,
     /// The failure names no event (BEGIN, the claim, COMMIT failed).
     pub whole: bool,
+    /// The claim found the module version no longer active: switch to the
+    /// active one and run the batch again.
+    pub stale: bool,
 }
 
 impl BatchFailure {
     fn whole(error: ExecError) -> Self {
+        let stale = matches!(error, ExecError::StaleModule(_));
         let own = (error.class() == ErrorClass::Fatal).then_some(error);
-        Self { index: 0, own, stopped: false, whole: true }
+        Self { index: 0, own, stopped: false, whole: !stale, stale }
+    }
+
+    fn at(index: usize, own: Option<ExecError>) -> Self {
+        Self { index, own, stopped: false, whole: false, stale: false }
     }
 }
 
@@ -65,8 +73,14 @@ impl Executor {
     pub async fn execute_batch(&self, events: &[Event], stop: impl Fn() -> bool) -> Result<Vec<Outcome>, BatchFailure> {
         let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
         let deadline = tx.statement_deadline();
-        let claims = match within(deadline, "claim", dedup::claim_many(tx.conn(), events)).await {
+        let claims = match within(deadline, "claim", dedup::claim_many(tx.conn(), events, self.handler.version())).await
+        {
             Ok(claims) => claims,
+            // Refused before it waited on anything: the connection is sound.
+            Err(error @ ExecError::StaleModule(_)) => {
+                tx.rollback().await;
+                return Err(BatchFailure::whole(error));
+            }
             Err(error) => {
                 tx.abandon(&self.pool);
                 return Err(BatchFailure::whole(error));
@@ -77,7 +91,7 @@ impl Executor {
         for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
             if index > 0 && stop() {
                 tx.rollback().await;
-                return Err(BatchFailure { index: 0, own: None, stopped: true, whole: false });
+                return Err(BatchFailure { stopped: true, ..BatchFailure::at(0, None) });
             }
             match claim {
                 Claim::Claimed => {}
@@ -87,7 +101,7 @@ impl Executor {
                 }
                 Claim::Conflict => {
                     tx.rollback().await;
-                    return Err(BatchFailure { index, own: None, stopped: false, whole: false });
+                    return Err(BatchFailure::at(index, None));
                 }
             }
             tx.renew(budget);
@@ -113,7 +127,7 @@ impl Executor {
                 | ExecError::TimedOut(_) => Some(error),
                 _ => None,
             };
-            return Err(BatchFailure { index, own, stopped: false, whole: false });
+            return Err(BatchFailure::at(index, own));
         }
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).

@@ -47,6 +47,12 @@ impl Executor {
         &self.handler
     }
 
+    /// The same executor (pool, HTTP client, pins) running `handler`.
+    #[must_use]
+    pub fn with_handler(&self, handler: Handler) -> Self {
+        Self { handler, ..self.clone() }
+    }
+
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -91,10 +97,21 @@ impl Executor {
     /// A start-up check: a component that cannot be instantiated under its
     /// limits would fail every event.
     pub async fn check_instantiation(&self) -> anyhow::Result<()> {
-        let tx = self.begin().await.map_err(|e| anyhow::anyhow!("failed to begin a transaction: {e}"))?;
+        match self.instantiation().await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(anyhow::anyhow!("cannot be instantiated under its limits: {reason}")),
+            Err(e) => Err(anyhow::anyhow!("failed to begin a transaction: {e}")),
+        }
+    }
+
+    /// [`Executor::check_instantiation`], telling the database's failure
+    /// (`Err`: nothing is known about the component) from the component's
+    /// (`Ok(Err(reason))`).
+    pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
+        let tx = self.begin().await?;
         let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string(), false)).await;
         state.db.into_transaction().rollback().await;
-        result.map_err(|e| anyhow::anyhow!("cannot be instantiated under its limits: {e:#}"))
+        Ok(result.map_err(|e| format!("{e:#}")))
     }
 
     /// A store's state for one event of this handler, holding `tx`
@@ -115,7 +132,7 @@ impl Executor {
     /// commits or rolls back.
     pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.statement_deadline();
-        match transaction::within(deadline, "claim", dedup::claim(tx.conn(), event)).await {
+        match transaction::within(deadline, "claim", dedup::claim(tx.conn(), event, self.handler.version())).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Duplicate) => return (tx, Ok(Outcome::Duplicate)),
             Ok(Claim::Conflict) => return (tx, Err(ExecError::Conflict)),

@@ -112,11 +112,14 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
         if state.is_stopped() {
             break;
         }
-        match shared.executor.execute_batch(&events[..end], || state.is_stopped()).await {
+        let executor = shared.slot.executor();
+        let version = executor.handler().version();
+        match executor.execute_batch(&events[..end], || state.is_stopped()).await {
             Ok(outcomes) => {
                 Stats::add(&shared.stats.transactions);
                 shared.fault_point();
                 for outcome in outcomes {
+                    shared.slot.count(version, Ok(outcome));
                     match outcome {
                         Outcome::Processed => Stats::add(&shared.stats.processed),
                         Outcome::Duplicate => Stats::add(&shared.stats.duplicates),
@@ -129,7 +132,10 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
                 break;
             }
             Err(failure) if failure.stopped => break,
+            // Another version was activated: the same batch, on it.
+            Err(failure) if failure.stale && super::switch_module(shared, version).await => continue,
             Err(failure) => {
+                shared.slot.count(version, Err(()));
                 if failure.whole {
                     // Nothing names an event (BEGIN, the claim, COMMIT): the
                     // batch's records run alone, so that a deterministic

@@ -54,13 +54,12 @@ pub(crate) struct DeadLetters {
     partitions: i32,
     handler: String,
     group: String,
-    module_sha256: String,
 }
 
 impl DeadLetters {
     /// The handler's DLQ producer, once its topic exists (created here,
     /// with the source topic's partition count, when it is missing).
-    pub(crate) async fn open(config: &Config, handler: &HandlerConfig, module_sha256: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn open(config: &Config, handler: &HandlerConfig) -> anyhow::Result<Self> {
         let topic = handler.dlq_topic();
         let partitions = ensure_topic(config, handler, &topic).await?;
         // The handler's own properties too: its credentials, say.
@@ -76,18 +75,12 @@ impl DeadLetters {
             rdkafka::client::DefaultClientContext,
             &format!("the DLQ producer of handler `{}`", handler.name),
         )?;
-        Ok(Self {
-            producer,
-            topic,
-            partitions,
-            handler: handler.name.clone(),
-            group: handler.group_id.clone(),
-            module_sha256: module_sha256.to_owned(),
-        })
+        Ok(Self { producer, topic, partitions, handler: handler.name.clone(), group: handler.group_id.clone() })
     }
 
     /// Writes `record` to the DLQ and waits for the broker's acknowledgement.
-    pub(crate) async fn send(&self, record: &Record, failure: &Failure) -> Result<(), String> {
+    /// `module_sha256`: the module the event failed on.
+    pub(crate) async fn send(&self, record: &Record, failure: &Failure, module_sha256: &str) -> Result<(), String> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 11);
         for (key, value) in &record.headers {
             headers = headers.insert(Header { key, value: value.as_deref() });
@@ -109,7 +102,7 @@ impl DeadLetters {
             (headers::OFFSET, &offset),
             (headers::TIMESTAMP, &timestamp),
             (headers::HANDLER, &self.handler),
-            (headers::MODULE, &self.module_sha256),
+            (headers::MODULE, module_sha256),
             (headers::GROUP, &self.group),
         ];
         for (key, value) in added {

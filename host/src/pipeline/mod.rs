@@ -22,8 +22,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::config::{Config, HandlerConfig};
-use crate::executor::Executor;
 use crate::kafka_client::ProbeContext;
+use crate::modules::Slot;
 use crate::startup::Prepared;
 use crate::stats::{HandlerReport, Stats};
 use crate::validate::Validator;
@@ -42,7 +42,8 @@ pub struct RunOptions {
 /// partition workers.
 pub(crate) struct Shared {
     pub name: String,
-    pub executor: Executor,
+    /// The handler's current executor (swapped when a version is activated).
+    pub slot: Arc<Slot>,
     pub validator: Validator,
     /// Partitions processed at once (`concurrency`).
     pub permits: Semaphore,
@@ -108,6 +109,18 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<Vec<HandlerReport>> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Bound before anything consumes: a taken port fails start-up.
+    let slots: Vec<Arc<Slot>> = prepared.handlers.iter().map(|h| h.slot.clone()).collect();
+    let admin = crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone()).await?;
+    let mut services = Vec::new();
+    // Test-only (`IDEM_TEST_NO_MODULE_WATCH`): a host that hears of no
+    // activation, as one whose notifications and polls were lost would.
+    if std::env::var_os("IDEM_TEST_NO_MODULE_WATCH").is_none() {
+        services.push(tokio::spawn(crate::modules::watch::run(prepared.pool.clone(), slots, stop_rx.clone())));
+    }
+    if let Some(admin) = admin {
+        services.push(tokio::spawn(admin.serve(stop_rx.clone())));
+    }
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let crash_after = std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok());
     // Every consumer is created and subscribed before any thread starts, so
@@ -115,12 +128,12 @@ pub async fn run(
     let mut all_stats = Vec::new();
     let mut pipelines = Vec::new();
     for handler in prepared.handlers {
-        let crate::startup::PreparedHandler { config, executor, validator, dead_letters } = handler;
+        let crate::startup::PreparedHandler { config, slot, validator, dead_letters } = handler;
         let stats = Arc::new(Stats::default());
         all_stats.push((config.name.clone(), stats.clone()));
         let shared = Arc::new(Shared {
             name: config.name.clone(),
-            executor,
+            slot,
             validator,
             permits: Semaphore::new(config.concurrency),
             config: config.clone(),
@@ -185,6 +198,10 @@ pub async fn run(
             }
         }
     };
+    let _ = stop_tx.send(true);
+    for service in services {
+        let _ = service.await;
+    }
     for result in joined {
         result.context("a polling thread panicked")?;
     }
@@ -192,6 +209,23 @@ pub async fn run(
         anyhow::bail!("stopped on a fatal error: {message}");
     }
     Ok(all_stats.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+/// Switches the handler to the store's active module version after a claim
+/// on `failed` (the version that claim named) was refused; true if the
+/// handler now runs another version, so the work can run again at once.
+pub(crate) async fn switch_module(shared: &Shared, failed: Option<i32>) -> bool {
+    if shared.slot.version() != failed {
+        // Another task (the watcher, a sibling partition) switched already.
+        return true;
+    }
+    match shared.slot.refresh(&shared.idem_pool).await {
+        Ok(now) => now != failed,
+        Err(e) => {
+            tracing::error!(handler = %shared.name, "cannot switch to the active module version: {e:#}");
+            false
+        }
+    }
 }
 
 /// Sets `drained` once every assigned partition is resolved to its end.

@@ -266,7 +266,8 @@ const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
 const SUSPECT_AFTER: u32 = 3;
 
 async fn database_answers(shared: &Shared) -> bool {
-    let probe = sqlx::query("SELECT 1").execute(shared.executor.pool());
+    let executor = shared.slot.executor();
+    let probe = sqlx::query("SELECT 1").execute(executor.pool());
     matches!(tokio::time::timeout(Duration::from_secs(2), probe).await, Ok(Ok(_)))
 }
 
@@ -294,6 +295,8 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
     let max_attempts = shared.config.retry.max_attempts;
     let (mut attempt, mut outages) = (1, 0);
     let (mut counted, mut suspect) = (false, false);
+    // The module version the last execution ran on.
+    let mut ran_on = shared.slot.version();
     loop {
         let result = if let Some(error) = first.take() {
             Err(error)
@@ -348,7 +351,10 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                 }
             }
             shared.abort_point(&event.payload);
-            let result = shared.executor.execute(&event, attempt).await;
+            let executor = shared.slot.executor();
+            ran_on = executor.handler().version();
+            let result = executor.execute(&event, attempt).await;
+            shared.slot.count(ran_on, result.as_ref().map(|o| *o).map_err(drop));
             drop((serial, permit));
             result
         };
@@ -369,6 +375,13 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
             }
             Err(error) => error,
         };
+        // Another version was activated: the same event, on it, at once.
+        // If this host cannot load it, the event waits as in an outage: it
+        // never spends an attempt on a version it may not run.
+        let stale = matches!(error, crate::ExecError::StaleModule(_));
+        if stale && super::switch_module(shared, ran_on).await {
+            continue;
+        }
         let mut class = error.class();
         if class == ErrorClass::Unavailable {
             outages += 1;
@@ -379,7 +392,7 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
             // attempt, so the event reaches the DLQ instead of stalling the
             // partition for ever. (Not the failure right before the probe:
             // an outage that just ended must not cost one.)
-            if suspect {
+            if suspect && !stale {
                 tracing::warn!(
                     handler = %name, %topic, partition, offset, %event_id, outages,
                     "the failure persists while the database answers: counted as the event's"
@@ -445,7 +458,7 @@ async fn settle(shared: &Shared, state: &PartitionState, record: &Record, failur
     };
     let mut tries = 0;
     loop {
-        match dead_letters.send(record, &failure).await {
+        match dead_letters.send(record, &failure, shared.slot.executor().handler().sha256()).await {
             Ok(()) => {
                 tracing::warn!(
                     handler = %name, %topic, partition, offset, class = failure.class.as_str(),

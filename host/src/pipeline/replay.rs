@@ -197,6 +197,7 @@ pub async fn replay(
     let h = &handler.config;
     let records = read(config, h, window)?;
     let mut report = ReplayReport { read: records.len(), dry_run, ..ReplayReport::default() };
+    let module = handler.slot.executor().handler().sha256().to_owned();
     let dead_letters = match (&handler.dead_letters, dry_run) {
         (Some(d), _) => Some(d),
         (None, true) => None,
@@ -237,7 +238,7 @@ pub async fn replay(
             Ok(event) => event,
             Err(invalid) => {
                 let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0 };
-                again(dead_letters, &record, &failure, replays, dry_run, &mut report).await?;
+                again(dead_letters, &module, &record, &failure, replays, dry_run, &mut report).await?;
                 continue;
             }
         };
@@ -257,7 +258,7 @@ pub async fn replay(
             }
             continue;
         }
-        match handler.executor.execute(&event, 1).await {
+        match handler.slot.executor().execute(&event, 1).await {
             Ok(Outcome::Processed) => report.applied += 1,
             Ok(Outcome::Duplicate) => report.duplicates += 1,
             Err(e) if matches!(e.class(), ErrorClass::Unavailable | ErrorClass::Fatal) => {
@@ -265,7 +266,7 @@ pub async fn replay(
             }
             Err(e) => {
                 let failure = Failure { class: e.class(), reason: e.to_string(), attempts: 1 };
-                again(dead_letters, &record, &failure, replays, dry_run, &mut report).await?;
+                again(dead_letters, &module, &record, &failure, replays, dry_run, &mut report).await?;
             }
         }
     }
@@ -275,6 +276,7 @@ pub async fn replay(
 /// A record that failed again goes back to the DLQ, its replay count one up.
 async fn again(
     dead_letters: Option<&DeadLetters>,
+    module: &str,
     record: &Record,
     failure: &Failure,
     replays: u32,
@@ -288,5 +290,5 @@ async fn again(
     let Some(dead_letters) = dead_letters else { return Ok(()) };
     let mut record = record.clone();
     record.headers.push((REPLAY_COUNT.to_owned(), Some((replays + 1).to_string().into_bytes())));
-    dead_letters.send(&record, failure).await.map_err(|e| anyhow::anyhow!("{e}"))
+    dead_letters.send(&record, failure, module).await.map_err(|e| anyhow::anyhow!("{e}"))
 }

@@ -113,6 +113,9 @@ pub struct Handler {
     /// SHA-256 of the component's bytes (hex): which module processed an
     /// event; `native:<name>` for a native handler.
     sha256: Arc<str>,
+    /// Its version in the module store; `None`: not from the store (a
+    /// native handler, or a component loaded directly).
+    version: Option<i32>,
 }
 
 /// What runs an event.
@@ -160,6 +163,7 @@ impl Handler {
             body: Body::Component(pre),
             settings: Arc::new(settings),
             sha256: sha256.into(),
+            version: None,
         })
     }
 
@@ -171,6 +175,7 @@ impl Handler {
             body: Body::Native(native),
             settings: Arc::new(settings),
             sha256: sha256.into(),
+            version: None,
         }
     }
 
@@ -180,6 +185,18 @@ impl Handler {
 
     pub fn is_native(&self) -> bool {
         matches!(self.body, Body::Native(_))
+    }
+
+    /// The same handler, as `version` of the module store.
+    #[must_use]
+    pub fn with_version(mut self, version: i32) -> Self {
+        self.version = Some(version);
+        self
+    }
+
+    /// Its version in the module store (see [`Handler::with_version`]).
+    pub fn version(&self) -> Option<i32> {
+        self.version
     }
 
     /// SHA-256 of the component's bytes, hex (`native:<name>` for a native handler).

@@ -39,10 +39,16 @@ impl Default for PoolSize {
 }
 
 impl PoolSize {
-    /// For handlers that process `concurrency` partitions at once in all.
+    /// For handlers that process `concurrency` partitions at once in all,
+    /// the largest of which may grow its memory to `max_memory_bytes`.
+    /// The pool's own memory limit is never below the default: a
+    /// component whose initial memory exceeds a handler's limit must be
+    /// refused by the instantiation check with that handler's limit named,
+    /// not by the compiler for not fitting the pool (each store's limiter
+    /// enforces each handler's own).
     pub fn for_concurrency(concurrency: usize, max_memory_bytes: usize) -> Self {
         let instances = u32::try_from(concurrency.saturating_mul(2).saturating_add(4)).unwrap_or(u32::MAX);
-        Self { instances, max_memory_bytes }
+        Self { instances, max_memory_bytes: max_memory_bytes.max(Self::default().max_memory_bytes) }
     }
 
     pub(super) fn strategy(self) -> InstanceAllocationStrategy {

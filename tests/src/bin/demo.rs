@@ -4,7 +4,9 @@
 //! 6-partition topic, and a local payment provider; produces a burst of
 //! `order.confirmed.v1` events with redelivered duplicates (same eventId,
 //! new offsets, some on other partitions) and a few invalid records; runs
-//! `idem run` until the topic is drained; prints a summary.
+//! `idem run` until the topic is drained, deploying a v2 of the module
+//! mid-stream with `idem deploy`; prints a summary with the events each
+//! version processed.
 
 use std::process::Command;
 use std::time::Instant;
@@ -63,8 +65,32 @@ async fn main() -> anyhow::Result<()> {
 
     println!("5. idem run --config {} --exit-when-drained", config.display());
     let started = Instant::now();
-    let (status, reports) =
-        tokio::task::spawn_blocking(move || host::wait_report(host::spawn(&config, true, &[]))).await?;
+    let admin_url = host::admin_url(&config);
+    let child = host::spawn(&config, true, &[]);
+    let running = tokio::task::spawn_blocking(move || host::wait_report(child));
+
+    // A live deploy: once a third of the orders are charged, v2 of the
+    // billing module (the same code with a marker section, so that the
+    // switch shows in the per-version counts) goes in through the admin API.
+    let v2 = std::env::temp_dir().join("idem-demo-billing-v2.wasm");
+    std::fs::write(&v2, guests::with_marker(&std::fs::read(guests::component("billing"))?, "demo v2"))?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let charged: i64 = sqlx::query_scalar("SELECT count(*) FROM billing.charge").fetch_one(&mut conn).await?;
+        if charged >= orders / 3 || Instant::now() > deadline || running.is_finished() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    println!("6. idem deploy --url {admin_url} --handler billing {} (mid-stream)", v2.display());
+    let deploy = Command::new(idem_tests::idem_bin())
+        .args(["deploy", "--url", &admin_url, "--handler", "billing", "--note", "demo v2"])
+        .arg(&v2)
+        .status()?;
+    if !deploy.success() {
+        bail!("idem deploy failed");
+    }
+    let (status, reports) = running.await?;
     let elapsed = started.elapsed().as_secs_f64();
     if !status.success() {
         bail!("idem run failed: {status}");
@@ -89,11 +115,23 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("  double charges:       {}", doubled as usize + provider_double);
     println!("  failed events:        {}", report.failed);
+    let per_version: Vec<(Option<i32>, i64)> =
+        sqlx::query_as("SELECT module_version, count(*) FROM idem.processed_event GROUP BY 1 ORDER BY 1")
+            .fetch_all(&mut conn)
+            .await?;
+    let shown: Vec<String> = per_version
+        .iter()
+        .map(|(v, n)| format!("{n} on {}", v.map_or("no version".to_owned(), |v| format!("v{v}"))))
+        .collect();
+    println!("  events per version:   {}", shown.join(", "));
     println!(
         "  throughput:           {:.0} events/s ({} records in {elapsed:.1} s, host start-up included)",
         report.delivered as f64 / elapsed,
         report.delivered
     );
+    if per_version.len() != 2 {
+        println!("  (the deploy landed after the last batch: only one version processed events)");
+    }
     if charges != orders || doubled != 0 || provider_double != 0 || provider.charges() as i64 != orders {
         bail!("the example did not charge every order exactly once");
     }

@@ -13,6 +13,7 @@ use idem_tests::wait_until;
 
 mod batching;
 mod failures;
+mod modules;
 mod revocation;
 mod security;
 mod transactions;

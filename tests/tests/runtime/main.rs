@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 mod hostile;
+mod modules;
 mod native;
 
 use idem::executor::Pins;

@@ -1,6 +1,6 @@
 //! Variant (d), the SQL ceiling: what idem's batched scheme costs with
 //! nothing but PostgreSQL (and the provider) — no Kafka, no wasm, no
-//! pipeline. The same role, the same statements (one `claim_many` per
+//! pipeline. The same role, the same statements (one `claim_events` per
 //! batch, one INSERT per claimed event, the POST with its
 //! `Idempotency-Key`), the same batching (per partition, in order, an
 //! event id already in the batch ends it) and the same number of
@@ -72,12 +72,15 @@ async fn one_batch(
     let partitions: Vec<i32> = batch.iter().map(|_| partition).collect();
     let offsets: Vec<i64> = (0..batch.len() as i64).collect();
     let hashes: Vec<Vec<u8>> = batch.iter().map(|o| o.event_id.as_bytes().to_vec()).collect();
-    let claims: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_many($1, $2, $3, $4, $5)")
+    let claims: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_events($1, $2, $3, $4, $5, $6)")
         .bind(&ids)
         .bind(&topics)
         .bind(&partitions)
         .bind(&offsets)
         .bind(&hashes)
+        // The host names its module version; the check (a shared advisory
+        // lock and one lookup) is part of what the ceiling should pay.
+        .bind(1_i32)
         .fetch_one(&mut *tx)
         .await?;
     for (order, claim) in batch.iter().zip(claims) {

@@ -9,6 +9,9 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
+mod admin;
+pub use admin::AdminConfig;
+
 use crate::kafka_client::check_properties;
 use crate::runtime::{HandlerSettings, HttpPolicy};
 
@@ -17,6 +20,8 @@ use crate::runtime::{HandlerSettings, HttpPolicy};
 pub struct Config {
     pub kafka: KafkaConfig,
     pub database: DatabaseConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -102,6 +107,14 @@ pub struct HandlerConfig {
     /// name (see `idem::runtime::native`); the `idem` binary has none.
     #[serde(default)]
     pub native: Option<String>,
+    /// `"store"`: the handler's module comes from the module store only
+    /// (`idem deploy`); the host refuses to start while it holds none.
+    /// Exactly one of `component`, `module` and `native`.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// Largest module an upload may have, in MiB.
+    #[serde(default = "default_max_module_mib")]
+    pub max_module_mib: usize,
     /// The `eventType`s this handler accepts; any other is invalid.
     pub event_types: Vec<String>,
     /// JSON Schema (draft 2020-12) of the payload, relative to the config file.
@@ -270,6 +283,9 @@ fn default_max_attempts() -> u32 {
 fn default_timeout_ms() -> u64 {
     30_000
 }
+fn default_max_module_mib() -> usize {
+    32
+}
 fn default_max_memory_mib() -> usize {
     256
 }
@@ -365,6 +381,7 @@ impl Config {
         if self.handlers.is_empty() {
             bail!("no [[handler]]: nothing to run");
         }
+        self.admin.address()?;
         check_properties("[kafka.properties]", &self.kafka.properties, &self.kafka.properties_env)?;
         let (mut names, mut groups, mut schemas, mut roles) =
             (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
@@ -388,10 +405,16 @@ impl Config {
             if !groups.insert(&h.group_id) {
                 bail!("{at}: group_id `{}` is used by another handler", h.group_id);
             }
-            match (&h.component, &h.native) {
-                (Some(_), None) | (None, Some(_)) => {}
-                (None, None) => bail!("{at}: no `component` (the handler's .wasm)"),
-                (Some(_), Some(_)) => bail!("{at}: both `component` and `native`: a handler has one body"),
+            match (&h.component, h.module.as_deref(), &h.native) {
+                (Some(_), None, None) | (None, Some("store"), None) | (None, None, Some(_)) => {}
+                (None, Some(other), None) => bail!("{at}: module = `{other}`: the only value is \"store\""),
+                (None, None, None) => {
+                    bail!("{at}: no `component` (the handler's .wasm), `module = \"store\"` or `native`")
+                }
+                _ => bail!("{at}: more than one of `component`, `module` and `native`: a handler has one body"),
+            }
+            if h.max_module_mib == 0 || h.max_module_mib > 256 {
+                bail!("{at}: max_module_mib = {} must be between 1 and 256", h.max_module_mib);
             }
             if h.event_types.is_empty() {
                 bail!("{at}: event_types is empty, so every event would be invalid");
@@ -652,9 +675,11 @@ mod tests {
             let err = load(format!("{base}{extra}")).expect_err(extra);
             assert!(err.contains(expected), "{extra}: {err}");
         };
-        refused("native = \"billing\"\n", "both `component` and `native`");
+        refused("native = \"billing\"\n", "more than one of `component`, `module` and `native`");
         let bodiless = base.replace("component = \"c\"\n", "");
         assert!(load(bodiless.clone()).expect_err("no body").contains("no `component`"));
+        assert!(load(format!("{bodiless}module = \"store\"\n")).is_ok(), "from the store only");
+        assert!(load(format!("{bodiless}module = \"disk\"\n")).expect_err("store only").contains("\"store\""));
         assert!(load(format!("{bodiless}native = \"billing\"\n")).is_ok(), "a native handler instead");
         refused("[handler.database]\nschema = \"idem\"\n", "reserved");
         refused("[handler.database]\nschema = \"pg_catalog\"\n", "reserved");

@@ -1,0 +1,110 @@
+//! `idem deploy`, `idem handlers`, `idem rollback`: the admin API from the
+//! command line. Human-readable by default, the API's JSON with `--json`.
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+/// Where the admin API is and how to get in.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// e.g. `http://127.0.0.1:7700`.
+    pub url: String,
+    pub token: Option<String>,
+}
+
+impl Target {
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let request = match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request.send().await.with_context(|| format!("admin API unreachable at {}", self.url))?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            let message = body["error"].as_str().unwrap_or("no message");
+            bail!("{status}: {message}");
+        }
+        Ok(body)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.url.trim_end_matches('/'))
+    }
+}
+
+fn client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder().build().context("failed to build an HTTP client")
+}
+
+/// Uploads `path` as `handler`'s next version.
+pub async fn deploy(target: &Target, handler: &str, path: &Path, note: Option<&str>) -> anyhow::Result<Value> {
+    let bytes = std::fs::read(path).with_context(|| format!("failed to read {}", path.display()))?;
+    let by = format!(
+        "{}@{} (idem deploy)",
+        std::env::var("USER").unwrap_or_else(|_| "unknown".into()),
+        std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_default()
+    );
+    let mut request =
+        client()?.put(target.url(&format!("/handlers/{handler}/module"))).header("x-uploaded-by", by).body(bytes);
+    if let Some(note) = note {
+        request = request.query(&[("note", note)]);
+    }
+    target.send(request).await
+}
+
+pub async fn handlers(target: &Target) -> anyhow::Result<Value> {
+    target.send(client()?.get(target.url("/handlers"))).await
+}
+
+/// Activates `to`, or else the newest stored version older than the active one.
+pub async fn rollback(target: &Target, handler: &str, to: Option<i32>) -> anyhow::Result<Value> {
+    let version = match to {
+        Some(v) => v,
+        None => {
+            let shown = target.send(client()?.get(target.url(&format!("/handlers/{handler}")))).await?;
+            let active = shown["active_version"].as_i64().context("the handler has no active version")?;
+            let older = shown["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v["version"].as_i64())
+                .filter(|v| *v < active)
+                .max();
+            let older = older.with_context(|| format!("no version older than the active {active} to roll back to"))?;
+            i32::try_from(older)?
+        }
+    };
+    let url = target.url(&format!("/handlers/{handler}/activate"));
+    target.send(client()?.post(url).query(&[("version", version)])).await
+}
+
+/// `idem handlers` for people.
+pub fn render_handlers(listing: &Value) -> String {
+    let mut out = String::new();
+    for h in listing["handlers"].as_array().into_iter().flatten() {
+        let name = h["name"].as_str().unwrap_or("?");
+        let active = h["active_version"].as_i64().map_or("none".to_owned(), |v| format!("v{v}"));
+        let running = h["running_version"].as_i64().map_or("-".to_owned(), |v| format!("v{v}"));
+        let sha = h["sha256"].as_str().map_or("", |s| s.get(..12).unwrap_or(s));
+        out.push_str(&format!("{name}: active {active} ({sha}), this host runs {running}\n"));
+        for v in h["versions"].as_array().into_iter().flatten() {
+            let n = v["version"].as_i64().unwrap_or(0);
+            let counts = &h["counts"][n.to_string()];
+            let mark = if v["active"].as_bool() == Some(true) { "*" } else { " " };
+            out.push_str(&format!(
+                "  {mark} v{n:<4} {}  {:>9} bytes  by {}{}  processed {} duplicates {} failed {}\n",
+                v["uploaded_at"].as_str().unwrap_or(""),
+                v["size"].as_i64().unwrap_or(0),
+                v["uploaded_by"].as_str().unwrap_or(""),
+                v["note"].as_str().map(|n| format!(" ({n})")).unwrap_or_default(),
+                counts["processed"].as_u64().unwrap_or(0),
+                counts["duplicates"].as_u64().unwrap_or(0),
+                counts["failed"].as_u64().unwrap_or(0),
+            ));
+        }
+    }
+    out
+}

@@ -1,0 +1,143 @@
+//! The host's admin API: one HTTP listener (`[admin] listen`, loopback by
+//! default) for handler modules: upload, list, activate. `docs/admin-api.json`
+//! is its OpenAPI document; [`client`] is the CLI's side of it.
+//!
+//! Access: with a token in the environment (`[admin] token_env`, default
+//! `IDEM_ADMIN_TOKEN`), every request must carry `Authorization: Bearer
+//! <token>`. Without one, the listener must be on a loopback address (the
+//! host refuses to start otherwise) and says at start-up that anyone on this
+//! machine can deploy.
+
+pub mod client;
+mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::config::AdminConfig;
+use crate::modules::Slot;
+
+/// What every request sees.
+#[derive(Clone)]
+pub(crate) struct AdminState {
+    pub pool: PgPool,
+    pub slots: Arc<Vec<Arc<Slot>>>,
+    token: Option<Arc<str>>,
+}
+
+impl AdminState {
+    pub(crate) fn slot(&self, name: &str) -> Option<&Arc<Slot>> {
+        self.slots.iter().find(|s| s.name() == name)
+    }
+}
+
+/// The listener, bound (so a taken port fails start-up, not later).
+pub struct Admin {
+    listener: TcpListener,
+    state: AdminState,
+}
+
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").field("listener", &self.listener.local_addr().ok()).finish_non_exhaustive()
+    }
+}
+
+impl Admin {
+    /// Binds `[admin] listen`; `None` when it is `"off"`.
+    pub async fn bind(config: &AdminConfig, pool: PgPool, slots: Vec<Arc<Slot>>) -> anyhow::Result<Option<Self>> {
+        let Some(address) = config.address()? else { return Ok(None) };
+        let token = config.token();
+        if token.is_none() && !address.ip().is_loopback() {
+            bail!(
+                "[admin] listen = {address} is not a loopback address and ${} is not set: the admin API \
+                 deploys code, so off this machine it requires a token",
+                config.token_env
+            );
+        }
+        let listener = TcpListener::bind(address)
+            .await
+            .with_context(|| format!("failed to listen on {address} ([admin] listen)"))?;
+        let bound = listener.local_addr()?;
+        match &token {
+            Some(_) => tracing::info!(address = %bound, "admin API listening (bearer token required)"),
+            None => tracing::warn!(
+                address = %bound,
+                "admin API listening on loopback WITHOUT a token (${} is not set): anyone on this machine can deploy",
+                config.token_env
+            ),
+        }
+        let state = AdminState { pool, slots: Arc::new(slots), token: token.map(Arc::from) };
+        Ok(Some(Self { listener, state }))
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` turns true.
+    pub async fn serve(self, mut stop: watch::Receiver<bool>) {
+        let app = routes::router(self.state.clone()).layer(axum::middleware::from_fn_with_state(self.state, authorize));
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(self.listener, app).with_graceful_shutdown(stopped).await {
+            tracing::error!("the admin API stopped: {e}");
+        }
+    }
+}
+
+/// Refuses a request without the token, when there is one, and any request
+/// a web browser sends: a page open on this machine can send requests to
+/// loopback (a form POST needs no preflight) and, by rebinding its DNS name
+/// to 127.0.0.1, read the answers. Browsers always name the page's origin
+/// in `Origin` on such requests, and the page's host name in `Host`; the
+/// CLI sends neither an `Origin` nor a name other than the address.
+async fn authorize(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    if request.headers().contains_key(header::ORIGIN) {
+        return routes::error(StatusCode::FORBIDDEN, "requests from web pages are refused").into_response();
+    }
+    if state.token.is_none() && !loopback_host(request.headers().get(header::HOST)) {
+        let message =
+            "without a token the admin API answers only requests addressed to localhost or a loopback address";
+        return routes::error(StatusCode::FORBIDDEN, message).into_response();
+    }
+    if let Some(token) = &state.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
+        if !ok {
+            let message = if given.is_some() { "wrong bearer token" } else { "a bearer token is required" };
+            return routes::error(StatusCode::UNAUTHORIZED, message).into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether `Host` names this machine's loopback (by address or as localhost).
+fn loopback_host(host: Option<&axum::http::HeaderValue>) -> bool {
+    let Some(host) = host.and_then(|h| h.to_str().ok()) else { return false };
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Compares without an early exit, so timing does not leak the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

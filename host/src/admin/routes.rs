@@ -1,0 +1,198 @@
+//! The admin API's routes (documented in `docs/admin-api.json`).
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::AdminState;
+use crate::modules::store::{self, Stored, Version};
+use crate::modules::{Slot, UploadError, VersionCounts};
+
+pub(super) fn router(state: AdminState) -> axum::Router {
+    axum::Router::new()
+        .route("/handlers", get(list))
+        .route("/handlers/{name}", get(show))
+        // The upload reads its body against its own handler's limit.
+        .route("/handlers/{name}/module", put(upload).layer(DefaultBodyLimit::disable()))
+        .route("/handlers/{name}/activate", post(activate))
+        .with_state(state)
+}
+
+/// `{"error": message}` with `status`.
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> (StatusCode, Json<serde_json::Value>) {
+    (status, Json(json!({ "error": message.into() })))
+}
+
+fn unknown(name: &str) -> Response {
+    error(StatusCode::NOT_FOUND, format!("no handler `{name}` runs on this host")).into_response()
+}
+
+fn database(e: &sqlx::Error) -> Response {
+    tracing::error!("admin API: the database failed: {e}");
+    error(StatusCode::SERVICE_UNAVAILABLE, format!("the database failed: {e}")).into_response()
+}
+
+/// One handler, as `GET /handlers/{name}` shows it.
+#[derive(Debug, Serialize)]
+struct HandlerView {
+    name: String,
+    /// The store's active version (`null`: a native handler).
+    active_version: Option<i32>,
+    sha256: Option<String>,
+    uploaded_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The version this host runs now.
+    running_version: Option<i32>,
+    /// Every stored version, newest first.
+    versions: Vec<Version>,
+    /// Events this host resolved per version since it started.
+    counts: BTreeMap<i32, VersionCounts>,
+}
+
+async fn view(state: &AdminState, slot: &Slot) -> Result<HandlerView, sqlx::Error> {
+    let versions = store::versions(&state.pool, slot.name()).await?;
+    let active = versions.iter().find(|v| v.active);
+    Ok(HandlerView {
+        name: slot.name().to_owned(),
+        active_version: active.map(|v| v.version),
+        sha256: active.map(|v| v.sha256.clone()),
+        uploaded_at: active.map(|v| v.uploaded_at),
+        running_version: slot.version(),
+        counts: slot.counts(),
+        versions,
+    })
+}
+
+async fn list(State(state): State<AdminState>) -> Response {
+    let mut views = Vec::new();
+    for slot in state.slots.iter() {
+        match view(&state, slot).await {
+            Ok(v) => views.push(v),
+            Err(e) => return database(&e),
+        }
+    }
+    Json(json!({ "handlers": views })).into_response()
+}
+
+async fn show(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    let Some(slot) = state.slot(&name) else { return unknown(&name) };
+    match view(&state, slot).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => database(&e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct UploadQuery {
+    note: Option<String>,
+}
+
+/// Validates, stores and activates a module; this host switches at once,
+/// the others within seconds (`modules::watch`).
+async fn upload(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    Query(query): Query<UploadQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(slot) = state.slot(&name) else { return unknown(&name) };
+    let limit = slot.max_module_bytes();
+    let Ok(body) = axum::body::to_bytes(body, limit).await else {
+        let message = format!("the module is larger than {limit} bytes, the limit of `{name}` (`max_module_mib`)");
+        return error(StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+    };
+    let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
+    let what = format!("the upload for `{name}`");
+    let handler = match slot.validate(&body, &what).await {
+        Ok(handler) => handler,
+        Err(e) => return refused(&e),
+    };
+    let by = headers.get("x-uploaded-by").and_then(|v| v.to_str().ok()).unwrap_or("admin-api");
+    let by: String = by.chars().take(200).collect();
+    let stored = store::store_and_activate(&state.pool, &name, &body, &sha256, &by, query.note.as_deref()).await;
+    let (version, stored) = match stored {
+        Ok(stored) => stored,
+        Err(e) => return database(&e),
+    };
+    // This host runs it from its next batch; the others within seconds.
+    slot.install(handler.with_version(version));
+    let (status, message) = match stored {
+        Stored::New => (StatusCode::CREATED, format!("stored as version {version} and activated")),
+        Stored::Existing { was_active: true } => {
+            (StatusCode::OK, format!("identical to the active version {version}: nothing changed"))
+        }
+        Stored::Existing { was_active: false } => {
+            (StatusCode::OK, format!("identical to stored version {version}, which is now active again"))
+        }
+    };
+    tracing::info!(handler = %name, version, %sha256, uploaded_by = %by, "module upload: {message}");
+    let changed = stored != (Stored::Existing { was_active: true });
+    (
+        status,
+        Json(json!({ "handler": name, "version": version, "sha256": sha256, "changed": changed, "message": message })),
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct ActivateQuery {
+    version: i32,
+}
+
+/// Activates a stored version (a rollback activates an older one).
+async fn activate(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    Query(query): Query<ActivateQuery>,
+) -> Response {
+    let Some(slot) = state.slot(&name) else { return unknown(&name) };
+    let version = query.version;
+    // Checked again before it is made active: this host's limits may differ
+    // from those of the host it was uploaded to.
+    let bytes: Option<Vec<u8>> =
+        match sqlx::query_scalar("SELECT bytes FROM idem.handler_module WHERE handler = $1 AND version = $2")
+            .bind(&name)
+            .bind(version)
+            .fetch_optional(&state.pool)
+            .await
+        {
+            Ok(bytes) => bytes,
+            Err(e) => return database(&e),
+        };
+    let Some(bytes) = bytes else {
+        return error(StatusCode::NOT_FOUND, format!("handler `{name}` has no version {version}")).into_response();
+    };
+    let handler = match slot.validate(&bytes, &format!("{name} version {version}")).await {
+        Ok(handler) => handler,
+        Err(e) => return refused(&e),
+    };
+    match store::activate(&state.pool, &name, version).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return error(StatusCode::NOT_FOUND, format!("handler `{name}` has no version {version}")).into_response();
+        }
+        Err(e) => return database(&e),
+    }
+    slot.install(handler.with_version(version));
+    tracing::info!(handler = %name, version, "module version activated");
+    Json(json!({ "handler": name, "version": version, "message": format!("version {version} is active") }))
+        .into_response()
+}
+
+/// A refused module, with the status that says whose problem it is.
+fn refused(e: &UploadError) -> Response {
+    let status = match e {
+        UploadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        UploadError::Native(_) => StatusCode::CONFLICT,
+        UploadError::Invalid(_) | UploadError::Instantiation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        UploadError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    error(status, e.to_string()).into_response()
+}

@@ -1,0 +1,407 @@
+//! Handler modules: upload through the admin API and `idem deploy`,
+//! validation, hot swap between batches on every host, rollback, restart.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use idem_tests::host::{self, InProcess};
+use idem_tests::{guests, kafka};
+use serde_json::Value;
+
+use super::{CHARGES, DISTINCT_ORDERS, Env};
+
+fn variant(bytes: &[u8], tag: &str) -> Vec<u8> {
+    guests::with_marker(bytes, tag)
+}
+
+fn billing_bytes() -> Vec<u8> {
+    std::fs::read(guests::component("billing")).expect("billing component")
+}
+
+/// The admin API of one host, with an optional token.
+struct Api {
+    url: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Api {
+    fn of(config: &std::path::Path) -> Self {
+        Self { url: host::admin_url(config), token: None, client: reqwest::Client::new() }
+    }
+
+    fn authorized(mut self, token: &str) -> Self {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let request = match &self.token {
+            Some(t) => request.bearer_auth(t),
+            None => request,
+        };
+        let response = request.send().await.expect("admin API reachable");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn upload(&self, handler: &str, bytes: Vec<u8>) -> (u16, Value) {
+        self.send(self.client.put(format!("{}/handlers/{handler}/module", self.url)).body(bytes)).await
+    }
+
+    async fn show(&self, handler: &str) -> Value {
+        let (status, body) = self.send(self.client.get(format!("{}/handlers/{handler}", self.url))).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Waits until the API answers (the host has started).
+    async fn ready(&self, handler: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let request = self.client.get(format!("{}/handlers/{handler}", self.url));
+            let request = match &self.token {
+                Some(t) => request.bearer_auth(t),
+                None => request,
+            };
+            if request.send().await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the admin API at {} did not come up within 60 s", self.url);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until this host runs `version`; returns how long that took.
+    async fn runs(&self, handler: &str, version: i64, within: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            if self.show(handler).await["running_version"].as_i64() == Some(version) {
+                return start.elapsed();
+            }
+            assert!(start.elapsed() < within, "{}: not on version {version} within {within:?}", self.url);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deploy_mid_stream_switches_versions_between_batches_each_event_once() {
+    let env = Env::new(6).await;
+    let mut spec = env.billing();
+    spec.batch = Some((20, 5));
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let host = InProcess::start(&config);
+    let api = Api::of(&config);
+    api.ready("billing").await;
+    assert_eq!(api.show("billing").await["active_version"], 1, "the component file seeded version 1");
+
+    // 5,000 orders: half streamed before the deploy, half after its answer
+    // (compiling the upload takes a while on 2 cores), all into a host that
+    // is busy with the first half when the switch comes.
+    let stream = |from: i64| {
+        let (producer, topic) = (kafka::producer(), env.topic.clone());
+        tokio::spawn(async move {
+            for chunk in 0..25_i64 {
+                let records: Vec<(i32, Vec<u8>)> = (0..100)
+                    .map(|i| {
+                        let order = from + chunk * 100 + i + 1;
+                        ((order % 6) as i32, host::order_payload(order).1)
+                    })
+                    .collect();
+                kafka::produce_all(&producer, &topic, &records).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let first = stream(0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while env.count(CHARGES).await < 1000 {
+        assert!(Instant::now() < deadline, "processing did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, answer) = api.upload("billing", variant(&billing_bytes(), "v2")).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(answer["version"], 2);
+    let second = stream(2500);
+    first.await.expect("producer");
+    second.await.expect("producer");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while env.count(CHARGES).await < 5000 {
+        assert!(Instant::now() < deadline, "not all charged: {}", env.count(CHARGES).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reports = host.stop().await;
+
+    assert_eq!(env.count(CHARGES).await, 5000, "no event processed twice");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 5000, "none lost");
+    assert_eq!(env.provider.charges(), 5000);
+    assert_eq!(reports[0].rebalances, 1, "the swap did not make the consumer rejoin its group");
+    // Per partition, in offset order: v1, then v2, never back.
+    let rows: Vec<(i32, i64, Option<i32>)> = sqlx::query_as(
+        "SELECT \"partition\", \"offset\", module_version FROM idem.processed_event ORDER BY \"partition\", \"offset\"",
+    )
+    .fetch_all(&env.db.pool)
+    .await
+    .expect("claims");
+    let mut last: Option<(i32, i32)> = None;
+    for (partition, offset, version) in &rows {
+        let version = version.unwrap_or_else(|| panic!("partition {partition} offset {offset}: no module version"));
+        if let Some((p, v)) = last
+            && p == *partition
+        {
+            assert!(version >= v, "partition {partition} went back from v{v} to v{version} at offset {offset}");
+        }
+        last = Some((*partition, version));
+    }
+    let on = |v: i32| rows.iter().filter(|r| r.2 == Some(v)).count();
+    assert!(on(1) > 0 && on(2) > 0, "both versions processed events: v1 {}, v2 {}", on(1), on(2));
+    assert_eq!(reports[0].processed as usize, on(1) + on(2));
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_uploads_are_refused_with_their_reason_and_change_nothing() {
+    let env = Env::new(1).await;
+    let mut spec = env.billing();
+    spec.extra = "max_module_mib = 1\n".into();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let token = "s3cret-token";
+    let child = host::spawn(&config, false, &[("IDEM_ADMIN_TOKEN", token)]);
+    let api = Api::of(&config).authorized(token);
+    api.ready("billing").await;
+    let before = api.show("billing").await;
+
+    let anonymous = Api::of(&config);
+    let (status, body) = anonymous.upload("billing", billing_bytes()).await;
+    assert_eq!((status, body["error"].as_str()), (401, Some("a bearer token is required")));
+    let (status, body) = Api::of(&config).authorized("wrong").upload("billing", billing_bytes()).await;
+    assert_eq!((status, body["error"].as_str()), (401, Some("wrong bearer token")));
+
+    let http_import =
+        wat::parse_str(r#"(component (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#).expect("wat");
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("not wasm", b"#!/bin/sh\nrm -rf /\n".to_vec(), 422, "is not a WebAssembly component"),
+        ("a core module", wat::parse_str("(module)").expect("wat"), 422, "is not a WebAssembly component"),
+        (
+            "another world",
+            std::fs::read(guests::component("not-a-handler")).expect("component"),
+            422,
+            "does not implement the idem:handler",
+        ),
+        ("wasi:http", http_import, 422, "wasi:http/outgoing-handler"),
+        ("too large", vec![0u8; (1 << 20) + 10], 413, "larger than 1048576 bytes"),
+    ];
+    for (what, bytes, status, reason) in cases {
+        let (got, body) = api.upload("billing", bytes).await;
+        assert_eq!(got, status, "{what}: {body}");
+        let message = body["error"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "{what}: `{message}` does not say `{reason}`");
+    }
+    let (status, body) = api.upload("nobody", billing_bytes()).await;
+    assert_eq!(status, 404, "{body}");
+    // The same bytes as the active version: one version, nothing changed.
+    let (status, body) = api.upload("billing", billing_bytes()).await;
+    assert_eq!((status, body["changed"].as_bool(), body["version"].as_i64()), (200, Some(false), Some(1)), "{body}");
+
+    let after = api.show("billing").await;
+    assert_eq!(after["versions"], before["versions"], "nothing was stored or activated");
+    assert_eq!(after["running_version"], 1);
+    stop(child).await;
+    env.finish().await;
+}
+
+fn idem(args: &[&str]) -> String {
+    let out = Command::new(idem_tests::idem_bin()).args(args).output().expect("idem");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "idem {args:?}: {text}");
+    text
+}
+
+/// Stops a host started with [`host::spawn`] the way an operator would.
+async fn stop(child: std::process::Child) {
+    host::signal(&child, "TERM");
+    let (status, _) = tokio::task::spawn_blocking(move || host::wait_report(child)).await.expect("wait");
+    assert!(status.success(), "idem run exited with {status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_host_processes_converge_on_a_deploy_and_a_rollback_and_a_restart_keeps_the_active_version() {
+    let env = Env::new(2).await;
+    let spec = env.billing();
+    let (config_a, config_b) =
+        (host::write_config(&env.db.url, std::slice::from_ref(&spec)), host::write_config(&env.db.url, &[spec]));
+    let (a, b) = (host::spawn(&config_a, false, &[]), host::spawn(&config_b, false, &[]));
+    let (api_a, api_b) = (Api::of(&config_a), Api::of(&config_b));
+    api_a.ready("billing").await;
+    api_b.ready("billing").await;
+
+    // `idem deploy` through host A; host B follows within 5 s.
+    let v2 = std::env::temp_dir().join(format!("{}.wasm", idem_tests::unique_name("billing_v2")));
+    std::fs::write(&v2, variant(&billing_bytes(), "v2")).expect("write v2");
+    let path = v2.to_str().expect("path");
+    let said = idem(&["deploy", "--url", &api_a.url, "--handler", "billing", path, "--note", "v2"]);
+    assert!(said.contains("stored as version 2 and activated"), "{said}");
+    api_a.runs("billing", 2, Duration::from_secs(1)).await;
+    let took = api_b.runs("billing", 2, Duration::from_secs(5)).await;
+    eprintln!("host B switched {took:?} after the deploy on host A");
+    let said = idem(&["deploy", "--url", &api_b.url, "--handler", "billing", path]);
+    assert!(said.contains("identical to the active version 2: nothing changed"), "{said}");
+
+    // `idem rollback` through host B; host A follows.
+    let said = idem(&["rollback", "--url", &api_b.url, "billing"]);
+    assert!(said.contains("version 1 is active"), "{said}");
+    api_a.runs("billing", 1, Duration::from_secs(5)).await;
+
+    // Events run on the active version, whichever host has them.
+    env.send_orders(20).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while env.count(CHARGES).await < 20 {
+        assert!(Instant::now() < deadline, "not charged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(env.count("SELECT count(*) FROM idem.processed_event WHERE module_version = 1").await, 20);
+    let listing: Value = serde_json::from_str(idem(&["handlers", "--url", &api_a.url, "--json"]).trim()).expect("json");
+    assert_eq!(listing["handlers"][0]["versions"].as_array().map(Vec::len), Some(2), "{listing}");
+    let text = idem(&["handlers", "--url", &api_a.url]);
+    assert!(text.contains("billing: active v1") && text.contains("v2"), "{text}");
+
+    // A restarted host runs the active version, not its component file.
+    let said = idem(&["rollback", "--url", &api_a.url, "billing", "--to", "2"]);
+    assert!(said.contains("version 2 is active"), "{said}");
+    stop(a).await;
+    let a = host::spawn(&config_a, false, &[]);
+    api_a.ready("billing").await;
+    assert_eq!(api_a.show("billing").await["running_version"], 2);
+    stop(a).await;
+    stop(b).await;
+    std::fs::remove_file(&v2).ok();
+    env.finish().await;
+}
+
+/// Checks `body`, answered with `status` to `method path`, against what the
+/// OpenAPI document says that operation answers.
+fn conforms(doc: &Value, path: &str, method: &str, status: u16, body: &Value) {
+    let mut response = &doc["paths"][path][method]["responses"][status.to_string()];
+    assert!(!response.is_null(), "{method} {path} answered {status}, which docs/admin-api.json does not list: {body}");
+    if let Some(reference) = response["$ref"].as_str() {
+        let pointer = reference.trim_start_matches('#');
+        response = doc.pointer(pointer).unwrap_or_else(|| panic!("dangling {reference}"));
+    }
+    let schema = &response["content"]["application/json"]["schema"];
+    if schema.is_null() {
+        return;
+    }
+    let rooted = serde_json::json!({ "$ref": schema["$ref"], "components": doc["components"] });
+    let validator = jsonschema::validator_for(&rooted).expect("the document's schemas compile");
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "{method} {path} {status}: {errors:?} in {body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_openapi_document_describes_the_running_api() {
+    let doc: Value = serde_json::from_str(include_str!("../../../docs/admin-api.json")).expect("valid JSON");
+    let env = Env::new(1).await;
+    let config = host::write_config(&env.db.url, &[env.billing()]);
+    let host = InProcess::start(&config);
+    let api = Api::of(&config);
+    api.ready("billing").await;
+    let url = |p: &str| format!("{}{p}", api.url);
+    let c = &api.client;
+    let calls: Vec<(&str, &str, reqwest::RequestBuilder)> = vec![
+        ("/handlers", "get", c.get(url("/handlers"))),
+        ("/handlers/{name}", "get", c.get(url("/handlers/billing"))),
+        ("/handlers/{name}", "get", c.get(url("/handlers/nobody"))),
+        ("/handlers/{name}/module", "put", c.put(url("/handlers/billing/module")).body(billing_bytes())),
+        (
+            "/handlers/{name}/module",
+            "put",
+            c.put(url("/handlers/billing/module?note=v2"))
+                .header("x-uploaded-by", "test")
+                .body(variant(&billing_bytes(), "2")),
+        ),
+        ("/handlers/{name}/module", "put", c.put(url("/handlers/billing/module")).body(b"garbage".to_vec())),
+        ("/handlers/{name}/module", "put", c.put(url("/handlers/nobody/module")).body(billing_bytes())),
+        ("/handlers/{name}/activate", "post", c.post(url("/handlers/billing/activate?version=1"))),
+        ("/handlers/{name}/activate", "post", c.post(url("/handlers/billing/activate?version=99"))),
+        ("/handlers/{name}/activate", "post", c.post(url("/handlers/billing/activate"))),
+        ("/handlers", "get", c.get(url("/handlers"))),
+        // A web page on this machine: refused, by its Origin or, rebinding
+        // its DNS name to loopback, by its Host.
+        (
+            "/handlers/{name}/activate",
+            "post",
+            c.post(url("/handlers/billing/activate?version=2")).header("origin", "http://evil.example"),
+        ),
+        ("/handlers", "get", c.get(url("/handlers")).header("host", "evil.example")),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    let mut statuses = Vec::new();
+    for (path, method, request) in calls {
+        let (status, body) = api.send(request).await;
+        conforms(&doc, path, method, status, &body);
+        seen.insert((path.to_owned(), method.to_owned()));
+        statuses.push(status);
+    }
+    assert_eq!(statuses, vec![200, 200, 404, 200, 201, 422, 404, 200, 404, 400, 200, 403, 403]);
+    let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .flat_map(|(path, ops)| ops.as_object().into_iter().flatten().map(move |(m, _)| (path.clone(), m.clone())))
+        .collect();
+    assert_eq!(seen, documented, "every documented operation is exercised");
+    assert_eq!(api.show("billing").await["active_version"], 1, "the refused activation changed nothing");
+    host.stop().await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_that_missed_the_switch_never_processes_with_the_replaced_version() {
+    let env = Env::new(4).await;
+    let spec = env.billing();
+    let (config_a, config_b) =
+        (host::write_config(&env.db.url, std::slice::from_ref(&spec)), host::write_config(&env.db.url, &[spec]));
+    let a = InProcess::start(&config_a);
+    let (api_a, api_b) = (Api::of(&config_a), Api::of(&config_b));
+    api_a.ready("billing").await;
+    // Host B neither listens nor polls for module changes: it keeps v1 in
+    // memory until the claim tells it otherwise.
+    let b = host::spawn(&config_b, false, &[("IDEM_TEST_NO_MODULE_WATCH", "1")]);
+    api_b.ready("billing").await;
+    env.send_orders(400).await;
+    let wait_charged = async |n: i64| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while env.count(CHARGES).await < n {
+            assert!(Instant::now() < deadline, "not all charged: {} of {n}", env.count(CHARGES).await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    wait_charged(400).await;
+
+    let (status, body) = api_a.upload("billing", variant(&billing_bytes(), "v2")).await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(api_b.show("billing").await["running_version"], 1, "host B has not heard of v2");
+
+    // Host A leaves: B gets every partition, still holding v1.
+    a.stop().await;
+    let more: Vec<(i32, Vec<u8>)> = (0..400).map(|i| ((i % 4) as i32, host::order_payload(10_000 + i).1)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &more).await;
+    wait_charged(800).await;
+    assert_eq!(api_b.show("billing").await["running_version"], 2, "the claim's refusal made host B switch");
+    let after: Vec<(i32, i64, Option<i32>)> = sqlx::query_as(
+        "SELECT pe.\"partition\", pe.\"offset\", pe.module_version FROM idem.processed_event pe \
+         JOIN billing.charge c ON c.event_id = pe.event_id WHERE c.order_id >= 10000",
+    )
+    .fetch_all(&env.db.pool)
+    .await
+    .expect("claims");
+    assert_eq!(after.len(), 400);
+    let stale: Vec<_> = after.iter().filter(|r| r.2 != Some(2)).collect();
+    assert!(stale.is_empty(), "events processed on a replaced version: {stale:?}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 800);
+    assert_eq!(env.count(CHARGES).await, 800);
+    stop(b).await;
+    env.finish().await;
+}
