@@ -12,7 +12,7 @@ use sqlx::postgres::PgPoolOptions;
 use crate::config::{Config, HandlerConfig, OnFailure};
 use crate::executor::{Executor, Pins};
 use crate::modules::Slot;
-use crate::runtime::{Handler, NativeHandlers, PoolSize, Runtime};
+use crate::runtime::{ArtifactCache, Handler, NativeHandlers, PoolSize, Runtime};
 use crate::sandbox::Place;
 use crate::validate::Validator;
 
@@ -66,7 +66,18 @@ pub enum Seed {
 pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) -> anyhow::Result<Prepared> {
     let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
     let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();
-    let runtime = Runtime::with_pool(PoolSize::for_concurrency(concurrency, max_memory))?;
+    let cache = match config.runtime.cache_dir() {
+        Some(dir) => match ArtifactCache::open(&dir) {
+            Ok(cache) => Some(cache),
+            // A start-up without the cache is slower, not wrong.
+            Err(e) => {
+                tracing::warn!("{e}; compiling every component at start-up");
+                None
+            }
+        },
+        None => None,
+    };
+    let runtime = Runtime::with_pool_and_cache(PoolSize::for_concurrency(concurrency, max_memory), cache)?;
     let mut validators = Vec::new();
     for h in &config.handlers {
         let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;

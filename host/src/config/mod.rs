@@ -10,7 +10,9 @@ use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
 mod admin;
+mod runtime;
 pub use admin::AdminConfig;
+pub use runtime::RuntimeConfig;
 
 use crate::kafka_client::check_properties;
 use crate::runtime::{HandlerSettings, HttpPolicy};
@@ -22,6 +24,8 @@ pub struct Config {
     pub database: DatabaseConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }

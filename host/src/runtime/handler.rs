@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::Store;
-use wasmtime::component::Component;
 
 use super::Runtime;
 use super::bindings::{HandlerPre, types};
@@ -147,7 +146,9 @@ impl Handler {
         bytes: &[u8],
         settings: HandlerSettings,
     ) -> Result<Self, LoadError> {
-        let component = Component::new(runtime.engine(), bytes)
+        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+        let component = runtime
+            .compile(bytes, &sha256)
             .map_err(|e| LoadError::NotAComponent { path: what.to_owned(), reason: format!("{e:#}") })?;
         for (import, _) in component.component_type().imports(runtime.engine()) {
             super::imports::check(import)
@@ -157,7 +158,6 @@ impl Handler {
             |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
-        let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
         Ok(Self {
             runtime: runtime.clone(),
             body: Body::Component(pre),

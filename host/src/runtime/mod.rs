@@ -3,6 +3,7 @@
 //! and pre-instantiated once), and a fresh `Store` per event.
 
 pub mod bindings;
+mod cache;
 mod handler;
 pub mod imports;
 mod limits;
@@ -15,9 +16,10 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
+pub use cache::ArtifactCache;
 pub(crate) use handler::Invocation;
 pub use handler::{Credential, Handler, HandlerSettings, HttpPolicy, LoadError};
 pub use native::{NativeContext, NativeHandler, NativeHandlers, NativeResult};
@@ -38,6 +40,7 @@ pub struct Runtime {
 struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
+    cache: Option<ArtifactCache>,
 }
 
 impl Runtime {
@@ -48,6 +51,11 @@ impl Runtime {
 
     /// A runtime whose instance pool is sized by `pool` (see [`pool`]).
     pub fn with_pool(pool: PoolSize) -> anyhow::Result<Self> {
+        Self::with_pool_and_cache(pool, None)
+    }
+
+    /// As [`Runtime::with_pool`], keeping compiled components in `cache`.
+    pub fn with_pool_and_cache(pool: PoolSize, cache: Option<ArtifactCache>) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
@@ -71,7 +79,7 @@ impl Runtime {
         bindings::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(anyhow::Error::from)?;
 
-        let inner = Arc::new(Inner { engine, linker });
+        let inner = Arc::new(Inner { engine, linker, cache });
         spawn_epoch_ticker(Arc::downgrade(&inner)).context("failed to start the epoch thread")?;
         Ok(Self { inner })
     }
@@ -82,6 +90,19 @@ impl Runtime {
 
     pub(crate) fn linker(&self) -> &Linker<HostState> {
         &self.inner.linker
+    }
+
+    /// Compiles `bytes` (whose SHA-256 is `sha256`), or loads the result
+    /// of an earlier compilation from the cache.
+    pub(crate) fn compile(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+        let engine = &self.inner.engine;
+        let Some(cache) = &self.inner.cache else { return Component::new(engine, bytes) };
+        if let Some(component) = cache.load(engine, sha256) {
+            return Ok(component);
+        }
+        let component = Component::new(engine, bytes)?;
+        cache.store(engine, sha256, &component);
+        Ok(component)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+mod cache;
 mod hostile;
 mod modules;
 mod native;

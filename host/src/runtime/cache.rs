@@ -1,0 +1,126 @@
+//! Compiled components cached on disk, so that a restart or a switch back
+//! to a known module version loads native code in milliseconds instead of
+//! compiling it again (about 50 ms for the examples here, seconds for a
+//! componentize-py component).
+//!
+//! Loading compiled code means trusting it completely: wasmtime runs it as
+//! is. So an artifact is only ever loaded from a cache this process made:
+//! - the directory is created owner-only (0700) and refused unless it is
+//!   owned by this process's user and writable by nobody else, and so is
+//!   each file;
+//! - a file's name is the module's sha256 plus the engine's compatibility
+//!   hash (wasmtime's version, target and every setting that changes code),
+//!   so a changed engine misses instead of loading foreign code;
+//! - its first 32 bytes are the SHA-256 of the rest, checked before
+//!   loading, so a truncated or damaged file is compiled afresh, never run;
+//! - files are written to a temporary name and renamed into place.
+
+use std::fs;
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// A directory of compiled components.
+#[derive(Debug, Clone)]
+pub struct ArtifactCache {
+    dir: PathBuf,
+}
+
+/// The user this process runs as (the owner of its `/proc/self`).
+fn own_uid() -> std::io::Result<u32> {
+    Ok(fs::metadata("/proc/self")?.uid())
+}
+
+/// Whether `meta` belongs to this process's user and nobody else may write it.
+fn private(meta: &fs::Metadata) -> bool {
+    own_uid().is_ok_and(|uid| meta.uid() == uid) && meta.mode() & 0o022 == 0
+}
+
+impl ArtifactCache {
+    /// Opens (creating it owner-only if missing) the cache at `dir`.
+    pub fn open(dir: &Path) -> Result<Self, String> {
+        let shown = dir.display();
+        if !dir.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| format!("cannot create the component cache {shown}: {e}"))?;
+        }
+        let meta = fs::symlink_metadata(dir).map_err(|e| format!("cannot read the component cache {shown}: {e}"))?;
+        if !meta.is_dir() || !private(&meta) {
+            return Err(format!(
+                "the component cache {shown} must be a directory owned by this user and writable by nobody else \
+                 (compiled code loaded from it runs as is)"
+            ));
+        }
+        Ok(Self { dir: dir.to_owned() })
+    }
+
+    fn path(&self, engine: &Engine, sha256: &str) -> PathBuf {
+        let mut hasher = DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        self.dir.join(format!("{sha256}-{:016x}.cwasm", hasher.finish()))
+    }
+
+    /// The compiled component for the module `sha256`, if this cache has a
+    /// sound one for this engine.
+    pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let path = self.path(engine, sha256);
+        let meta = fs::symlink_metadata(&path).ok()?;
+        if !meta.is_file() || !private(&meta) {
+            tracing::warn!(path = %path.display(), "ignoring a cached component not owned by this user alone");
+            return None;
+        }
+        let bytes = fs::read(&path).ok()?;
+        let (digest, artifact) = bytes.split_at_checked(32)?;
+        if Sha256::digest(artifact).as_slice() != digest {
+            tracing::warn!(path = %path.display(), "a cached component is damaged: compiling again");
+            let _ = fs::remove_file(&path);
+            return None;
+        }
+        #[expect(
+            unsafe_code,
+            reason = "deserialising runs compiled code as is; the file comes from this process's own private \
+                      cache, named by the module's hash and the engine's compatibility hash, and its checksum matched"
+        )]
+        // SAFETY: see the module's comment: the artifact was produced by
+        // `Component::serialize` of an engine with the same compatibility
+        // hash, in a directory only this user can write, and is intact.
+        let loaded = unsafe { Component::deserialize(engine, artifact) };
+        match loaded {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "a cached component does not load ({e}): compiling again");
+                let _ = fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Stores `component` (compiled from the module `sha256`); a failure
+    /// only costs a compilation next time.
+    pub fn store(&self, engine: &Engine, sha256: &str, component: &Component) {
+        let path = self.path(engine, sha256);
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let written = (|| -> Result<(), Box<dyn std::error::Error>> {
+            let artifact = component.serialize()?;
+            let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+            file.write_all(&Sha256::digest(&artifact))?;
+            file.write_all(&artifact)?;
+            file.sync_all()?;
+            file.set_permissions(fs::Permissions::from_mode(0o600))?;
+            fs::rename(&tmp, &path)?;
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            tracing::warn!(path = %path.display(), "failed to cache a compiled component: {e}");
+        }
+    }
+}
