@@ -48,6 +48,11 @@ BEGIN
         RAISE EXCEPTION 'role % is not a handler role of this database (run idem migrate --config)', session_user
             USING ERRCODE = 'insufficient_privilege';
     END IF;
+    -- Only a handler without stored modules (a native one) runs unversioned.
+    IF p_module_version IS NULL AND EXISTS (SELECT 1 FROM idem.handler_module WHERE handler = h) THEN
+        RAISE EXCEPTION 'handler %: a claim must name its module version (the store holds versions)', h
+            USING ERRCODE = 'ID001';
+    END IF;
     IF p_module_version IS NOT NULL THEN
         -- Held to the end of the claiming transaction: an activation (which
         -- takes this lock exclusively) waits for every transaction running
@@ -91,6 +96,10 @@ END
 $$;
 REVOKE ALL ON FUNCTION idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer) FROM PUBLIC;
 
+-- The older claims check no version: handler roles lose them, so a host of
+-- an earlier release stops (a fatal "permission denied" that names `idem
+-- migrate`) instead of processing events with a module that may have been
+-- replaced. Upgrade every host with this migration.
 DO $$
 DECLARE
     r text;
@@ -100,6 +109,10 @@ BEGIN
             EXECUTE format(
                 'GRANT EXECUTE ON FUNCTION idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer) TO %I',
                 r
+            );
+            EXECUTE format('REVOKE EXECUTE ON FUNCTION idem_api.claim(uuid, text, integer, bigint, bytea) FROM %I', r);
+            EXECUTE format(
+                'REVOKE EXECUTE ON FUNCTION idem_api.claim_many(uuid[], text[], integer[], bigint[], bytea[]) FROM %I', r
             );
         END IF;
     END LOOP;

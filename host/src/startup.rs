@@ -147,6 +147,9 @@ async fn seed_version_1(pool: &PgPool, runtime: &Runtime, executor: Executor, pa
     let name = executor.handler().settings().name.clone();
     let bytes = std::fs::read(path).with_context(|| format!("failed to read component {}", path.display()))?;
     let sha256 = executor.handler().sha256().to_owned();
+    if hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)) != sha256 {
+        bail!("the component file {} changed while idem was starting; start again", path.display());
+    }
     let note = format!("seeded from {}", path.display());
     let seeded = crate::modules::store::seed(pool, &name, &bytes, &sha256, "idem run (component file)", Some(&note))
         .await

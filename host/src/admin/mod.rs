@@ -26,12 +26,17 @@ use tokio::sync::watch;
 use crate::config::AdminConfig;
 use crate::modules::Slot;
 
+/// Uploads handled at once; more wait (each holds up to `max_module_mib`).
+const MAX_UPLOADS: usize = 2;
+
 /// What every request sees.
 #[derive(Clone)]
 pub(crate) struct AdminState {
     pub pool: PgPool,
     pub slots: Arc<Vec<Arc<Slot>>>,
     token: Option<Arc<str>>,
+    /// Uploads read and checked at once: each buffers a module.
+    pub uploads: Arc<tokio::sync::Semaphore>,
 }
 
 impl AdminState {
@@ -76,7 +81,12 @@ impl Admin {
                 config.token_env
             ),
         }
-        let state = AdminState { pool, slots: Arc::new(slots), token: token.map(Arc::from) };
+        let state = AdminState {
+            pool,
+            slots: Arc::new(slots),
+            token: token.map(Arc::from),
+            uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS)),
+        };
         Ok(Some(Self { listener, state }))
     }
 
@@ -100,10 +110,12 @@ impl Admin {
 /// a web browser sends: a page open on this machine can send requests to
 /// loopback (a form POST needs no preflight) and, by rebinding its DNS name
 /// to 127.0.0.1, read the answers. Browsers always name the page's origin
-/// in `Origin` on such requests, and the page's host name in `Host`; the
-/// CLI sends neither an `Origin` nor a name other than the address.
+/// in `Origin` (and describe the request in `Sec-Fetch-*`) on such
+/// requests, and the page's host name in `Host`; the CLI sends neither an
+/// `Origin` nor a `Sec-Fetch-*` header nor a name other than the address.
 async fn authorize(State(state): State<AdminState>, request: Request, next: Next) -> Response {
-    if request.headers().contains_key(header::ORIGIN) {
+    let from_browser = request.headers().keys().any(|k| k.as_str().starts_with("sec-fetch-"));
+    if from_browser || request.headers().contains_key(header::ORIGIN) {
         return routes::error(StatusCode::FORBIDDEN, "requests from web pages are refused").into_response();
     }
     if state.token.is_none() && !loopback_host(request.headers().get(header::HOST)) {

@@ -103,6 +103,9 @@ async fn upload(
     body: Body,
 ) -> Response {
     let Some(slot) = state.slot(&name) else { return unknown(&name) };
+    let Ok(_upload) = state.uploads.acquire().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the host is stopping").into_response();
+    };
     let limit = slot.max_module_bytes();
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
         let message = format!("the module is larger than {limit} bytes, the limit of `{name}` (`max_module_mib`)");
@@ -122,7 +125,7 @@ async fn upload(
         Err(e) => return database(&e),
     };
     // This host runs it from its next batch; the others within seconds.
-    slot.install(handler.with_version(version));
+    slot.install(handler.with_version(version)).await;
     let (status, message) = match stored {
         Stored::New => (StatusCode::CREATED, format!("stored as version {version} and activated")),
         Stored::Existing { was_active: true } => {
@@ -180,7 +183,7 @@ async fn activate(
         }
         Err(e) => return database(&e),
     }
-    slot.install(handler.with_version(version));
+    slot.install(handler.with_version(version)).await;
     tracing::info!(handler = %name, version, "module version activated");
     Json(json!({ "handler": name, "version": version, "message": format!("version {version} is active") }))
         .into_response()

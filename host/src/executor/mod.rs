@@ -111,7 +111,14 @@ impl Executor {
         let tx = self.begin().await?;
         let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string(), false)).await;
         state.db.into_transaction().rollback().await;
-        Ok(result.map_err(|e| format!("{e:#}")))
+        match result {
+            Ok(()) => Ok(Ok(())),
+            // The host's shortage says nothing about the component.
+            Err(e) if e.chain().any(|c| c.is::<wasmtime::PoolConcurrencyLimitError>()) => {
+                Err(ExecError::Infrastructure(format!("no instance slot free: {e}")))
+            }
+            Err(e) => Ok(Err(format!("{e:#}"))),
+        }
     }
 
     /// A store's state for one event of this handler, holding `tx`

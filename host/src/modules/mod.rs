@@ -42,6 +42,19 @@ pub enum UploadError {
     Unavailable(String),
 }
 
+/// How often an active version that failed this host's checks is tried
+/// again (a check may fail for a while: an instantiation timeout under load).
+const RETRY_FAILED: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// An active version this host could not run, and why.
+#[derive(Debug, Clone)]
+struct Failed {
+    version: i32,
+    sha256: String,
+    reason: String,
+    at: std::time::Instant,
+}
+
 /// Events resolved per module version since the process started.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct VersionCounts {
@@ -61,9 +74,9 @@ pub struct Slot {
     swapping: tokio::sync::Mutex<()>,
     /// Validations (compilations) of this handler, one at a time.
     validating: tokio::sync::Mutex<()>,
-    /// An active version that failed this host's checks (version, sha256,
-    /// why): not fetched and compiled again on every refused claim.
-    failed: Mutex<Option<(i32, String, String)>>,
+    /// An active version that failed this host's checks: not fetched and
+    /// compiled again on every refused claim, only every [`RETRY_FAILED`].
+    failed: Mutex<Option<Failed>>,
     counts: Mutex<BTreeMap<i32, VersionCounts>>,
     max_module_bytes: usize,
 }
@@ -153,7 +166,12 @@ impl Slot {
 
     /// Runs `handler` (validated, with its store version) from the next
     /// batch on.
-    pub fn install(&self, handler: Handler) {
+    pub async fn install(&self, handler: Handler) {
+        let _one = self.swapping.lock().await;
+        self.put(handler);
+    }
+
+    fn put(&self, handler: Handler) {
         let swapped = self.executor().with_handler(handler);
         let (from, to) = (self.version(), swapped.handler().version());
         *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = swapped;
@@ -177,11 +195,12 @@ impl Slot {
             return Ok(running);
         }
         let failed = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        if let Some((v, s, reason)) = failed
-            && v == version
-            && s == sha256
+        if let Some(f) = failed
+            && f.version == version
+            && f.sha256 == sha256
+            && f.at.elapsed() < RETRY_FAILED
         {
-            anyhow::bail!("active version {version} failed this host's checks: {reason}");
+            anyhow::bail!("active version {version} failed this host's checks: {}", f.reason);
         }
         let Some(active) = store::active(pool, &self.name).await? else {
             anyhow::bail!("handler `{}` has no active module in the store", self.name);
@@ -189,15 +208,19 @@ impl Slot {
         let what = format!("{} version {}", self.name, active.version);
         match self.validate(&active.bytes, &what).await {
             Ok(handler) => {
-                self.install(handler.with_version(active.version));
+                self.put(handler.with_version(active.version));
                 Ok(Some(active.version))
             }
             Err(e @ UploadError::Unavailable(_)) => Err(e.into()),
             Err(e) => {
                 let reason = e.to_string();
                 tracing::error!(handler = %self.name, version = active.version, "the active version cannot run on this host: {reason}");
-                *self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-                    Some((active.version, active.sha256, reason));
+                *self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Failed {
+                    version: active.version,
+                    sha256: active.sha256,
+                    reason,
+                    at: std::time::Instant::now(),
+                });
                 Err(e.into())
             }
         }

@@ -81,6 +81,17 @@ pub async fn store_and_activate(
     uploaded_by: &str,
     note: Option<&str>,
 ) -> Result<(i32, Stored), sqlx::Error> {
+    retrying(|| store_and_activate_once(pool, handler, bytes, sha256, uploaded_by, note)).await
+}
+
+async fn store_and_activate_once(
+    pool: &PgPool,
+    handler: &str,
+    bytes: &[u8],
+    sha256: &str,
+    uploaded_by: &str,
+    note: Option<&str>,
+) -> Result<(i32, Stored), sqlx::Error> {
     let mut tx = pool.begin().await?;
     lock(&mut tx, handler).await?;
     let existing: Option<(i32, bool)> =
@@ -125,6 +136,17 @@ pub async fn seed(
     uploaded_by: &str,
     note: Option<&str>,
 ) -> Result<Option<i32>, sqlx::Error> {
+    retrying(|| seed_once(pool, handler, bytes, sha256, uploaded_by, note)).await
+}
+
+async fn seed_once(
+    pool: &PgPool,
+    handler: &str,
+    bytes: &[u8],
+    sha256: &str,
+    uploaded_by: &str,
+    note: Option<&str>,
+) -> Result<Option<i32>, sqlx::Error> {
     let mut tx = pool.begin().await?;
     lock(&mut tx, handler).await?;
     let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.handler_module WHERE handler = $1)")
@@ -152,6 +174,10 @@ pub async fn seed(
 
 /// Activates `handler`'s stored `version`; false if there is no such version.
 pub async fn activate(pool: &PgPool, handler: &str, version: i32) -> Result<bool, sqlx::Error> {
+    retrying(|| activate_once(pool, handler, version)).await
+}
+
+async fn activate_once(pool: &PgPool, handler: &str, version: i32) -> Result<bool, sqlx::Error> {
     let mut tx = pool.begin().await?;
     lock(&mut tx, handler).await?;
     let exists: bool =
@@ -173,12 +199,44 @@ pub async fn activate(pool: &PgPool, handler: &str, version: i32) -> Result<bool
 /// its transaction ends (`idem_api.claim_events`): an activation waits for
 /// the transactions running the version it replaces, and claims made after
 /// it see the new version.
+///
+/// While an activation waits for the lock, new claims queue behind it: the
+/// wait is capped at [`LOCK_WAIT`], and retried, so that a long-running
+/// batch delays a deploy instead of stalling every claim of the handler.
 async fn lock(tx: &mut sqlx::PgConnection, handler: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(&format!("SET LOCAL lock_timeout = {}", LOCK_WAIT.as_millis())).execute(&mut *tx).await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idem.handler_module'), hashtext($1))")
         .bind(handler)
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// How long a change of a handler's modules waits for the transactions
+/// running its current version, per try.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Tries of a change that found the handler's transactions running longer
+/// than [`LOCK_WAIT`].
+const LOCK_TRIES: u32 = 5;
+
+/// Runs `change` again while it fails on the lock's timeout (55P03), with
+/// a pause between tries so that the waiting claims get through.
+async fn retrying<T, F, Fut>(change: F) -> Result<T, sqlx::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match change().await {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") && tries < LOCK_TRIES => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(tries))).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Makes `version` the one active row of `handler`: the old one is cleared

@@ -135,7 +135,9 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
             // Another version was activated: the same batch, on it.
             Err(failure) if failure.stale && super::switch_module(shared, version).await => continue,
             Err(failure) => {
-                shared.slot.count(version, Err(()));
+                if !failure.stale {
+                    shared.slot.count(version, Err(()));
+                }
                 if failure.whole {
                     // Nothing names an event (BEGIN, the claim, COMMIT): the
                     // batch's records run alone, so that a deterministic

@@ -6,20 +6,24 @@
 //! Loading compiled code means trusting it completely: wasmtime runs it as
 //! is. So an artifact is only ever loaded from a cache this process made:
 //! - the directory is created owner-only (0700) and refused unless it is
-//!   owned by this process's user and writable by nobody else, and so is
-//!   each file;
+//!   owned by this process's user and writable by nobody else, on a path
+//!   only this user or root can change; each file is opened without
+//!   following symlinks and checked (owner, mode, one link) through the
+//!   handle it is read from;
 //! - a file's name is the module's sha256 plus the engine's compatibility
 //!   hash (wasmtime's version, target and every setting that changes code),
 //!   so a changed engine misses instead of loading foreign code;
-//! - its first 32 bytes are the SHA-256 of the rest, checked before
-//!   loading, so a truncated or damaged file is compiled afresh, never run;
+//! - its first 32 bytes are the SHA-256 of its name and the rest, checked
+//!   before loading, so a truncated, damaged or renamed file is compiled
+//!   afresh, never run;
 //! - files are written to a temporary name and renamed into place.
 
 use std::fs;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
@@ -31,6 +35,15 @@ pub struct ArtifactCache {
     dir: PathBuf,
 }
 
+/// The SHA-256 of the file's name and the artifact: an artifact is only
+/// valid under the name it was stored as.
+fn checksum(path: &Path, artifact: &[u8]) -> [u8; 32] {
+    let mut digest = Sha256::new();
+    digest.update(path.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default());
+    digest.update(artifact);
+    digest.finalize().into()
+}
+
 /// The user this process runs as (the owner of its `/proc/self`).
 fn own_uid() -> std::io::Result<u32> {
     Ok(fs::metadata("/proc/self")?.uid())
@@ -39,6 +52,23 @@ fn own_uid() -> std::io::Result<u32> {
 /// Whether `meta` belongs to this process's user and nobody else may write it.
 fn private(meta: &fs::Metadata) -> bool {
     own_uid().is_ok_and(|uid| meta.uid() == uid) && meta.mode() & 0o022 == 0
+}
+
+/// Whether nobody but this user (and root) can replace `dir` or anything
+/// on the way to it: every ancestor is owned by root or this user and is
+/// not writable by others, unless sticky (like /tmp, where others cannot
+/// rename what is ours).
+fn trusted_path(dir: &Path) -> Result<(), String> {
+    let uid = own_uid().map_err(|e| format!("cannot tell which user this process runs as: {e}"))?;
+    for ancestor in dir.ancestors().skip(1) {
+        let meta = fs::metadata(ancestor).map_err(|e| format!("cannot read {}: {e}", ancestor.display()))?;
+        let owner_ok = meta.uid() == 0 || meta.uid() == uid;
+        let sticky = meta.mode() & 0o1000 != 0;
+        if !owner_ok || (meta.mode() & 0o022 != 0 && !sticky) {
+            return Err(format!("{} can be changed by other users", ancestor.display()));
+        }
+    }
+    Ok(())
 }
 
 impl ArtifactCache {
@@ -52,14 +82,19 @@ impl ArtifactCache {
                 .create(dir)
                 .map_err(|e| format!("cannot create the component cache {shown}: {e}"))?;
         }
-        let meta = fs::symlink_metadata(dir).map_err(|e| format!("cannot read the component cache {shown}: {e}"))?;
+        let dir = fs::canonicalize(dir).map_err(|e| format!("cannot resolve the component cache {shown}: {e}"))?;
+        let meta = fs::symlink_metadata(&dir).map_err(|e| format!("cannot read the component cache {shown}: {e}"))?;
+        let refused = |why: String| {
+            format!(
+                "the component cache {shown} must be a directory owned by this user and writable by nobody else, \
+                 on a path only this user or root can change (compiled code loaded from it runs as is): {why}"
+            )
+        };
         if !meta.is_dir() || !private(&meta) {
-            return Err(format!(
-                "the component cache {shown} must be a directory owned by this user and writable by nobody else \
-                 (compiled code loaded from it runs as is)"
-            ));
+            return Err(refused("the directory itself is not".into()));
         }
-        Ok(Self { dir: dir.to_owned() })
+        trusted_path(&dir).map_err(refused)?;
+        Ok(Self { dir })
     }
 
     fn path(&self, engine: &Engine, sha256: &str) -> PathBuf {
@@ -72,14 +107,18 @@ impl ArtifactCache {
     /// sound one for this engine.
     pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path(engine, sha256);
-        let meta = fs::symlink_metadata(&path).ok()?;
-        if !meta.is_file() || !private(&meta) {
+        // Opened without following a symlink, and checked and read through
+        // the same handle: what is checked is what is loaded.
+        let mut file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || !private(&meta) || meta.nlink() != 1 {
             tracing::warn!(path = %path.display(), "ignoring a cached component not owned by this user alone");
             return None;
         }
-        let bytes = fs::read(&path).ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
         let (digest, artifact) = bytes.split_at_checked(32)?;
-        if Sha256::digest(artifact).as_slice() != digest {
+        if checksum(&path, artifact).as_slice() != digest {
             tracing::warn!(path = %path.display(), "a cached component is damaged: compiling again");
             let _ = fs::remove_file(&path);
             return None;
@@ -107,11 +146,13 @@ impl ArtifactCache {
     /// only costs a compilation next time.
     pub fn store(&self, engine: &Engine, sha256: &str, component: &Component) {
         let path = self.path(engine, sha256);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        static STORES: AtomicU64 = AtomicU64::new(0);
+        let n = STORES.fetch_add(1, Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
         let written = (|| -> Result<(), Box<dyn std::error::Error>> {
             let artifact = component.serialize()?;
             let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-            file.write_all(&Sha256::digest(&artifact))?;
+            file.write_all(&checksum(&path, &artifact))?;
             file.write_all(&artifact)?;
             file.sync_all()?;
             file.set_permissions(fs::Permissions::from_mode(0o600))?;

@@ -171,8 +171,8 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
                  GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}; \
                  GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}; \
                  GRANT USAGE ON SCHEMA idem_api TO {role}; \
-                 GRANT EXECUTE ON FUNCTION idem_api.claim(uuid, text, integer, bigint, bytea) TO {role}; \
-                 GRANT EXECUTE ON FUNCTION idem_api.claim_many(uuid[], text[], integer[], bigint[], bytea[]) TO {role}; \
+                 REVOKE EXECUTE ON FUNCTION idem_api.claim(uuid, text, integer, bigint, bytea) FROM {role}; \
+                 REVOKE EXECUTE ON FUNCTION idem_api.claim_many(uuid[], text[], integer[], bigint[], bytea[]) FROM {role}; \
                  GRANT EXECUTE ON FUNCTION idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer) TO {role}"
             )
             .as_str(),

@@ -161,6 +161,10 @@ const ATTACKS: &[(&str, &str)] = &[
     ),
     ("read the role map", "SELECT * FROM idem.handler_role"),
     ("claim directly", "SELECT idem_api.claim(gen_random_uuid(), 't', 0, 0, NULL)"),
+    (
+        "claim directly",
+        "SELECT idem_api.claim_events(ARRAY[gen_random_uuid()], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL)",
+    ),
     // Another handler's rows.
     ("read another handler", "SELECT * FROM billing.charge"),
     ("write another handler", "INSERT INTO billing.charge VALUES (gen_random_uuid(), 1, 1, 1, 'EUR')"),
@@ -241,12 +245,21 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
     // The role may call the claim, but only ever claims as itself.
     let mut conn = pool.acquire().await.expect("acquire");
     let id = uuid::Uuid::now_v7();
-    let claimed: String = sqlx::query_scalar("SELECT idem_api.claim($1, 't', 0, 0, NULL)")
-        .bind(id)
-        .fetch_one(&mut *conn)
-        .await
-        .expect("claim as itself");
-    assert_eq!(claimed, "claimed");
+    let claimed: Vec<String> = sqlx::query_scalar(
+        "SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL)",
+    )
+    .bind(id)
+    .fetch_one(&mut *conn)
+    .await
+    .expect("claim as itself");
+    assert_eq!(claimed, vec!["claimed"]);
+    for older in [
+        "SELECT idem_api.claim($1, 't', 0, 0, NULL)",
+        "SELECT idem_api.claim_many(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea])",
+    ] {
+        let err = sqlx::query(older).bind(id).execute(&mut *conn).await.expect_err("the older claims are revoked");
+        assert!(err.to_string().contains("permission denied"), "{older}: {err}");
+    }
     let consumer: String = sqlx::query_scalar("SELECT consumer FROM idem.processed_event WHERE event_id = $1")
         .bind(id)
         .fetch_one(&s.db.pool)

@@ -50,3 +50,49 @@ async fn a_claim_on_a_version_that_is_not_active_is_refused_and_the_active_one_i
     assert_eq!(recorded, Some(2), "the claim records the version that processed the event");
     s.finish().await;
 }
+
+#[tokio::test]
+async fn an_activation_waits_for_transactions_on_the_version_it_replaces() {
+    let s = Setup::new().await;
+    let bytes = std::fs::read(guests::component("billing")).expect("billing component");
+    for (version, active) in [(1, true), (2, false)] {
+        sqlx::query(
+            "INSERT INTO idem.handler_module (handler, version, sha256, bytes, size, uploaded_by, active) \
+             VALUES ('billing', $1, $2, $3, $4, 'test', $5)",
+        )
+        .bind(version)
+        .bind(format!("sha-{version}"))
+        .bind(&bytes)
+        .bind(bytes.len() as i32)
+        .bind(active)
+        .execute(&s.db.pool)
+        .await
+        .expect("store a version");
+    }
+    // A transaction of the billing role that claimed on version 1, still open.
+    let (_, _, pool) = s.pools.iter().find(|(n, _, _)| *n == "billing").expect("billing pool");
+    let mut tx = pool.begin().await.expect("begin");
+    let claimed: Vec<String> =
+        sqlx::query_scalar("SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], 1)")
+            .bind(uuid::Uuid::now_v7())
+            .fetch_one(&mut *tx)
+            .await
+            .expect("claim on version 1");
+    assert_eq!(claimed, vec!["claimed"]);
+
+    let activation = tokio::spawn({
+        let pool = s.db.pool.clone();
+        async move { idem::modules::store::activate(&pool, "billing", 2).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    assert!(!activation.is_finished(), "the activation waits for the transaction running version 1");
+    tx.commit().await.expect("commit on version 1");
+    assert!(activation.await.expect("join").expect("activated"), "then it goes through");
+    let active: i32 =
+        sqlx::query_scalar("SELECT version FROM idem.handler_module WHERE handler = 'billing' AND active")
+            .fetch_one(&s.db.pool)
+            .await
+            .expect("active");
+    assert_eq!(active, 2);
+    s.finish().await;
+}
