@@ -151,9 +151,15 @@ async fn seed_version_1(pool: &PgPool, runtime: &Runtime, executor: Executor, pa
         bail!("the component file {} changed while idem was starting; start again", path.display());
     }
     let note = format!("seeded from {}", path.display());
-    let seeded = crate::modules::store::seed(pool, &name, &bytes, &sha256, "idem run (component file)", Some(&note))
-        .await
-        .context("failed to store the component as version 1")?;
+    let upload = crate::modules::store::Upload {
+        handler: &name,
+        bytes: &bytes,
+        sha256: &sha256,
+        uploaded_by: "idem run (component file)",
+        note: Some(&note),
+    };
+    let seeded =
+        crate::modules::store::seed(pool, &upload).await.context("failed to store the component as version 1")?;
     if let Some(version) = seeded {
         tracing::info!(handler = %name, version, %sha256, "component file stored in the module store");
         let handler = executor.handler().clone().with_version(version);

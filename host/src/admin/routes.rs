@@ -119,7 +119,9 @@ async fn upload(
     };
     let by = headers.get("x-uploaded-by").and_then(|v| v.to_str().ok()).unwrap_or("admin-api");
     let by: String = by.chars().take(200).collect();
-    let stored = store::store_and_activate(&state.pool, &name, &body, &sha256, &by, query.note.as_deref()).await;
+    let upload =
+        store::Upload { handler: &name, bytes: &body, sha256: &sha256, uploaded_by: &by, note: query.note.as_deref() };
+    let stored = store::store_and_activate(&state.pool, &upload).await;
     let (version, stored) = match stored {
         Ok(stored) => stored,
         Err(e) => return database(&e),

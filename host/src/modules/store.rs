@@ -70,128 +70,99 @@ pub async fn versions(pool: &PgPool, handler: &str) -> Result<Vec<Version>, sqlx
     .await
 }
 
-/// Stores `bytes` (already validated) as `handler`'s next version and
-/// activates it, in one transaction; bytes already stored are not stored
-/// again: their version is activated. Returns the version and what happened.
-pub async fn store_and_activate(
-    pool: &PgPool,
-    handler: &str,
-    bytes: &[u8],
-    sha256: &str,
-    uploaded_by: &str,
-    note: Option<&str>,
-) -> Result<(i32, Stored), sqlx::Error> {
-    retrying(|| store_and_activate_once(pool, handler, bytes, sha256, uploaded_by, note)).await
+/// A module to store: `bytes` (already validated) for `handler`.
+#[derive(Debug, Clone, Copy)]
+pub struct Upload<'a> {
+    pub handler: &'a str,
+    pub bytes: &'a [u8],
+    pub sha256: &'a str,
+    pub uploaded_by: &'a str,
+    pub note: Option<&'a str>,
 }
 
-async fn store_and_activate_once(
-    pool: &PgPool,
-    handler: &str,
-    bytes: &[u8],
-    sha256: &str,
-    uploaded_by: &str,
-    note: Option<&str>,
-) -> Result<(i32, Stored), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    lock(&mut tx, handler).await?;
-    let existing: Option<(i32, bool)> =
-        sqlx::query_as("SELECT version, active FROM idem.handler_module WHERE handler = $1 AND sha256 = $2")
-            .bind(handler)
-            .bind(sha256)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let (version, stored) = match existing {
-        Some((version, was_active)) => (version, Stored::Existing { was_active }),
-        None => {
-            let version: i32 = sqlx::query_scalar(
-                "INSERT INTO idem.handler_module (handler, version, sha256, bytes, size, uploaded_by, note) \
-                 SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5, $6 \
-                 FROM idem.handler_module WHERE handler = $1 RETURNING version",
-            )
-            .bind(handler)
-            .bind(sha256)
-            .bind(bytes)
-            .bind(i32::try_from(bytes.len()).unwrap_or(i32::MAX))
-            .bind(uploaded_by)
-            .bind(note)
+/// Stores `upload` as its handler's next version and activates it, in one
+/// transaction; bytes already stored are not stored again: their version
+/// is activated. Returns the version and what happened.
+pub async fn store_and_activate(pool: &PgPool, upload: &Upload<'_>) -> Result<(i32, Stored), sqlx::Error> {
+    retrying(|| async move {
+        let mut tx = pool.begin().await?;
+        lock(&mut tx, upload.handler).await?;
+        let existing: Option<(i32, bool)> =
+            sqlx::query_as("SELECT version, active FROM idem.handler_module WHERE handler = $1 AND sha256 = $2")
+                .bind(upload.handler)
+                .bind(upload.sha256)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let (version, stored) = match existing {
+            Some((version, was_active)) => (version, Stored::Existing { was_active }),
+            None => (insert_next(&mut tx, upload).await?, Stored::New),
+        };
+        if stored != (Stored::Existing { was_active: true }) {
+            switch(&mut tx, upload.handler, version).await?;
+        }
+        tx.commit().await?;
+        Ok((version, stored))
+    })
+    .await
+}
+
+/// Stores `upload` as its handler's version 1, active, unless the store
+/// holds a version already (another host seeded first): `None` then.
+pub async fn seed(pool: &PgPool, upload: &Upload<'_>) -> Result<Option<i32>, sqlx::Error> {
+    retrying(|| async move {
+        let mut tx = pool.begin().await?;
+        lock(&mut tx, upload.handler).await?;
+        let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.handler_module WHERE handler = $1)")
+            .bind(upload.handler)
             .fetch_one(&mut *tx)
             .await?;
-            (version, Stored::New)
+        if any {
+            return Ok(None);
         }
-    };
-    if stored != (Stored::Existing { was_active: true }) {
-        switch(&mut tx, handler, version).await?;
-    }
-    tx.commit().await?;
-    Ok((version, stored))
+        let version = insert_next(&mut tx, upload).await?;
+        switch(&mut tx, upload.handler, version).await?;
+        tx.commit().await?;
+        Ok(Some(version))
+    })
+    .await
 }
 
-/// Stores `bytes` as `handler`'s version 1, active, unless the store holds
-/// a version already (another host seeded first): `None` then.
-pub async fn seed(
-    pool: &PgPool,
-    handler: &str,
-    bytes: &[u8],
-    sha256: &str,
-    uploaded_by: &str,
-    note: Option<&str>,
-) -> Result<Option<i32>, sqlx::Error> {
-    retrying(|| seed_once(pool, handler, bytes, sha256, uploaded_by, note)).await
-}
-
-async fn seed_once(
-    pool: &PgPool,
-    handler: &str,
-    bytes: &[u8],
-    sha256: &str,
-    uploaded_by: &str,
-    note: Option<&str>,
-) -> Result<Option<i32>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    lock(&mut tx, handler).await?;
-    let any: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.handler_module WHERE handler = $1)")
-        .bind(handler)
-        .fetch_one(&mut *tx)
-        .await?;
-    if any {
-        return Ok(None);
-    }
-    sqlx::query(
-        "INSERT INTO idem.handler_module (handler, version, sha256, bytes, size, uploaded_by, note, active) \
-         VALUES ($1, 1, $2, $3, $4, $5, $6, true)",
+/// Inserts `upload` as its handler's next version (inactive), under [`lock`].
+async fn insert_next(tx: &mut sqlx::PgConnection, upload: &Upload<'_>) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO idem.handler_module (handler, version, sha256, bytes, size, uploaded_by, note) \
+         SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5, $6 \
+         FROM idem.handler_module WHERE handler = $1 RETURNING version",
     )
-    .bind(handler)
-    .bind(sha256)
-    .bind(bytes)
-    .bind(i32::try_from(bytes.len()).unwrap_or(i32::MAX))
-    .bind(uploaded_by)
-    .bind(note)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(Some(1))
+    .bind(upload.handler)
+    .bind(upload.sha256)
+    .bind(upload.bytes)
+    .bind(i32::try_from(upload.bytes.len()).unwrap_or(i32::MAX))
+    .bind(upload.uploaded_by)
+    .bind(upload.note)
+    .fetch_one(&mut *tx)
+    .await
 }
 
 /// Activates `handler`'s stored `version`; false if there is no such version.
 pub async fn activate(pool: &PgPool, handler: &str, version: i32) -> Result<bool, sqlx::Error> {
-    retrying(|| activate_once(pool, handler, version)).await
-}
-
-async fn activate_once(pool: &PgPool, handler: &str, version: i32) -> Result<bool, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    lock(&mut tx, handler).await?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.handler_module WHERE handler = $1 AND version = $2)")
-            .bind(handler)
-            .bind(version)
-            .fetch_one(&mut *tx)
-            .await?;
-    if !exists {
-        return Ok(false);
-    }
-    switch(&mut tx, handler, version).await?;
-    tx.commit().await?;
-    Ok(true)
+    retrying(|| async move {
+        let mut tx = pool.begin().await?;
+        lock(&mut tx, handler).await?;
+        let exists: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.handler_module WHERE handler = $1 AND version = $2)")
+                .bind(handler)
+                .bind(version)
+                .fetch_one(&mut *tx)
+                .await?;
+        if !exists {
+            return Ok(false);
+        }
+        switch(&mut tx, handler, version).await?;
+        tx.commit().await?;
+        Ok(true)
+    })
+    .await
 }
 
 /// Serialises changes to one handler's modules (the next version number,
