@@ -153,3 +153,36 @@ fn loopback_host(host: Option<&axum::http::HeaderValue>) -> bool {
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::{constant_time_eq, loopback_host};
+    use crate::config::AdminConfig;
+
+    #[tokio::test]
+    async fn off_loopback_without_a_token_is_refused_at_start_up() {
+        let config = AdminConfig { listen: "0.0.0.0:0".into(), token_env: "IDEM_TEST_NO_SUCH_TOKEN_VAR".into() };
+        let pool = sqlx::PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").expect("lazy pool");
+        let err = super::Admin::bind(&config, pool, Vec::new()).await.expect_err("refused");
+        assert!(err.to_string().contains("requires a token"), "{err}");
+    }
+
+    #[test]
+    fn only_loopback_host_names_pass_without_a_token() {
+        let host = |h: &str| loopback_host(Some(&HeaderValue::from_str(h).expect("header")));
+        for ok in ["127.0.0.1:7700", "localhost:7700", "LOCALHOST", "[::1]:7700", "127.8.9.10"] {
+            assert!(host(ok), "{ok}");
+        }
+        for refused in ["evil.example:7700", "127.0.0.1.evil.example", "10.0.0.1:7700", "localhost.evil.example"] {
+            assert!(!host(refused), "{refused}");
+        }
+        assert!(!loopback_host(None), "no Host header");
+        assert!(
+            constant_time_eq(b"token", b"token")
+                && !constant_time_eq(b"token", b"tokeN")
+                && !constant_time_eq(b"t", b"to")
+        );
+    }
+}

@@ -50,3 +50,20 @@ impl AdminConfig {
         std::env::var(&self.token_env).ok().filter(|t| !t.is_empty())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AdminConfig;
+
+    #[test]
+    fn listen_is_an_address_or_off() {
+        let with = |listen: &str| AdminConfig { listen: listen.into(), ..AdminConfig::default() };
+        assert_eq!(
+            AdminConfig::default().address().expect("default").map(|a| a.to_string()),
+            Some("127.0.0.1:7700".into())
+        );
+        assert!(with("off").address().expect("off").is_none());
+        let err = with("localhost").address().expect_err("not an address").to_string();
+        assert!(err.contains("[admin] listen `localhost`"), "{err}");
+    }
+}
