@@ -1,5 +1,5 @@
 //! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`,
-//! `idem deploy`, `idem handlers`, `idem rollback`. The `idem`
+//! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`. The `idem`
 //! binary is [`main`] and nothing else.
 
 use std::path::PathBuf;
@@ -68,6 +68,16 @@ enum Command {
         #[arg(long)]
         to: Option<i32>,
     },
+    /// Runs one retention pass on idem.processed_event (what every host runs
+    /// on `[retention] interval`): creates windows ahead, drops expired ones
+    /// (or deletes expired rows), and prints what it did.
+    Maintenance {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// One JSON line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Applies idem's migrations (schema `idem`) to the database; with
     /// `--config`, also creates or updates each handler's role, schema,
     /// migrations and grants. Needs an administrator's URL.
@@ -97,6 +107,11 @@ enum DlqCommand {
         /// Count what would be applied and skipped; execute nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Also run records whose event is older than the handler's
+        /// dedup_retention (refused otherwise: their dedup rows may be gone,
+        /// so one may have been processed already).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -196,6 +211,9 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::Check { config } => {
             let loaded = crate::config::Config::load(&config)?;
             let prepared = crate::startup::prepare_as(loaded, natives, crate::startup::Seed::No).await?;
+            for warning in &prepared.warnings {
+                println!("idem: warning: {warning}");
+            }
             println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
             Ok(())
         }
@@ -220,16 +238,22 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Dlq { command: DlqCommand::Replay { target, dry_run } } => {
+        Command::Dlq { command: DlqCommand::Replay { target, dry_run, force } } => {
             let prepared = crate::startup::prepare_with(&target.config, natives).await?;
             let handler = prepared
                 .handlers
                 .iter()
                 .find(|h| h.config.name == target.handler)
                 .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
-            let report =
-                crate::pipeline::replay::replay(&prepared.config, handler, &prepared.pool, &target.window(), dry_run)
-                    .await?;
+            let report = crate::pipeline::replay::replay(
+                &prepared.config,
+                handler,
+                &prepared.pool,
+                &target.window(),
+                dry_run,
+                force,
+            )
+            .await?;
             if target.json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -238,6 +262,13 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                     "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
                     report.read, report.applied, report.duplicates, report.failed_again
                 );
+                if report.stale > 0 {
+                    println!(
+                        "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
+                         have been processed already (--force runs them)",
+                        report.stale
+                    );
+                }
             }
             Ok(())
         }
@@ -256,6 +287,30 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
             Ok(())
         }
+        Command::Maintenance { config, json } => {
+            let config = crate::config::Config::load(&config)?;
+            let shown = crate::startup::redact(&config.database.url);
+            let pool = sqlx::PgPool::connect(&config.database.url)
+                .await
+                .with_context(|| format!("database unreachable at {shown}"))?;
+            crate::migrate::check(&pool).await?;
+            crate::retention::check_mode(&pool, &config.retention).await?;
+            // As a host starting with this config would.
+            crate::retention::record(&pool, &config).await?;
+            let report = crate::retention::Maintenance::new(pool, config.retention.clone()).pass().await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                let lines = report.lines();
+                if lines.is_empty() {
+                    println!("idem: maintenance: nothing to do");
+                }
+                for line in lines {
+                    println!("idem: maintenance: {line}");
+                }
+            }
+            Ok(())
+        }
         Command::Migrate { database_url, config } => {
             let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
             let url = database_url
@@ -265,12 +320,17 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
             let shown = crate::startup::redact(&url);
             let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
-            crate::migrate::apply(&pool).await?;
+            let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
+            crate::migrate::apply_for(&pool, mode).await?;
             println!("idem: idem's migrations applied");
             if let Some(config) = config {
                 for line in crate::migrate::provision(&pool, &config).await? {
                     println!("idem: {line}");
                 }
+                // Before any maintenance pass: a pass keeps windows for the
+                // retentions recorded, and upgraded rows count as 7 days.
+                crate::retention::record(&pool, &config).await?;
+                println!("idem: dedup retentions recorded");
             }
             Ok(())
         }

@@ -18,6 +18,14 @@ pub enum Claim {
     Duplicate,
     /// Already processed with a different payload: the event id was reused.
     Conflict,
+    /// Not found, but older than the handler's dedup retention (or its
+    /// window was dropped): its row may be gone, so it was not claimed.
+    Stale,
+    /// Stale, and the claim was asked to accept that: run it with no dedup
+    /// row (`stale_events = "process"`, `idem dlq replay --force`).
+    Unguarded,
+    /// Its id lies further in the future than `future_skew`: not claimed.
+    Future,
 }
 
 /// Claims `event` for the handler `conn` is logged in as (see [`claim_many`]).
@@ -26,32 +34,42 @@ pub enum Claim {
 /// first transaction: if it commits, this finds its row; if it rolls back,
 /// this one claims. (Under REPEATABLE READ it would raise a serialization
 /// error instead, which is why the executor pins the isolation level.)
-pub async fn claim(conn: &mut PgConnection, event: &Event, version: Option<i32>) -> Result<Claim, sqlx::Error> {
-    let claims = claim_many(conn, std::slice::from_ref(event), version).await?;
+pub async fn claim(
+    conn: &mut PgConnection,
+    event: &Event,
+    version: Option<i32>,
+    accept_stale: bool,
+) -> Result<Claim, sqlx::Error> {
+    let claims = claim_many(conn, std::slice::from_ref(event), version, accept_stale).await?;
     claims.first().copied().ok_or_else(|| sqlx::Error::Protocol("idem_api.claim_events answered nothing".into()))
 }
 
 /// Claims a batch in one statement (see `idem_api.claim_events`), recording
 /// each payload's hash and the module `version` that runs them: what each
 /// event found, in the order given. The ids must be distinct. Fails with
-/// SQLSTATE `ID001` when `version` is not the handler's active one.
+/// SQLSTATE `ID001` when `version` is not the handler's active one, `ID002`
+/// when an event's dedup window was not created yet. `accept_stale`: a
+/// stale event is claimed where its window still exists and answered
+/// [`Claim::Unguarded`] where it does not, instead of [`Claim::Stale`].
 pub async fn claim_many(
     conn: &mut PgConnection,
     events: &[Event],
     version: Option<i32>,
+    accept_stale: bool,
 ) -> Result<Vec<Claim>, sqlx::Error> {
     let ids: Vec<uuid::Uuid> = events.iter().map(|e| e.id).collect();
     let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
     let partitions: Vec<i32> = events.iter().map(|e| e.partition).collect();
     let offsets: Vec<i64> = events.iter().map(|e| e.offset).collect();
     let hashes: Vec<Vec<u8>> = events.iter().map(|e| e.payload_sha256.to_vec()).collect();
-    let answers: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_events($1, $2, $3, $4, $5, $6)")
+    let answers: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_events($1, $2, $3, $4, $5, $6, $7)")
         .bind(&ids)
         .bind(&topics)
         .bind(&partitions)
         .bind(&offsets)
         .bind(&hashes)
         .bind(version)
+        .bind(accept_stale)
         .fetch_one(conn)
         .await?;
     if answers.len() != events.len() {
@@ -67,6 +85,9 @@ pub async fn claim_many(
             "claimed" => Ok(Claim::Claimed),
             "duplicate" => Ok(Claim::Duplicate),
             "conflict" => Ok(Claim::Conflict),
+            "stale" => Ok(Claim::Stale),
+            "unguarded" => Ok(Claim::Unguarded),
+            "future" => Ok(Claim::Future),
             other => Err(sqlx::Error::Protocol(format!("idem_api.claim_events answered `{other}`"))),
         })
         .collect()

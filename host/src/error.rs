@@ -4,7 +4,7 @@
 //! | class | examples | what happens |
 //! |---|---|---|
 //! | invalid | not JSON, bad eventId, unknown type, schema violation | dead-lettered at once |
-//! | permanent | the handler's permanent error, a trap | dead-lettered at once |
+//! | permanent | the handler's permanent error, a trap, an event older than the dedup retention or too far in the future (`stale_events = "dlq"`) | dead-lettered at once |
 //! | retryable | the handler's retryable error, its deadline overrun, a deterministic failure at COMMIT | retried with backoff up to `max_attempts`, then dead-lettered |
 //! | unavailable | database unreachable or overloaded, serialization failure, deadlock, lock timeout, pool timeout, DLQ unwritable | retried without limit, attempts not spent |
 //! | conflicting | an event id already processed with another payload | dead-lettered at once |
@@ -14,7 +14,8 @@
 //! class 08 (connection exception), 53 (insufficient resources), 57P
 //! (operator intervention: admin or crash shutdown, cannot connect now), 58
 //! (system error), XX (internal error), 40001 (serialization failure),
-//! 40P01 (deadlock), 55P03 (lock not available). Whether the guest's
+//! 40P01 (deadlock), 55P03 (lock not available), and idem's own ID002 (an
+//! event's dedup window not created yet: maintenance is behind). Whether the guest's
 //! statement or the host's own hit it, it is not the event's fault; and a
 //! transaction in which one happened is never committed, even if the guest
 //! caught the error and returned ok.
@@ -88,13 +89,23 @@ pub enum ExecError {
     /// again. Never final.
     #[error("{0}")]
     StaleModule(String),
+    /// The event is older than the handler's dedup retention and has no
+    /// dedup row: it may have been processed, its row dropped since
+    /// (`stale_events = "dlq"`).
+    #[error("older than dedup retention: {0}")]
+    StaleEvent(String),
+    /// The event id's time lies further ahead than `future_skew`.
+    #[error("event id in the future: {0}")]
+    FutureEvent(String),
 }
 
 impl ExecError {
     pub fn class(&self) -> ErrorClass {
         match self {
             Self::HandlerRetryable(_) | Self::TimedOut(_) => ErrorClass::Retryable,
-            Self::HandlerPermanent(_) | Self::Trapped(_) => ErrorClass::Permanent,
+            Self::HandlerPermanent(_) | Self::Trapped(_) | Self::StaleEvent(_) | Self::FutureEvent(_) => {
+                ErrorClass::Permanent
+            }
             Self::Database(e) => sql_class(e),
             Self::Infrastructure(_) | Self::Deadline(_) | Self::InBatch(_) | Self::StaleModule(_) => {
                 ErrorClass::Unavailable
@@ -111,6 +122,12 @@ impl ExecError {
             // idem_api.claim_events: not the active module version.
             Some("ID001") => {
                 Self::StaleModule(e.as_database_error().map(|d| d.message().to_owned()).unwrap_or_default())
+            }
+            // idem_api.claim_events: an event's window was not created yet.
+            // Maintenance is behind: wait as in an outage (the statement
+            // failed cleanly, so the transaction is rolled back, not cut).
+            Some("ID002") => {
+                Self::Infrastructure(e.as_database_error().map(|d| d.message().to_owned()).unwrap_or_default())
             }
             // undefined table / schema / column / function, insufficient privilege
             Some("42P01" | "3F000" | "42703" | "42883" | "42501") => Self::Schema(e),
@@ -136,7 +153,7 @@ pub fn sql_class(e: &sqlx::Error) -> ErrorClass {
 /// The SQLSTATEs that say the infrastructure failed, not the statement.
 pub fn unavailable_sqlstate(code: &str) -> bool {
     ["08", "53", "57P", "58", "XX"].iter().any(|class| code.starts_with(class))
-        || matches!(code, "40001" | "40P01" | "55P03")
+        || matches!(code, "40001" | "40P01" | "55P03" | "ID002")
 }
 
 #[cfg(test)]
@@ -145,7 +162,8 @@ mod tests {
 
     #[test]
     fn the_sqlstate_table() {
-        for code in ["08006", "08001", "53300", "53100", "57P01", "57P03", "58030", "XX000", "40001", "40P01", "55P03"]
+        for code in
+            ["08006", "08001", "53300", "53100", "57P01", "57P03", "58030", "XX000", "40001", "40P01", "55P03", "ID002"]
         {
             assert!(unavailable_sqlstate(code), "{code}");
         }

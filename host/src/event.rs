@@ -70,6 +70,12 @@ fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {
 }
 
 impl Event {
+    /// When its id was created: the first 48 bits of a UUID v7 (which
+    /// validation requires), in milliseconds since the epoch.
+    pub fn created_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        created_at(&self.id)
+    }
+
     pub(crate) fn to_wit(&self, attempt: u32) -> types::Event {
         types::Event {
             id: self.id.hyphenated().to_string(),
@@ -88,6 +94,16 @@ impl Event {
             attempt,
         }
     }
+}
+
+/// When a UUID v7 was created (`None` for another version).
+pub fn created_at(id: &Uuid) -> Option<chrono::DateTime<chrono::Utc>> {
+    if id.get_version_num() != 7 {
+        return None;
+    }
+    let b = id.as_bytes();
+    let ms = b[..6].iter().fold(0i64, |acc, byte| (acc << 8) | i64::from(*byte));
+    chrono::DateTime::from_timestamp_millis(ms)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! - [`dedup`]: the claim in `idem.processed_event`;
 //! - [`migrate`]: idem's own schema;
 //! - [`modules`]: uploaded handler modules, their versions, hot swap;
+//! - [`retention`]: how long dedup rows are kept, and the maintenance that drops them;
 //! - [`admin`]: the host's HTTP API (`idem deploy`, `idem handlers`, `idem rollback`);
 //! - [`sandbox`]: each handler's database role, schema, grants and pool;
 //! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
@@ -32,6 +33,7 @@ pub mod migrate;
 pub mod modules;
 pub mod offsets;
 pub mod pipeline;
+pub mod retention;
 pub mod runtime;
 pub mod sandbox;
 pub mod startup;

@@ -4,11 +4,28 @@ use anyhow::{Context as _, bail};
 use sqlx::PgPool;
 use sqlx::migrate::Migrator;
 
+use crate::config::RetentionMode;
+
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 
-/// Applies every pending migration.
+/// Applies every pending migration; `idem.processed_event` is created
+/// partitioned (see `retention`).
 pub async fn apply(pool: &PgPool) -> anyhow::Result<()> {
-    MIGRATOR.run(pool).await.context("failed to apply idem's migrations")
+    apply_for(pool, RetentionMode::Partition).await
+}
+
+/// Applies every pending migration, creating `idem.processed_event` for
+/// `mode` if that migration is pending (it reads `idem.retention_mode`).
+pub async fn apply_for(pool: &PgPool, mode: RetentionMode) -> anyhow::Result<()> {
+    let mut conn = pool.acquire().await.context("failed to connect to the database")?;
+    // A session setting: this connection is closed afterwards, never reused.
+    conn.close_on_drop();
+    sqlx::query("SELECT set_config('idem.retention_mode', $1, false)")
+        .bind(mode.as_str())
+        .execute(&mut *conn)
+        .await
+        .context("failed to set idem.retention_mode")?;
+    MIGRATOR.run(&mut *conn).await.context("failed to apply idem's migrations")
 }
 
 /// Provisions every handler of `config` (see `sandbox::provision`) in the

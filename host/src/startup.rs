@@ -22,6 +22,9 @@ pub struct Prepared {
     /// idem's own pool (`[database] url`); handlers have pools of their own.
     pub pool: PgPool,
     pub handlers: Vec<PreparedHandler>,
+    /// What the checks found worth saying that does not stop a start
+    /// (`idem check` prints them, `idem run` logs them).
+    pub warnings: Vec<String>,
 }
 
 /// One handler, checked and ready.
@@ -91,8 +94,23 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         .await
         .with_context(|| format!("database unreachable at {}", redact(&config.database.url)))?;
     crate::migrate::check(&pool).await?;
+    crate::retention::check_mode(&pool, &config.retention).await?;
+    if seed == Seed::Yes {
+        // Before anything is claimed: the claim and maintenance read these,
+        // and the pass makes sure today's window exists.
+        crate::retention::record(&pool, &config).await?;
+        match crate::retention::Maintenance::new(pool.clone(), config.retention.clone()).pass().await {
+            Ok(report) => report.lines().iter().for_each(|line| tracing::info!("retention: {line}")),
+            Err(e) => tracing::warn!(
+                "retention: the start-up maintenance pass failed (claims use the windows created earlier): {e:#}"
+            ),
+        }
+    }
 
     check_broker(&config)?;
+    // `idem run` logs these from a task of its own (see `pipeline::run`):
+    // a broker without DescribeConfigs makes them wait for a timeout.
+    let warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
 
     let database = config.database_name()?;
     let schemas: Vec<String> = config.handlers.iter().map(|h| h.schema_name()).collect();
@@ -137,7 +155,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         let slot = Slot::new(runtime.clone(), executor, h.max_module_mib << 20);
         handlers.push(PreparedHandler { config: h, slot, validator, dead_letters });
     }
-    Ok(Prepared { config, pool, handlers })
+    Ok(Prepared { config, pool, handlers, warnings })
 }
 
 /// Stores the `component` file (checked) as the handler's version 1: from

@@ -11,6 +11,7 @@ pub struct Stats {
     pub delivered: AtomicU64,
     pub processed: AtomicU64,
     pub duplicates: AtomicU64,
+    pub skipped: AtomicU64,
     pub invalid: AtomicU64,
     pub failed: AtomicU64,
     pub retries: AtomicU64,
@@ -69,6 +70,7 @@ impl Stats {
             delivered: get(&self.delivered),
             processed: get(&self.processed),
             duplicates: get(&self.duplicates),
+            skipped: get(&self.skipped),
             invalid: get(&self.invalid),
             failed: get(&self.failed),
             retries: get(&self.retries),
@@ -96,6 +98,10 @@ pub struct HandlerReport {
     pub processed: u64,
     /// Events skipped because this handler had already processed their id.
     pub duplicates: u64,
+    /// Events older than the dedup retention (or too far in the future)
+    /// skipped under `stale_events = "skip"`.
+    #[serde(default)]
+    pub skipped: u64,
     /// Records that failed validation (dead-lettered, or blocking).
     pub invalid: u64,
     /// Events whose failure is final: permanent, out of attempts, or an

@@ -72,8 +72,13 @@ impl TestDb {
     /// provisioned the way `idem migrate --config` does it: a login role
     /// each, a schema each, their migrations, their grants.
     pub async fn new() -> anyhow::Result<Self> {
+        Self::new_for(idem::config::RetentionMode::Partition).await
+    }
+
+    /// As [`TestDb::new`], with `idem.processed_event` created for `mode`.
+    pub async fn new_for(mode: idem::config::RetentionMode) -> anyhow::Result<Self> {
         let db = Self::empty().await?;
-        idem::migrate::apply(&db.pool).await?;
+        idem::migrate::apply_for(&db.pool, mode).await?;
         idem::sandbox::provision::database(&db.pool).await?;
         for (handler, schema, _) in HANDLERS {
             idem::sandbox::provision::apply(&db.pool, &db.place(handler, schema)).await?;

@@ -252,3 +252,56 @@ async fn check_reaches_brokers_that_require_tls_and_sasl_and_never_prints_a_secr
     assert!(ok, "TLS only: {out}");
     db.drop_database().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_runs_one_pass_and_migrate_follows_the_retention_mode() {
+    idem_tests::init_logging();
+    let topic = idem_tests::kafka::create_topic(1).await;
+    let mut spec = HandlerSpec::billing(&topic, "http://127.0.0.1:9");
+    spec.extra = "dedup_retention = \"2d\"\n".into();
+    for mode in ["partition", "delete"] {
+        let db = TestDb::empty().await.expect("empty database");
+        let config = host::write_config(&db.url, std::slice::from_ref(&spec));
+        let text = std::fs::read_to_string(&config).expect("config");
+        std::fs::write(&config, format!("{text}\n[retention]\nmode = \"{mode}\"\nwindows_ahead = 5\n")).expect("write");
+        let path = config.to_str().expect("path");
+        let (ok, out) = idem(&["migrate", "--config", path]);
+        assert!(ok, "{out}");
+        let kind: String =
+            sqlx::query_scalar("SELECT relkind::text FROM pg_class WHERE oid = 'idem.processed_event'::regclass")
+                .fetch_one(&db.pool)
+                .await
+                .expect("kind");
+        assert_eq!(kind, if mode == "partition" { "p" } else { "r" });
+        let (ok, out) = check(&config);
+        assert!(ok, "{out}");
+        // The topic keeps records longer than 2 days; librdkafka's mock
+        // cluster cannot say (no DescribeConfigs), which is warned of too.
+        let warned = if idem_tests::kafka::is_mock() {
+            "could not read retention.ms of topic"
+        } else {
+            "dedup_retention = \"2d\" is shorter than topic"
+        };
+        assert!(out.contains(warned), "check warns about the topic's retention: {out}");
+
+        let (ok, out) = idem(&["maintenance", "--config", path]);
+        assert!(ok, "{out}");
+        if mode == "partition" {
+            assert!(out.contains("idem: maintenance: created window"), "{out}");
+            assert!(out.contains("idem: maintenance: dropped window"), "{out}");
+            let windows =
+                db.count("SELECT count(*) FROM pg_inherits WHERE inhparent = 'idem.processed_event'::regclass").await;
+            // `idem migrate --config` recorded 2 days: the 2 days before
+            // today, today, 5 ahead; the older ones the migration made went.
+            assert_eq!(windows, 8, "{out}");
+        } else {
+            assert!(out.contains("deleted 0 expired rows"), "{out}");
+        }
+        let (ok, out) = idem(&["maintenance", "--config", path, "--json"]);
+        assert!(ok, "{out}");
+        let report: serde_json::Value = serde_json::from_str(out.lines().last().unwrap_or_default()).expect("json");
+        assert_eq!(report["mode"], mode, "{report}");
+        assert_eq!(report["created"].as_array().map(Vec::len), Some(0), "nothing left to create: {report}");
+        db.drop_database().await;
+    }
+}

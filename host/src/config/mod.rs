@@ -10,8 +10,10 @@ use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
 mod admin;
+mod retention;
 mod runtime;
 pub use admin::AdminConfig;
+pub use retention::{RetentionConfig, RetentionMode, Span, StalePolicy};
 pub use runtime::RuntimeConfig;
 
 use crate::kafka_client::check_properties;
@@ -26,6 +28,8 @@ pub struct Config {
     pub admin: AdminConfig,
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -164,6 +168,14 @@ pub struct HandlerConfig {
     pub retry: HandlerRetry,
     #[serde(default)]
     pub batch: HandlerBatch,
+    /// How long this handler's dedup rows are kept (`"7d"`): a redelivery
+    /// later than that may find its row gone (see `stale_events`).
+    #[serde(default = "retention::default_dedup_retention")]
+    pub dedup_retention: Span,
+    /// What becomes of an event older than `dedup_retention` that has no
+    /// dedup row: `"dlq"` (default), `"process"` or `"skip"`.
+    #[serde(default)]
+    pub stale_events: StalePolicy,
 }
 
 /// Events per transaction (see the README's "Batching").
@@ -386,6 +398,7 @@ impl Config {
             bail!("no [[handler]]: nothing to run");
         }
         self.admin.address()?;
+        self.retention.check()?;
         check_properties("[kafka.properties]", &self.kafka.properties, &self.kafka.properties_env)?;
         let (mut names, mut groups, mut schemas, mut roles) =
             (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
@@ -423,6 +436,7 @@ impl Config {
             if h.event_types.is_empty() {
                 bail!("{at}: event_types is empty, so every event would be invalid");
             }
+            retention::check_dedup_retention(&at, h.dedup_retention)?;
             if h.concurrency == 0 {
                 bail!("{at}: concurrency must be at least 1");
             }
@@ -627,6 +641,8 @@ impl HandlerConfig {
             max_memory_bytes: self.max_memory_mib << 20,
             max_db_statements: self.limits.max_db_statements,
             max_http_requests: self.limits.max_http_requests,
+            stale_events: self.stale_events,
+            dedup_retention: self.dedup_retention.0,
         }
     }
 }
@@ -691,6 +707,18 @@ mod tests {
         refused("[handler.database]\nrole = \"x\\\"; DROP\"\n", "lowercase");
         refused("[handler.http]\nkey_prefix = \"a b\"\n", "key_prefix");
         refused("[handler.http]\nallow_private = [\"http://10.0.0.1\"]\n", "not an entry of http.allow");
+        refused("dedup_retention = \"30m\"\n", "dedup_retention = \"30m\" must be between 1h and 3650d");
+        refused("dedup_retention = \"7 days\"\n", "the unit is one of");
+        refused("stale_events = \"drop\"\n", "unknown variant `drop`");
+        let ok =
+            load(format!("{base}dedup_retention = \"30d\"\nstale_events = \"process\"\n")).expect("retention keys");
+        assert_eq!(ok.handlers[0].dedup_retention, super::Span::days(30));
+        assert_eq!(ok.handlers[0].stale_events, super::StalePolicy::Process);
+        let retention = |text: &str| load(format!("{base}[retention]\n{text}")).map(|c| c.retention);
+        assert_eq!(retention("mode = \"delete\"\n").expect("delete").mode, super::RetentionMode::Delete);
+        assert!(retention("future_skew = \"3d\"\n").expect_err("skew").contains("future_skew"));
+        assert!(retention("interval = \"1d\"\n").expect_err("interval").contains("interval"));
+        assert!(retention("vacuum = true\n").expect_err("unknown").contains("unknown field `vacuum`"));
         let sync_off = base.replace("[database]\n", "[database]\nsynchronous_commit = \"off\"\n");
         assert!(load(sync_off).expect_err("off").contains("synchronous_commit"));
         let two = format!(

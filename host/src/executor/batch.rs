@@ -73,11 +73,16 @@ impl Executor {
     pub async fn execute_batch(&self, events: &[Event], stop: impl Fn() -> bool) -> Result<Vec<Outcome>, BatchFailure> {
         let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
         let deadline = tx.statement_deadline();
-        let claims = match within(deadline, "claim", dedup::claim_many(tx.conn(), events, self.handler.version())).await
+        let claims = match within(
+            deadline,
+            "claim",
+            dedup::claim_many(tx.conn(), events, self.handler.version(), self.accept_stale()),
+        )
+        .await
         {
             Ok(claims) => claims,
             // Refused before it waited on anything: the connection is sound.
-            Err(error @ ExecError::StaleModule(_)) => {
+            Err(error @ (ExecError::StaleModule(_) | ExecError::Infrastructure(_))) => {
                 tx.rollback().await;
                 return Err(BatchFailure::whole(error));
             }
@@ -95,6 +100,7 @@ impl Executor {
             }
             match claim {
                 Claim::Claimed => {}
+                Claim::Unguarded => self.unguarded(event),
                 Claim::Duplicate => {
                     outcomes.push(Outcome::Duplicate);
                     continue;
@@ -103,6 +109,17 @@ impl Executor {
                     tx.rollback().await;
                     return Err(BatchFailure::at(index, None));
                 }
+                Claim::Stale | Claim::Future => match self.refused(event, claim) {
+                    Ok(skipped) => {
+                        outcomes.push(skipped);
+                        continue;
+                    }
+                    // Its own final failure: it goes to the DLQ alone.
+                    Err(error) => {
+                        tx.rollback().await;
+                        return Err(BatchFailure::at(index, Some(error)));
+                    }
+                },
             }
             tx.renew(budget);
             let (back, result) = self.invoke(tx, event, 1, true).await;

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use crate::capabilities::HostFault;
 use crate::capabilities::db::DbCapability;
 use crate::capabilities::http::HttpCapability;
+use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
@@ -25,6 +26,9 @@ pub enum Outcome {
     Processed,
     /// The event was already processed by this handler: skipped.
     Duplicate,
+    /// Older than the dedup retention with no dedup row, or too far in the
+    /// future, under `stale_events = "skip"`: skipped, logged.
+    Skipped,
 }
 
 /// Runs events through one handler against its own pool.
@@ -34,13 +38,64 @@ pub struct Executor {
     pool: PgPool,
     http: reqwest::Client,
     pins: Arc<Pins>,
+    /// Stale events run regardless of `stale_events` (`idem dlq replay --force`).
+    force_stale: bool,
 }
 
 impl Executor {
     /// `pool` must be the handler's own (see `sandbox::pool`), never a
     /// privileged one: its role is the sandbox's boundary.
     pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
-        Self { handler, pool, http, pins: Arc::new(pins) }
+        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false }
+    }
+
+    /// The same executor, running events older than the dedup retention as
+    /// `stale_events = "process"` does, whatever the handler's policy.
+    #[must_use]
+    pub fn forcing_stale(&self) -> Self {
+        Self { force_stale: true, ..self.clone() }
+    }
+
+    /// Whether the claim accepts stale events (see `dedup::claim_many`).
+    fn accept_stale(&self) -> bool {
+        self.force_stale || self.handler.settings().stale_events == StalePolicy::Process
+    }
+
+    /// What a claim that refused `event` (`Stale` or `Future`) comes to: a
+    /// failure that goes to the DLQ with the reason, or, for a stale event
+    /// under `stale_events = "skip"`, skipped.
+    fn refused(&self, event: &Event, claim: Claim) -> Result<Outcome, ExecError> {
+        let settings = self.handler.settings();
+        let created = event.created_at().map_or_else(|| "unknown".to_owned(), |t| t.to_rfc3339());
+        let error = match claim {
+            Claim::Future => ExecError::FutureEvent(format!(
+                "its id was created at {created}, further ahead of the database's clock than [retention] future_skew"
+            )),
+            _ => ExecError::StaleEvent(format!(
+                "its id was created at {created}; this handler keeps dedup rows for {} (dedup_retention), so it \
+                 may have been processed before; `idem dlq replay --force` runs it",
+                crate::config::Span(settings.dedup_retention)
+            )),
+        };
+        // A future id was never processed (no window held it yet): it is
+        // never skipped, whatever the policy, so nothing unprocessed is lost.
+        if settings.stale_events == StalePolicy::Skip && claim == Claim::Stale {
+            tracing::warn!(
+                handler = %settings.name, topic = %event.topic, partition = event.partition, offset = event.offset,
+                event_id = %event.id, "skipped (stale_events = \"skip\"): {error}"
+            );
+            return Ok(Outcome::Skipped);
+        }
+        Err(error)
+    }
+
+    /// Says that `event` runs with no dedup row.
+    fn unguarded(&self, event: &Event) {
+        tracing::warn!(
+            handler = %self.handler.settings().name, topic = %event.topic, partition = event.partition,
+            offset = event.offset, event_id = %event.id,
+            "older than the dedup retention and its window is gone: running it with no dedup row"
+        );
     }
 
     pub fn handler(&self) -> &Handler {
@@ -139,10 +194,13 @@ impl Executor {
     /// commits or rolls back.
     pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.statement_deadline();
-        match transaction::within(deadline, "claim", dedup::claim(tx.conn(), event, self.handler.version())).await {
+        let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
+        match transaction::within(deadline, "claim", claim).await {
             Ok(Claim::Claimed) => {}
+            Ok(Claim::Unguarded) => self.unguarded(event),
             Ok(Claim::Duplicate) => return (tx, Ok(Outcome::Duplicate)),
             Ok(Claim::Conflict) => return (tx, Err(ExecError::Conflict)),
+            Ok(refused @ (Claim::Stale | Claim::Future)) => return (tx, self.refused(event, refused)),
             Err(e) => return (tx, Err(e)),
         }
         self.invoke(tx, event, attempt, false).await

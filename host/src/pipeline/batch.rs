@@ -123,6 +123,7 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
                     match outcome {
                         Outcome::Processed => Stats::add(&shared.stats.processed),
                         Outcome::Duplicate => Stats::add(&shared.stats.duplicates),
+                        Outcome::Skipped => Stats::add(&shared.stats.skipped),
                     }
                     if let Some(record) = pending.pop_front() {
                         state.taken(&record);

@@ -121,6 +121,15 @@ pub async fn run(
     if let Some(admin) = admin {
         services.push(tokio::spawn(admin.serve(stop_rx.clone())));
     }
+    let config = prepared.config.clone();
+    services.push(tokio::spawn(async move {
+        for warning in crate::retention::topic::warnings(&config).await {
+            tracing::warn!("{warning}");
+        }
+    }));
+    // Start-up ran the first pass (see `startup`).
+    let maintenance = crate::retention::Maintenance::new(prepared.pool.clone(), prepared.config.retention.clone());
+    services.push(tokio::spawn(maintenance.run_after(prepared.config.retention.interval.0, stop_rx.clone())));
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let crash_after = std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok());
     // Every consumer is created and subscribed before any thread starts, so

@@ -373,6 +373,10 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                 Stats::add(&stats.duplicates);
                 return true;
             }
+            Ok(Outcome::Skipped) => {
+                Stats::add(&stats.skipped);
+                return true;
+            }
             Err(error) => error,
         };
         // Another version was activated: the same event, on it, at once.

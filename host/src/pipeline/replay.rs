@@ -8,7 +8,9 @@
 //! goes back to the DLQ with `idem.replay.count` one higher (the older copy
 //! stays: Kafka topics are append-only; the next replay runs only the
 //! latest copy of each original record). An infrastructure failure stops the replay with
-//! what it did so far.
+//! what it did so far. A record whose event is older than the handler's
+//! dedup retention is left in the DLQ unless `--force`: its dedup row may be
+//! gone, so "not a duplicate" would not mean "not processed".
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -62,6 +64,9 @@ pub struct ReplayReport {
     /// Older copies of a record that failed again in an earlier replay:
     /// only the latest copy runs.
     pub superseded: usize,
+    /// Records left alone because their event is older than the handler's
+    /// dedup_retention (its dedup row may be gone): `--force` runs them.
+    pub stale: usize,
     /// `--dry-run`: nothing executed; `applied` counts the records that
     /// would be, `duplicates` those already processed.
     pub dry_run: bool,
@@ -193,9 +198,18 @@ pub async fn replay(
     idem_pool: &sqlx::PgPool,
     window: &Window,
     dry_run: bool,
+    force: bool,
 ) -> anyhow::Result<ReplayReport> {
     let h = &handler.config;
     let records = read(config, h, window)?;
+    // The retention the database recorded for this handler, on its clock:
+    // the one the claim's stale-event guard applies.
+    let oldest_ms: i64 =
+        sqlx::query_scalar("SELECT floor(extract(epoch FROM now() - idem.retention_of($1)) * 1000)::bigint")
+            .bind(&h.name)
+            .fetch_one(idem_pool)
+            .await
+            .context("failed to read the handler's dedup retention")?;
     let mut report = ReplayReport { read: records.len(), dry_run, ..ReplayReport::default() };
     let module = handler.slot.executor().handler().sha256().to_owned();
     let dead_letters = match (&handler.dead_letters, dry_run) {
@@ -242,6 +256,11 @@ pub async fn replay(
                 continue;
             }
         };
+        let created_ms = event.created_at().map_or(i64::MIN, |t| t.timestamp_millis());
+        if created_ms < oldest_ms && !force {
+            report.stale += 1;
+            continue;
+        }
         if dry_run {
             let done: bool = sqlx::query_scalar(
                 "SELECT EXISTS (SELECT 1 FROM idem.processed_event WHERE event_id = $1 AND consumer = $2)",
@@ -258,9 +277,11 @@ pub async fn replay(
             }
             continue;
         }
-        match handler.slot.executor().execute(&event, 1).await {
+        let executor = if force { handler.slot.executor().forcing_stale() } else { handler.slot.executor() };
+        match executor.execute(&event, 1).await {
             Ok(Outcome::Processed) => report.applied += 1,
             Ok(Outcome::Duplicate) => report.duplicates += 1,
+            Ok(Outcome::Skipped) => report.stale += 1,
             Err(e) if matches!(e.class(), ErrorClass::Unavailable | ErrorClass::Fatal) => {
                 bail!("replay stopped after {report:?}: {e}");
             }

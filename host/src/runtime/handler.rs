@@ -29,6 +29,11 @@ pub struct HandlerSettings {
     pub max_db_statements: u32,
     /// HTTP requests one invocation may send.
     pub max_http_requests: u32,
+    /// What becomes of an event older than `dedup_retention` (see `retention`).
+    pub stale_events: crate::config::StalePolicy,
+    /// How long the handler's dedup rows are kept (for messages: the
+    /// database holds the recorded value the claim applies).
+    pub dedup_retention: Duration,
 }
 
 impl HandlerSettings {
@@ -41,6 +46,8 @@ impl HandlerSettings {
             max_memory_bytes: 256 << 20,
             max_db_statements: 1_000,
             max_http_requests: 16,
+            stale_events: crate::config::StalePolicy::Dlq,
+            dedup_retention: Duration::from_secs(7 * 86_400),
         }
     }
 }

@@ -35,7 +35,7 @@ SELECT r.rolsuper, r.rolcreatedb, r.rolcreaterole, r.rolreplication, r.rolbypass
   has_database_privilege(r.oid, current_database(), 'TEMPORARY') AS db_temp,
   has_schema_privilege(r.oid, 'idem', 'USAGE') AS idem_usage,
   has_schema_privilege(r.oid, 'idem_api', 'USAGE') AS idem_api_usage,
-  has_function_privilege(r.oid, 'idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer)', 'EXECUTE')
+  has_function_privilege(r.oid, 'idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer, boolean)', 'EXECUTE')
     AS may_claim,
   (SELECT has_schema_privilege(r.oid, n.oid, 'USAGE') FROM pg_namespace n WHERE n.nspname = $2) IS TRUE AS own_schema_usage,
   ARRAY(SELECT n.nspname::text FROM pg_namespace n WHERE has_schema_privilege(r.oid, n.oid, 'CREATE')) AS create_in,

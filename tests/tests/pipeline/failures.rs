@@ -231,7 +231,7 @@ async fn dead_letter(env: &Env, dlq: &str, payload: &[u8], offset: usize) {
     kafka::produce_with_headers(&env.producer, dlq, 0, b"k", payload, &headers).await;
 }
 
-fn idem_json(args: &[&str]) -> serde_json::Value {
+pub(crate) fn idem_json(args: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(idem_tests::idem_bin())
         .args(args)
         .output()

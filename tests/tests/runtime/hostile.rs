@@ -163,7 +163,7 @@ const ATTACKS: &[(&str, &str)] = &[
     ("claim directly", "SELECT idem_api.claim(gen_random_uuid(), 't', 0, 0, NULL)"),
     (
         "claim directly",
-        "SELECT idem_api.claim_events(ARRAY[gen_random_uuid()], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL)",
+        "SELECT idem_api.claim_events(ARRAY[gen_random_uuid()], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL, false)",
     ),
     // Another handler's rows.
     ("read another handler", "SELECT * FROM billing.charge"),
@@ -246,7 +246,7 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
     let mut conn = pool.acquire().await.expect("acquire");
     let id = uuid::Uuid::now_v7();
     let claimed: Vec<String> = sqlx::query_scalar(
-        "SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL)",
+        "SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL, false)",
     )
     .bind(id)
     .fetch_one(&mut *conn)

@@ -63,12 +63,13 @@ async fn an_activation_waits_for_transactions_on_the_version_it_replaces() {
     // A transaction of the billing role that claimed on version 1, still open.
     let (_, _, pool) = s.pools.iter().find(|(n, _, _)| *n == "billing").expect("billing pool");
     let mut tx = pool.begin().await.expect("begin");
-    let claimed: Vec<String> =
-        sqlx::query_scalar("SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], 1)")
-            .bind(uuid::Uuid::now_v7())
-            .fetch_one(&mut *tx)
-            .await
-            .expect("claim on version 1");
+    let claimed: Vec<String> = sqlx::query_scalar(
+        "SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], 1, false)",
+    )
+    .bind(uuid::Uuid::now_v7())
+    .fetch_one(&mut *tx)
+    .await
+    .expect("claim on version 1");
     assert_eq!(claimed, vec!["claimed"]);
 
     let activation = tokio::spawn({
@@ -98,13 +99,15 @@ async fn the_claim_never_scans_processed_event_whatever_it_held_when_its_plan_wa
     let s = Setup::new().await;
     let (_, _, pool) = s.pools.iter().find(|(n, _, _)| *n == "billing").expect("billing pool");
     let mut conn = pool.acquire().await.expect("one long-lived connection");
-    let claim = "SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL)";
+    let claim = "SELECT idem_api.claim_events(ARRAY[$1::uuid], '{t}', '{0}', '{0}', ARRAY[NULL::bytea], NULL, false)";
     for _ in 0..10 {
         sqlx::query(claim).bind(uuid::Uuid::now_v7()).execute(&mut *conn).await.expect("claim on an empty table");
     }
     sqlx::query(
         "INSERT INTO idem.processed_event (event_id, consumer, topic, \"partition\", \"offset\") \
-         SELECT gen_random_uuid(), 'other', 't', 0, n FROM generate_series(1, 50000) n",
+         SELECT (lpad(to_hex(floor(extract(epoch FROM now()) * 1000)::bigint - n), 12, '0') || '7000' || '8' \
+                 || lpad(to_hex(n), 15, '0'))::uuid, 'other', 't', 0, n \
+         FROM generate_series(1, 50000) n",
     )
     .execute(&s.db.pool)
     .await
@@ -115,7 +118,8 @@ async fn the_claim_never_scans_processed_event_whatever_it_held_when_its_plan_wa
         sqlx::query(claim).bind(uuid::Uuid::now_v7()).execute(&mut *conn).await.expect("claim on a full table");
     }
     let scans: i64 = sqlx::query_scalar(
-        "SELECT coalesce(seq_scan, 0) FROM pg_stat_xact_user_tables WHERE schemaname = 'idem' AND relname = 'processed_event'",
+        "SELECT coalesce(sum(seq_scan), 0)::bigint FROM pg_stat_xact_user_tables \
+         WHERE schemaname = 'idem' AND relname LIKE 'processed\\_event%'",
     )
     .fetch_one(&mut *conn)
     .await

@@ -72,7 +72,7 @@ async fn one_batch(
     let partitions: Vec<i32> = batch.iter().map(|_| partition).collect();
     let offsets: Vec<i64> = (0..batch.len() as i64).collect();
     let hashes: Vec<Vec<u8>> = batch.iter().map(|o| o.event_id.as_bytes().to_vec()).collect();
-    let claims: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_events($1, $2, $3, $4, $5, $6)")
+    let claims: Vec<String> = sqlx::query_scalar("SELECT idem_api.claim_events($1, $2, $3, $4, $5, $6, false)")
         .bind(&ids)
         .bind(&topics)
         .bind(&partitions)
