@@ -1,5 +1,6 @@
 //! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`,
-//! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`. The `idem`
+//! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`,
+//! `idem status`. The `idem`
 //! binary is [`main`] and nothing else.
 
 use std::path::PathBuf;
@@ -67,6 +68,19 @@ enum Command {
         handler: String,
         #[arg(long)]
         to: Option<i32>,
+    },
+    /// A running host's handlers and partitions from its /metrics: lag,
+    /// rate, outcomes, the module running; refreshed in place on a terminal.
+    Status {
+        /// The host's admin listener (`[admin] listen`).
+        #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
+        url: String,
+        /// Its bearer token, if it has one.
+        #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// One frame (with the rate over one second), then exit.
+        #[arg(long)]
+        once: bool,
     },
     /// Runs one retention pass on idem.processed_event (what every host runs
     /// on `[retention] interval`): creates windows ahead, drops expired ones
@@ -176,11 +190,13 @@ pub fn main() -> ExitCode {
 /// As [`main`], for a program that embeds idem with native handlers of its
 /// own (a config names one with `native = "<name>"`).
 pub fn main_with(natives: NativeHandlers) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let provider = match logging() {
+        Ok(provider) => provider,
+        Err(e) => {
+            eprintln!("idem: failed to set up tracing: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -189,13 +205,43 @@ pub fn main_with(natives: NativeHandlers) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli, &natives)) {
+    let code = match runtime.block_on(run(cli, &natives)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idem: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    // Spans still batched are exported before the process ends.
+    if let Some(provider) = provider
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("idem: failed to export the last spans: {e}");
     }
+    code
+}
+
+/// Logs to stderr (`IDEM_LOG` filters; `IDEM_LOG_FORMAT=json`: one JSON
+/// object per line, an event's fields — handler, topic, partition, offset,
+/// event_id, … — at its top level), plus OpenTelemetry traces when the
+/// environment names an OTLP endpoint (see `telemetry::traces`).
+fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if std::env::var("IDEM_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+        fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).boxed()
+    } else {
+        fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed()
+    };
+    let (traces, provider) = match crate::telemetry::traces::layer()? {
+        Some((layer, provider)) => (Some(layer), Some(provider)),
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(logs.with_filter(filter)).with(traces).init();
+    Ok(provider)
 }
 
 async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
@@ -286,6 +332,9 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
             Ok(())
+        }
+        Command::Status { url, token, once } => {
+            crate::telemetry::status::run(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
         }
         Command::Maintenance { config, json } => {
             let config = crate::config::Config::load(&config)?;

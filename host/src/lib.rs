@@ -15,6 +15,7 @@
 //! - [`modules`]: uploaded handler modules, their versions, hot swap;
 //! - [`retention`]: how long dedup rows are kept, and the maintenance that drops them;
 //! - [`admin`]: the host's HTTP API (`idem deploy`, `idem handlers`, `idem rollback`);
+//! - [`telemetry`]: `/metrics`, `/healthz`, `/readyz` on that listener, and `idem status`;
 //! - [`sandbox`]: each handler's database role, schema, grants and pool;
 //! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
 //!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`];
@@ -38,6 +39,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod startup;
 pub mod stats;
+pub mod telemetry;
 pub mod validate;
 
 pub use capabilities::HostFault;

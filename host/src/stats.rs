@@ -1,12 +1,16 @@
 //! Counters per handler: what the pipeline did with every record. Nothing is
 //! dropped without being counted here and logged.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-#[derive(Debug, Default)]
+use crate::error::ErrorClass;
+use crate::telemetry::histogram::{self, Histogram};
+
+#[derive(Debug)]
 pub struct Stats {
     pub delivered: AtomicU64,
     pub processed: AtomicU64,
@@ -23,11 +27,68 @@ pub struct Stats {
     pub rebalances: AtomicU64,
     pub transactions: AtomicU64,
     pub batch_splits: AtomicU64,
-    /// Milliseconds from each resolved record's timestamp to its resolution
-    /// (its transaction's commit, or its DLQ acknowledgement).
+    /// Final failures by class (`failed` counts them all).
+    failed_by_class: [AtomicU64; 6],
+    /// Seconds from a record's timestamp to its resolution (its
+    /// transaction's commit, or its DLQ acknowledgement).
+    pub latency: Histogram,
+    /// Seconds one handler invocation took (guest code and its calls).
+    pub execution: Histogram,
+    /// Seconds from BEGIN to COMMIT of a transaction that committed.
+    pub transaction: Histogram,
+    /// Events per committed transaction.
+    pub batch_size: Histogram,
+    /// Statements guests ran.
+    pub db_statements: AtomicU64,
+    /// HTTP requests guests sent, by host and status class (`2xx`, …,
+    /// `error` when no response came).
+    http: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// Milliseconds from each resolved record's timestamp to its resolution,
+    /// for the report's percentiles.
     latencies: Mutex<Vec<u32>>,
     resolved_count: AtomicU64,
 }
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self {
+            delivered: AtomicU64::default(),
+            processed: AtomicU64::default(),
+            duplicates: AtomicU64::default(),
+            skipped: AtomicU64::default(),
+            invalid: AtomicU64::default(),
+            failed: AtomicU64::default(),
+            retries: AtomicU64::default(),
+            unavailable: AtomicU64::default(),
+            dead_lettered: AtomicU64::default(),
+            blocked: AtomicU64::default(),
+            offset_resets: AtomicU64::default(),
+            pauses: AtomicU64::default(),
+            rebalances: AtomicU64::default(),
+            transactions: AtomicU64::default(),
+            batch_splits: AtomicU64::default(),
+            failed_by_class: Default::default(),
+            latency: Histogram::new(histogram::SECONDS),
+            execution: Histogram::new(histogram::SECONDS),
+            transaction: Histogram::new(histogram::SECONDS),
+            batch_size: Histogram::new(histogram::EVENTS),
+            db_statements: AtomicU64::default(),
+            http: Mutex::default(),
+            latencies: Mutex::default(),
+            resolved_count: AtomicU64::default(),
+        }
+    }
+}
+
+/// Every class a final failure may have, in the order `failed_by_class` keeps them.
+pub const CLASSES: [ErrorClass; 6] = [
+    ErrorClass::Invalid,
+    ErrorClass::Permanent,
+    ErrorClass::Retryable,
+    ErrorClass::Unavailable,
+    ErrorClass::Conflicting,
+    ErrorClass::Fatal,
+];
 
 /// Latencies kept for the report's percentiles (4 MiB at most); past that
 /// each new one replaces the oldest, so the report describes the latest.
@@ -38,12 +99,45 @@ impl Stats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A final failure of `class` (counted in `failed` too).
+    pub fn failed(&self, class: ErrorClass) {
+        Self::add(&self.failed);
+        if let Some(i) = CLASSES.iter().position(|c| *c == class) {
+            Self::add(&self.failed_by_class[i]);
+        }
+    }
+
+    /// Final failures per class.
+    pub fn failures(&self) -> Vec<(ErrorClass, u64)> {
+        CLASSES.iter().zip(&self.failed_by_class).map(|(c, n)| (*c, n.load(Ordering::Relaxed))).collect()
+    }
+
+    /// An HTTP request a guest sent to `host`; `status` `None`: no response.
+    pub fn http_request(&self, host: &str, status: Option<u16>) {
+        let class = match status {
+            Some(100..=199) => "1xx",
+            Some(200..=299) => "2xx",
+            Some(300..=399) => "3xx",
+            Some(400..=499) => "4xx",
+            Some(_) => "5xx",
+            None => "error",
+        };
+        let mut http = self.http.lock().unwrap_or_else(|e| e.into_inner());
+        *http.entry((host.to_owned(), class)).or_default() += 1;
+    }
+
+    /// Requests per (host, status class).
+    pub fn http_requests(&self) -> Vec<((String, &'static str), u64)> {
+        self.http.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// Records that the record with `timestamp` (ms since the epoch) was
     /// resolved now.
     pub fn resolved(&self, timestamp: Option<i64>) {
         let Some(timestamp) = timestamp else { return };
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let latency = (now.as_millis() as i64 - timestamp).clamp(0, i64::from(u32::MAX)) as u32;
+        self.latency.observe(f64::from(latency) / 1e3);
         let n = self.resolved_count.fetch_add(1, Ordering::Relaxed) as usize;
         let mut latencies = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
         if latencies.len() < MAX_LATENCIES {

@@ -24,6 +24,8 @@ pub struct Seen {
     pub path: String,
     pub idempotency_key: Option<String>,
     pub authorization: Option<String>,
+    /// The W3C trace context the request carried.
+    pub traceparent: Option<String>,
     pub body: String,
 }
 
@@ -238,6 +240,7 @@ async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         path,
         idempotency_key: headers.remove("idempotency-key"),
         authorization: headers.remove("authorization"),
+        traceparent: headers.remove("traceparent"),
         body,
     })
 }

@@ -1,12 +1,15 @@
 //! The host's admin API: one HTTP listener (`[admin] listen`, loopback by
-//! default) for handler modules: upload, list, activate. `docs/admin-api.json`
-//! is its OpenAPI document; [`client`] is the CLI's side of it.
+//! default) for handler modules (upload, list, activate) and for operators
+//! (`/metrics`, `/healthz`, `/readyz`, see `telemetry`).
+//! `docs/admin-api.json` is its OpenAPI document; [`client`] is the CLI's
+//! side of it.
 //!
 //! Access: with a token in the environment (`[admin] token_env`, default
 //! `IDEM_ADMIN_TOKEN`), every request must carry `Authorization: Bearer
 //! <token>`. Without one, the listener must be on a loopback address (the
 //! host refuses to start otherwise) and says at start-up that anyone on this
-//! machine can deploy.
+//! machine can deploy. `/healthz` and `/readyz` answer anyone: probes carry
+//! no token.
 
 pub mod client;
 mod routes;
@@ -37,6 +40,8 @@ pub(crate) struct AdminState {
     token: Option<Arc<str>>,
     /// Uploads read and checked at once: each buffers a module.
     pub uploads: Arc<tokio::sync::Semaphore>,
+    /// What `/metrics` and `/readyz` read.
+    pub telemetry: Arc<crate::telemetry::Telemetry>,
 }
 
 impl AdminState {
@@ -59,7 +64,12 @@ impl std::fmt::Debug for Admin {
 
 impl Admin {
     /// Binds `[admin] listen`; `None` when it is `"off"`.
-    pub async fn bind(config: &AdminConfig, pool: PgPool, slots: Vec<Arc<Slot>>) -> anyhow::Result<Option<Self>> {
+    pub async fn bind(
+        config: &AdminConfig,
+        pool: PgPool,
+        slots: Vec<Arc<Slot>>,
+        telemetry: Arc<crate::telemetry::Telemetry>,
+    ) -> anyhow::Result<Option<Self>> {
         let Some(address) = config.address()? else { return Ok(None) };
         let token = config.token();
         if token.is_none() && !address.ip().is_loopback() {
@@ -86,6 +96,7 @@ impl Admin {
             slots: Arc::new(slots),
             token: token.map(Arc::from),
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS)),
+            telemetry,
         };
         Ok(Some(Self { listener, state }))
     }
@@ -114,6 +125,11 @@ impl Admin {
 /// requests, and the page's host name in `Host`; the CLI sends neither an
 /// `Origin` nor a `Sec-Fetch-*` header nor a name other than the address.
 async fn authorize(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    // Probes (a kubelet's, a load balancer's) carry no token and name the
+    // pod's address; the answers say only whether the host is up and ready.
+    if matches!(request.uri().path(), "/healthz" | "/readyz") && request.method() == axum::http::Method::GET {
+        return next.run(request).await;
+    }
     let from_browser = request.headers().keys().any(|k| k.as_str().starts_with("sec-fetch-"));
     if from_browser || request.headers().contains_key(header::ORIGIN) {
         return routes::error(StatusCode::FORBIDDEN, "requests from web pages are refused").into_response();
@@ -165,7 +181,8 @@ mod tests {
     async fn off_loopback_without_a_token_is_refused_at_start_up() {
         let config = AdminConfig { listen: "0.0.0.0:0".into(), token_env: "IDEM_TEST_NO_SUCH_TOKEN_VAR".into() };
         let pool = sqlx::PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").expect("lazy pool");
-        let err = super::Admin::bind(&config, pool, Vec::new()).await.expect_err("refused");
+        let telemetry = crate::telemetry::Telemetry::new(pool.clone());
+        let err = super::Admin::bind(&config, pool, Vec::new(), telemetry).await.expect_err("refused");
         assert!(err.to_string().contains("requires a token"), "{err}");
     }
 

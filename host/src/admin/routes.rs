@@ -22,7 +22,32 @@ pub(super) fn router(state: AdminState) -> axum::Router {
         // The upload reads its body against its own handler's limit.
         .route("/handlers/{name}/module", put(upload).layer(DefaultBodyLimit::disable()))
         .route("/handlers/{name}/activate", post(activate))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(state)
+}
+
+/// The Prometheus text exposition of every metric.
+async fn metrics(State(state): State<AdminState>) -> Response {
+    let body = state.telemetry.render();
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+/// Alive: the process serves requests.
+async fn healthz() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+/// Ready: the database answers, migrations are applied, every handler's
+/// consumer joined its group; otherwise 503 with the reasons.
+async fn readyz(State(state): State<AdminState>) -> Response {
+    let reasons = state.telemetry.not_ready().await;
+    if reasons.is_empty() {
+        Json(json!({ "status": "ready" })).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reasons": reasons }))).into_response()
+    }
 }
 
 /// `{"error": message}` with `status`.

@@ -36,6 +36,11 @@ impl Allowance {
         Self { left: limit, limit, setting }
     }
 
+    /// Calls spent so far.
+    pub(crate) fn spent(&self) -> u32 {
+        self.limit - self.left
+    }
+
     /// Spends one call, or says why there is none left.
     pub(crate) fn spend(&mut self, what: &str) -> Result<(), String> {
         if self.left == 0 {

@@ -23,11 +23,14 @@
 //! The price: a failure re-runs the events before it. Failures are rare
 //! next to successes, and a batch is bounded (`max_events`).
 
+use tracing::Instrument as _;
+
 use super::transaction::within;
 use super::{Executor, Outcome};
 use crate::dedup::{self, Claim};
 use crate::error::{ErrorClass, ExecError};
 use crate::event::Event;
+use crate::telemetry::traces::TARGET as TRACE;
 
 /// Why a batch did not commit.
 #[derive(Debug)]
@@ -71,15 +74,12 @@ impl Executor {
     /// for up to `max_events` executions; they run again there (HTTP calls
     /// with the same keys).
     pub async fn execute_batch(&self, events: &[Event], stop: impl Fn() -> bool) -> Result<Vec<Outcome>, BatchFailure> {
+        let began = std::time::Instant::now();
         let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
         let deadline = tx.statement_deadline();
-        let claims = match within(
-            deadline,
-            "claim",
-            dedup::claim_many(tx.conn(), events, self.handler.version(), self.accept_stale()),
-        )
-        .await
-        {
+        let claim = dedup::claim_many(tx.conn(), events, self.handler.version(), self.accept_stale());
+        let span = tracing::trace_span!(target: TRACE, "idem.claim", events = events.len());
+        let claims = match within(deadline, "claim", claim).instrument(span).await {
             Ok(claims) => claims,
             // Refused before it waited on anything: the connection is sound.
             Err(error @ (ExecError::StaleModule(_) | ExecError::Infrastructure(_))) => {
@@ -122,7 +122,14 @@ impl Executor {
                 },
             }
             tx.renew(budget);
-            let (back, result) = self.invoke(tx, event, 1, true).await;
+            // Each event's handler runs in its own trace (its record's
+            // `traceparent`); the batch's claim and commit are the batch's.
+            let span = tracing::trace_span!(
+                target: TRACE, "idem.event", handler = %self.handler.settings().name, topic = %event.topic,
+                partition = event.partition, offset = event.offset, event_id = %event.id
+            );
+            crate::telemetry::traces::continue_from(&span, &event.headers);
+            let (back, result) = self.invoke(tx, event, 1, true).instrument(span).await;
             tx = back;
             let error = match result {
                 Ok(outcome) => {
@@ -148,7 +155,12 @@ impl Executor {
         }
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).
-        tx.commit().await.map_err(BatchFailure::whole)?;
+        let span = tracing::trace_span!(target: TRACE, "idem.commit", events = events.len());
+        tx.commit().instrument(span).await.map_err(BatchFailure::whole)?;
+        if let Some(stats) = self.stats() {
+            stats.transaction.observe_duration(began.elapsed());
+            stats.batch_size.observe(events.len() as f64);
+        }
         Ok(outcomes)
     }
 }

@@ -16,7 +16,10 @@ use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
 use crate::runtime::{Handler, HostState, Invocation};
+use crate::stats::Stats;
+use crate::telemetry::traces::TARGET as TRACE;
 pub use batch::BatchFailure;
+use tracing::Instrument as _;
 pub use transaction::{EventTx, GRACE, Pins};
 
 /// What became of an event that did not fail.
@@ -40,13 +43,25 @@ pub struct Executor {
     pins: Arc<Pins>,
     /// Stale events run regardless of `stale_events` (`idem dlq replay --force`).
     force_stale: bool,
+    /// Where timings and guest calls are counted (`idem run`'s metrics).
+    stats: Option<Arc<Stats>>,
 }
 
 impl Executor {
     /// `pool` must be the handler's own (see `sandbox::pool`), never a
     /// privileged one: its role is the sandbox's boundary.
     pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
-        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false }
+        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false, stats: None }
+    }
+
+    /// The same executor, counting into `stats`.
+    #[must_use]
+    pub fn with_stats(&self, stats: Arc<Stats>) -> Self {
+        Self { stats: Some(stats), ..self.clone() }
+    }
+
+    pub(crate) fn stats(&self) -> Option<&Stats> {
+        self.stats.as_deref()
     }
 
     /// The same executor, running events older than the dedup retention as
@@ -121,11 +136,16 @@ impl Executor {
     /// Whatever happens, this returns within the handler's timeout plus
     /// [`GRACE`] for each host statement after it.
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
+        let began = std::time::Instant::now();
         let tx = self.begin().await?;
         let (tx, result) = self.run_in(tx, event, attempt).await;
         match result {
             Ok(Outcome::Processed) => {
-                tx.commit().await?;
+                tx.commit().instrument(tracing::trace_span!(target: TRACE, "idem.commit")).await?;
+                if let Some(stats) = self.stats() {
+                    stats.transaction.observe_duration(began.elapsed());
+                    stats.batch_size.observe(1.0);
+                }
                 Ok(Outcome::Processed)
             }
             Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_)) => {
@@ -195,7 +215,8 @@ impl Executor {
     pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.statement_deadline();
         let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
-        match transaction::within(deadline, "claim", claim).await {
+        let span = tracing::trace_span!(target: TRACE, "idem.claim");
+        match transaction::within(deadline, "claim", claim).instrument(span).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Unguarded) => self.unguarded(event),
             Ok(Claim::Duplicate) => return (tx, Ok(Outcome::Duplicate)),
@@ -216,7 +237,16 @@ impl Executor {
     ) -> (EventTx, Result<Outcome, ExecError>) {
         let deadline = tx.deadline();
         let state = self.state(tx, event.id.hyphenated().to_string(), batched);
-        let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).await;
+        let started = std::time::Instant::now();
+        let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
+        let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).instrument(span).await;
+        if let Some(stats) = self.stats() {
+            stats.execution.observe_duration(started.elapsed());
+            stats.db_statements.fetch_add(u64::from(state.db.statements_run()), std::sync::atomic::Ordering::Relaxed);
+            for (host, status) in &state.http.sent {
+                stats.http_request(host, *status);
+            }
+        }
         state.log_output();
         let stderr = state.stderr_tail();
         let infrastructure = state.db.infrastructure_failure().map(str::to_owned);

@@ -173,6 +173,13 @@ impl Slot {
         self.put(handler);
     }
 
+    /// From now on this handler's executions count timings and guest calls
+    /// into `stats` (every version swapped in after keeps it).
+    pub fn count_into(&self, stats: Arc<crate::stats::Stats>) {
+        let mut current = self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *current = current.with_stats(stats);
+    }
+
     fn put(&self, handler: Handler) {
         let swapped = self.executor().with_handler(handler);
         let (from, to) = (self.version(), swapped.handler().version());

@@ -75,6 +75,11 @@ pub(crate) struct IdemContext {
     reset_policy: String,
     /// Partitions were assigned whose committed offsets are not looked up yet.
     lookups_pending: AtomicBool,
+    /// The group gave this consumer an assignment (possibly empty) at least once.
+    pub(crate) joined: AtomicBool,
+    /// Every partition ever assigned, with its high watermark as the last
+    /// statistics said (-1 unknown): metrics report revoked ones as such.
+    pub(crate) watermarks: Mutex<std::collections::BTreeMap<(String, i32), i64>>,
 }
 
 impl IdemContext {
@@ -86,7 +91,17 @@ impl IdemContext {
     ) -> Self {
         let (partitions, generation) = (Mutex::new(HashMap::new()), AtomicU64::new(0));
         let lookups_pending = AtomicBool::new(false);
-        Self { shared, partitions, generation, runtime, revoke_grace, reset_policy, lookups_pending }
+        Self {
+            shared,
+            partitions,
+            generation,
+            runtime,
+            revoke_grace,
+            reset_policy,
+            lookups_pending,
+            joined: AtomicBool::new(false),
+            watermarks: Mutex::default(),
+        }
     }
 
     fn partitions(&self) -> MutexGuard<'_, HashMap<Key, Arc<PartitionState>>> {
@@ -230,6 +245,32 @@ impl ClientContext for IdemContext {
         }
     }
 
+    /// librdkafka's statistics (`statistics.interval.ms`): each assigned
+    /// partition's high watermark, for the consumer-lag metric.
+    /// Membership too: a consumer whose group state is not `up` (it lost
+    /// its session, was fenced) is not joined, whatever it was assigned.
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(group) = &statistics.cgrp
+            && self.joined.load(Ordering::SeqCst)
+            && group.state != "up"
+        {
+            self.joined.store(false, Ordering::SeqCst);
+        }
+        let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, topic) in &statistics.topics {
+            for (partition, p) in &topic.partitions {
+                // Under read_committed (librdkafka's default) the end a
+                // consumer can reach is the last stable offset.
+                let end = if p.ls_offset >= 0 { p.ls_offset } else { p.hi_offset };
+                if let Some(known) = watermarks.get_mut(&(name.clone(), *partition))
+                    && end >= 0
+                {
+                    *known = end;
+                }
+            }
+        }
+    }
+
     /// Client-level errors (a broker unreachable, TLS or SASL refused):
     /// librdkafka retries them itself; the operator must see them.
     fn error(&self, error: KafkaError, reason: &str) {
@@ -241,7 +282,10 @@ impl ConsumerContext for IdemContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => self.revoke(consumer, tpl),
-            Rebalance::Error(e) => tracing::warn!(handler = %self.shared.name, "rebalance error: {e}"),
+            Rebalance::Error(e) => {
+                self.joined.store(false, Ordering::SeqCst);
+                tracing::warn!(handler = %self.shared.name, "rebalance error: {e}");
+            }
             Rebalance::Assign(_) => {}
         }
     }
@@ -249,6 +293,12 @@ impl ConsumerContext for IdemContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
             self.assign(tpl);
+            let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+            for element in tpl.elements() {
+                watermarks.entry((element.topic().to_owned(), element.partition())).or_insert(-1);
+            }
+            drop(watermarks);
+            self.joined.store(true, Ordering::SeqCst);
         }
     }
 

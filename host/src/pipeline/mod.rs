@@ -30,6 +30,57 @@ use crate::validate::Validator;
 use consumer::IdemContext;
 use consumer::Positions;
 
+/// A read-only view of one handler's consumer, for metrics and readiness.
+#[derive(Clone)]
+pub(crate) struct HandlerTap {
+    context: Arc<IdemContext>,
+}
+
+/// One partition as a scrape sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionView {
+    pub topic: String,
+    pub partition: i32,
+    pub assigned: bool,
+    /// The position idem commits (the next offset to process): every
+    /// record before it is resolved.
+    pub position: Option<i64>,
+    /// The partition's end as librdkafka's statistics last said: the last
+    /// stable offset under read_committed (librdkafka's default), else the
+    /// high watermark (-1: unknown).
+    pub high_watermark: i64,
+    pub paused: bool,
+    pub queued: usize,
+}
+
+impl HandlerTap {
+    pub(crate) fn joined(&self) -> bool {
+        self.context.joined.load(Ordering::SeqCst)
+    }
+
+    /// Every partition ever assigned to this consumer, the revoked ones
+    /// with `assigned: false`.
+    pub(crate) fn partitions(&self) -> Vec<PartitionView> {
+        let states = self.context.states();
+        let watermarks = self.context.watermarks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        watermarks
+            .into_iter()
+            .map(|((topic, partition), high_watermark)| {
+                let state = states.iter().find(|s| s.topic == topic && s.partition == partition);
+                PartitionView {
+                    assigned: state.is_some(),
+                    position: state.and_then(|s| s.tracker().position().or(s.start().committed.flatten())),
+                    paused: state.is_some_and(|s| s.paused.load(Ordering::SeqCst)),
+                    queued: state.map_or(0, |s| s.queued.load(Ordering::SeqCst)),
+                    topic,
+                    partition,
+                    high_watermark,
+                }
+            })
+            .collect()
+    }
+}
+
 /// How `run` behaves beyond the config file.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -111,7 +162,18 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     // Bound before anything consumes: a taken port fails start-up.
     let slots: Vec<Arc<Slot>> = prepared.handlers.iter().map(|h| h.slot.clone()).collect();
-    let admin = crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone()).await?;
+    // Counting starts before anything may swap a slot's executor (the
+    // module watcher), so no version runs uncounted.
+    let mut counted: Vec<Arc<Stats>> = Vec::new();
+    for slot in &slots {
+        let stats = Arc::new(Stats::default());
+        slot.count_into(stats.clone());
+        counted.push(stats);
+    }
+    let telemetry = crate::telemetry::Telemetry::new(prepared.pool.clone());
+    let admin =
+        crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone(), telemetry.clone())
+            .await?;
     let mut services = Vec::new();
     // Test-only (`IDEM_TEST_NO_MODULE_WATCH`): a host that hears of no
     // activation, as one whose notifications and polls were lost would.
@@ -136,13 +198,12 @@ pub async fn run(
     // a failure here leaves nothing running behind.
     let mut all_stats = Vec::new();
     let mut pipelines = Vec::new();
-    for handler in prepared.handlers {
+    for (handler, stats) in prepared.handlers.into_iter().zip(counted) {
         let crate::startup::PreparedHandler { config, slot, validator, dead_letters } = handler;
-        let stats = Arc::new(Stats::default());
         all_stats.push((config.name.clone(), stats.clone()));
         let shared = Arc::new(Shared {
             name: config.name.clone(),
-            slot,
+            slot: slot.clone(),
             validator,
             permits: Semaphore::new(config.concurrency),
             config: config.clone(),
@@ -156,7 +217,13 @@ pub async fn run(
             unproven: tokio::sync::Mutex::new(()),
             committed: AtomicU64::new(0),
         });
-        let consumer = build_consumer(&prepared.config, &config, shared)?;
+        let consumer = build_consumer(&prepared.config, &config, shared.clone())?;
+        telemetry.register(crate::telemetry::HandlerTelemetry {
+            name: config.name.clone(),
+            stats: shared.stats.clone(),
+            slot,
+            tap: HandlerTap { context: consumer.context().clone() },
+        });
         consumer
             .subscribe(&[config.topic.as_str()])
             .with_context(|| format!("failed to subscribe to {}", config.topic))?;
@@ -275,6 +342,10 @@ fn build_consumer(
         .set("partition.assignment.strategy", &handler.assignor)
         .set("auto.offset.reset", &handler.auto_offset_reset)
         .set("enable.partition.eof", "false");
+    // Each partition's high watermark reaches the lag metric this way.
+    if client.get("statistics.interval.ms").is_none() {
+        client.set("statistics.interval.ms", "1000");
+    }
     // Last, so nothing above can turn them back on (the config check refuses
     // it anyway): librdkafka's default stores an offset as soon as poll hands
     // the message out, and auto-commit would then commit unprocessed records.

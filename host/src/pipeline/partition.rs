@@ -239,7 +239,12 @@ pub(super) async fn one(
     let Some(record) = pending.pop_front() else { return };
     state.taken(&record);
     let unproven = !state.proven.load(Ordering::SeqCst);
-    let resolved = process(shared, state, &record, first).await;
+    let span = tracing::trace_span!(
+        target: crate::telemetry::traces::TARGET, "idem.event", handler = %shared.name, topic = %record.topic,
+        partition = record.partition, offset = record.offset
+    );
+    crate::telemetry::traces::continue_from(&span, &record.headers);
+    let resolved = tracing::Instrument::instrument(process(shared, state, &record, first), span).await;
     // This process is alive: whatever became of the record (resolved,
     // or abandoned at a revocation), its execution did not kill it, so
     // the count outside the process goes. Only a crash leaves it.
@@ -282,7 +287,11 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
     let stats = &shared.stats;
     let name = &shared.name;
     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
-    let event = match shared.validator.validate(record) {
+    let validated = {
+        let _span = tracing::trace_span!(target: crate::telemetry::traces::TARGET, "idem.validate").entered();
+        shared.validator.validate(record)
+    };
+    let event = match validated {
         Ok(event) => event,
         Err(invalid) => {
             tracing::warn!(handler = %name, %topic, partition, offset, reason = %invalid, "invalid record");
@@ -325,7 +334,7 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                             started - 1
                         );
                         tracing::error!(handler = %name, %topic, partition, offset, %event_id, "{reason}");
-                        Stats::add(&stats.failed);
+                        stats.failed(ErrorClass::Permanent);
                         let failure = Failure { class: ErrorClass::Permanent, reason, attempts: started - 1 };
                         return settle(shared, state, record, failure).await;
                     }
@@ -433,7 +442,7 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                     handler = %name, %topic, partition, offset, %event_id, attempt, class = class.as_str(),
                     "event failed (its transaction rolled back): {error}"
                 );
-                Stats::add(&stats.failed);
+                stats.failed(class);
                 let failure = Failure { class, reason: error.to_string(), attempts: attempt };
                 return settle(shared, state, record, failure).await;
             }

@@ -14,7 +14,9 @@
 //!   `idem_api.claim`, fresh Store, instantiate, guest code, savepoint per
 //!   statement, the same SQL and POST, connection reset on release).
 //!
-//! Prints µs/event and events/s for each and the ratio idem/baseline.
+//! Prints µs/event and events/s for each and the ratio idem/baseline, and
+//! the executor's cost with the metrics `idem run` keeps (on/off, the off
+//! run taken before and after it).
 
 use std::time::Instant;
 
@@ -141,6 +143,13 @@ async fn main() -> anyhow::Result<()> {
 
         let base = baseline(&db, &http, post_to, &(0..n as i64).map(order).collect::<Vec<_>>()).await?;
         let ours = idem_run(&exec, &(0..n as i64).map(order).collect::<Vec<_>>()).await?;
+        // The same executor counting into a handler's metrics, as `idem run`
+        // does: timings, statements, HTTP calls (tracing stays off).
+        let counted = exec.with_stats(std::sync::Arc::new(idem::stats::Stats::default()));
+        idem_run(&counted, &(0..50).map(order).collect::<Vec<_>>()).await?;
+        let metered = idem_run(&counted, &(0..n as i64).map(order).collect::<Vec<_>>()).await?;
+        // And without again, so that drift of the database shows.
+        let again = idem_run(&exec, &(0..n as i64).map(order).collect::<Vec<_>>()).await?;
         println!();
         println!("{name} (component load: {load_ms:.0} ms)");
         println!(
@@ -151,6 +160,12 @@ async fn main() -> anyhow::Result<()> {
         );
         println!("  idem executor, {name} component: {:>8.1} µs/event {:>7.0} events/s", per(ours), n as f64 / ours);
         println!("  ratio idem/baseline (time per event): {:.2}", ours / base);
+        println!(
+            "  idem with metrics: {:>8.1} µs/event; ratio metrics on/off: {:.3} (off again: {:.1} µs/event)",
+            per(metered),
+            metered / ((ours + again) / 2.0),
+            per(again)
+        );
     }
     db.drop_database().await;
     Ok(())

@@ -14,6 +14,7 @@ use idem_tests::wait_until;
 mod batching;
 mod failures;
 mod modules;
+mod observability;
 mod retention;
 mod revocation;
 mod security;

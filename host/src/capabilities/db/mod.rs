@@ -24,6 +24,9 @@
 mod guard;
 mod values;
 
+use tracing::Instrument as _;
+
+use crate::telemetry::traces::TARGET as TRACE;
 use sqlx::{Executor as _, PgConnection};
 
 use super::{Allowance, HostFault};
@@ -60,6 +63,11 @@ impl DbCapability {
 
     /// Why this invocation's transaction must not commit, if a guest
     /// statement hit an infrastructure failure.
+    /// Statements the guest ran (or tried to).
+    pub(crate) fn statements_run(&self) -> u32 {
+        self.statements.spent()
+    }
+
     pub(crate) fn infrastructure_failure(&self) -> Option<&str> {
         self.infrastructure.as_deref()
     }
@@ -177,7 +185,8 @@ impl db::Host for HostState {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
-        self.db.in_savepoint(async |c| bound.execute(c).await).await
+        let span = tracing::trace_span!(target: TRACE, "idem.db", db.statement = %statement);
+        self.db.in_savepoint(async |c| bound.execute(c).await).instrument(span).await
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
@@ -188,7 +197,9 @@ impl db::Host for HostState {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
-        let fetched = self.db.in_savepoint(async |c| bound.fetch_capped(c, MAX_RESULT_BYTES).await).await?;
+        let span = tracing::trace_span!(target: TRACE, "idem.db", db.statement = %statement);
+        let fetched =
+            self.db.in_savepoint(async |c| bound.fetch_capped(c, MAX_RESULT_BYTES).await).instrument(span).await?;
         // A result the guest does not get must not leave the statement's
         // effect behind either: a guest that retries differently would
         // apply it twice.

@@ -20,18 +20,21 @@ use std::sync::Arc;
 
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
+use tracing::Instrument as _;
 
 mod target;
 
 use super::Allowance;
 use crate::runtime::bindings::http::{self, HttpError, Request, Response};
 use crate::runtime::{HostState, HttpPolicy};
+use crate::telemetry::traces::TARGET as TRACE;
 
 /// Largest response body handed to a guest.
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
 
 /// Headers the host owns.
-const RESERVED_HEADERS: &[&str] = &["idempotency-key", "host", "content-length", "transfer-encoding", "connection"];
+const RESERVED_HEADERS: &[&str] =
+    &["idempotency-key", "host", "content-length", "transfer-encoding", "connection", "traceparent", "tracestate"];
 
 /// One invocation's HTTP state.
 pub(crate) struct HttpCapability {
@@ -42,12 +45,14 @@ pub(crate) struct HttpCapability {
     used: HashMap<String, u64>,
     /// Requests this invocation may still send.
     requests: Allowance,
+    /// Requests sent: host, and status (`None`: no response).
+    pub(crate) sent: Vec<(String, Option<u16>)>,
 }
 
 impl HttpCapability {
     pub(crate) fn new(client: reqwest::Client, policy: Arc<HttpPolicy>, event_id: String, max_requests: u32) -> Self {
         let requests = Allowance::new(max_requests, "max_http_requests");
-        Self { client, policy, event_id, used: HashMap::new(), requests }
+        Self { client, policy, event_id, used: HashMap::new(), requests, sent: Vec::new() }
     }
 
     /// The key for an unsafe request with `label`.
@@ -151,8 +156,22 @@ impl HostState {
         if let Some(body) = request.body {
             builder = builder.body(body);
         }
-        let response = builder.send().await.map_err(transport_error)?;
+        let host = url.host_str().unwrap_or_default().to_owned();
+        // The provider's trace joins this one: the request carries the
+        // `idem.http` span's context (nothing when tracing is off).
+        let span = tracing::trace_span!(target: TRACE, "idem.http", http.method = %method, server.address = %host);
+        for (name, value) in crate::telemetry::traces::propagation_headers(&span) {
+            builder = builder.header(name, value);
+        }
+        let response = match builder.send().instrument(span).await {
+            Ok(response) => response,
+            Err(e) => {
+                self.http.sent.push((host, None));
+                return Err(transport_error(e));
+            }
+        };
         let status = response.status().as_u16();
+        self.http.sent.push((host, Some(status)));
         let headers = response
             .headers()
             .iter()

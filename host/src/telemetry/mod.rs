@@ -1,0 +1,111 @@
+//! What an operator sees without reading logs: `/metrics` (Prometheus text
+//! format), `/healthz` and `/readyz`, served on the admin listener (see
+//! `admin`), and `idem status`, which reads `/metrics`.
+//!
+//! Nothing here is on the events' path: the pipeline counts into each
+//! handler's `Stats` (relaxed atomics, lock-free histograms) and the
+//! partitions' own state; a scrape reads them.
+
+pub mod histogram;
+mod process;
+mod render;
+pub mod status;
+pub mod traces;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::modules::Slot;
+use crate::pipeline::HandlerTap;
+use crate::stats::Stats;
+
+/// Everything a scrape reads, shared by the pipelines and the admin API.
+#[derive(Debug)]
+pub struct Telemetry {
+    /// idem's own pool: readiness probes it.
+    pool: PgPool,
+    handlers: Mutex<Vec<Arc<HandlerTelemetry>>>,
+    /// The last database probe and when it ran: probes answer anyone, so
+    /// at most one runs at a time and its answer serves for [`PROBE_FOR`].
+    probe: tokio::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
+}
+
+/// How long one database probe answers `/readyz`.
+const PROBE_FOR: Duration = Duration::from_secs(1);
+
+/// One handler, as the pipeline registers it.
+pub struct HandlerTelemetry {
+    pub name: String,
+    pub stats: Arc<Stats>,
+    pub slot: Arc<Slot>,
+    /// Its consumer's partitions and group state.
+    pub(crate) tap: HandlerTap,
+}
+
+impl std::fmt::Debug for HandlerTelemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerTelemetry").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    pub fn new(pool: PgPool) -> Arc<Self> {
+        Arc::new(Self { pool, handlers: Mutex::default(), probe: tokio::sync::Mutex::default() })
+    }
+
+    pub(crate) fn register(&self, handler: HandlerTelemetry) {
+        self.handlers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(handler));
+    }
+
+    fn handlers(&self) -> Vec<Arc<HandlerTelemetry>> {
+        self.handlers.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of every metric.
+    pub fn render(&self) -> String {
+        render::render(&self.handlers(), &self.pool)
+    }
+
+    /// Why this host is not ready to take traffic; empty when it is: the
+    /// database answers, idem's migrations are applied, and every handler's
+    /// consumer has joined its group. The reasons are fixed phrases (they
+    /// answer callers without a token); the database's own error is logged.
+    pub async fn not_ready(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        if let Some(problem) = self.database_problem().await {
+            reasons.push(problem.to_owned());
+        }
+        let handlers = self.handlers();
+        if handlers.is_empty() {
+            reasons.push("no handler is consuming yet".to_owned());
+        }
+        for h in handlers {
+            if !h.tap.joined() {
+                reasons.push(format!("handler `{}`: its consumer has not joined its group", h.name));
+            }
+        }
+        reasons
+    }
+
+    /// The database's state, probed at most once per [`PROBE_FOR`].
+    async fn database_problem(&self) -> Option<&'static str> {
+        let mut last = self.probe.lock().await;
+        if let Some((at, problem)) = *last
+            && at.elapsed() < PROBE_FOR
+        {
+            return problem;
+        }
+        let problem = match tokio::time::timeout(Duration::from_secs(2), crate::migrate::check(&self.pool)).await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => {
+                tracing::warn!("readiness: the database check failed: {e:#}");
+                Some("database: unreachable, or idem's migrations are not applied")
+            }
+            Err(_) => Some("database: no answer within 2 s"),
+        };
+        *last = Some((std::time::Instant::now(), problem));
+        problem
+    }
+}

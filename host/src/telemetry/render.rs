@@ -1,0 +1,216 @@
+//! The Prometheus text exposition (format 0.0.4): `idem_` names in base
+//! units, `_total` counters, labels only of bounded sets (handlers, their
+//! topic's partitions, outcomes, classes, the hosts of a handler's HTTP
+//! allowlist, pools). No event id, offset or payload is ever a label.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use sqlx::PgPool;
+
+use super::HandlerTelemetry;
+use super::histogram::Histogram;
+
+/// A per-handler family: its name, help, and how to read it from `Stats`.
+type Family<T> = (&'static str, &'static str, fn(&crate::stats::Stats) -> T);
+
+/// A per-handler histogram family.
+type HistogramFamily = (&'static str, &'static str, fn(&crate::stats::Stats) -> &Histogram);
+
+/// Writes families and their samples.
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (key, value)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{key}=\"{}\"", escape(value));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {}", number(value));
+    }
+
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], h: &Histogram) {
+        let (buckets, count, sum) = h.snapshot();
+        for (le, n) in buckets {
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", le.as_str()));
+            self.sample(&format!("{name}_bucket"), &with_le, n as f64);
+        }
+        self.sample(&format!("{name}_sum"), labels, sum);
+        self.sample(&format!("{name}_count"), labels, count as f64);
+    }
+}
+
+fn escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 { format!("{}", value as i64) } else { format!("{value}") }
+}
+
+pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> String {
+    let mut e = Exposition { out: String::with_capacity(16 << 10) };
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
+
+    e.family("idem_records_total", "counter", "Records resolved, by outcome.");
+    for h in handlers {
+        let s = &h.stats;
+        for (outcome, n) in [
+            ("processed", get(&s.processed)),
+            ("duplicate", get(&s.duplicates)),
+            ("invalid", get(&s.invalid)),
+            ("skipped", get(&s.skipped)),
+            ("failed", get(&s.failed)),
+        ] {
+            e.sample("idem_records_total", &[("handler", &h.name), ("outcome", outcome)], n);
+        }
+    }
+    let counters: [Family<f64>; 8] = [
+        ("idem_records_delivered_total", "Records handed to the partition workers.", |s| {
+            s.delivered.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| {
+            s.dead_lettered.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_retries_total", "Executions repeated after a retryable failure (each spent an attempt).", |s| {
+            s.retries.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_unavailable_retries_total", "Retries because the infrastructure failed (no attempt spent).", |s| {
+            s.unavailable.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_rebalances_total", "Rebalances of the handler's consumer.", |s| {
+            s.rebalances.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_offset_resets_total", "Partitions that resumed away from their committed offset.", |s| {
+            s.offset_resets.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_transactions_total", "Transactions that committed events (a batch is one).", |s| {
+            s.transactions.load(Ordering::Relaxed) as f64
+        }),
+        ("idem_db_statements_total", "Statements handlers ran.", |s| s.db_statements.load(Ordering::Relaxed) as f64),
+    ];
+    for (name, help, read) in counters {
+        e.family(name, "counter", help);
+        for h in handlers {
+            e.sample(name, &[("handler", &h.name)], read(&h.stats));
+        }
+    }
+    e.family(
+        "idem_failures_total",
+        "counter",
+        "Final failures of valid records, by class (dead-lettered, or blocking the partition).",
+    );
+    for h in handlers {
+        for (class, n) in h.stats.failures() {
+            e.sample("idem_failures_total", &[("handler", &h.name), ("class", class.as_str())], n as f64);
+        }
+    }
+    e.family("idem_http_requests_total", "counter", "HTTP requests handlers sent, by host and status class.");
+    for h in handlers {
+        for ((host, class), n) in h.stats.http_requests() {
+            e.sample(
+                "idem_http_requests_total",
+                &[("handler", &h.name), ("host", &host), ("status_class", class)],
+                n as f64,
+            );
+        }
+    }
+    e.family("idem_module_version", "gauge", "The module version this host runs (0: a native handler).");
+    for h in handlers {
+        e.sample("idem_module_version", &[("handler", &h.name)], f64::from(h.slot.version().unwrap_or(0)));
+    }
+
+    let histograms: [HistogramFamily; 4] = [
+        ("idem_end_to_end_latency_seconds", "From a record's timestamp to its resolution (commit or DLQ).", |s| {
+            &s.latency
+        }),
+        ("idem_handler_execution_seconds", "One handler invocation, guest code and its calls.", |s| &s.execution),
+        ("idem_transaction_seconds", "BEGIN to COMMIT of a committed transaction.", |s| &s.transaction),
+        ("idem_batch_size_events", "Events per committed transaction.", |s| &s.batch_size),
+    ];
+    for (name, help, read) in histograms {
+        e.family(name, "histogram", help);
+        for h in handlers {
+            e.histogram(name, &[("handler", &h.name)], read(&h.stats));
+        }
+    }
+
+    let partitions: Vec<_> = handlers.iter().map(|h| (h, h.tap.partitions())).collect();
+    let gauges: [(&str, &str); 6] = [
+        ("idem_consumer_lag_records", "High watermark minus the committed position (unknown: absent)."),
+        ("idem_committed_offset", "The position idem commits: every record before it is resolved."),
+        ("idem_partition_high_watermark", "The partition's end (last stable offset), from librdkafka's statistics."),
+        ("idem_partition_assigned", "1 while the partition is assigned to this host."),
+        ("idem_partition_paused", "1 while fetching is paused because the partition's queue is full."),
+        ("idem_partition_queue_depth", "Records fetched and waiting for the partition's worker."),
+    ];
+    for (name, help) in gauges {
+        e.family(name, "gauge", help);
+        for (h, views) in &partitions {
+            for p in views {
+                let partition = p.partition.to_string();
+                let labels = [("handler", h.name.as_str()), ("topic", p.topic.as_str()), ("partition", &partition)];
+                let value = match name {
+                    "idem_consumer_lag_records" => match (p.assigned, p.position, p.high_watermark) {
+                        (true, Some(pos), hw) if hw >= 0 => Some((hw - pos).max(0) as f64),
+                        _ => None,
+                    },
+                    "idem_committed_offset" => p.position.map(|v| v as f64),
+                    "idem_partition_high_watermark" => {
+                        (p.assigned && p.high_watermark >= 0).then_some(p.high_watermark as f64)
+                    }
+                    "idem_partition_assigned" => Some(f64::from(u8::from(p.assigned))),
+                    "idem_partition_paused" => Some(f64::from(u8::from(p.paused))),
+                    _ => Some(p.queued as f64),
+                };
+                if let Some(value) = value {
+                    e.sample(name, &labels, value);
+                }
+            }
+        }
+    }
+
+    e.family(
+        "idem_db_pool_connections",
+        "gauge",
+        "Open connections of idem's own pool (pool=\"idem\") and each handler's (pool=\"handler\"), by state.",
+    );
+    let mut pools = vec![("idem", String::new(), pool.clone())];
+    pools.extend(handlers.iter().map(|h| ("handler", h.name.clone(), h.slot.executor().pool().clone())));
+    for (kind, handler, p) in pools {
+        let (size, idle) = (p.size(), u32::try_from(p.num_idle()).unwrap_or(u32::MAX));
+        for (state, n) in [("idle", idle), ("busy", size.saturating_sub(idle))] {
+            let mut labels = vec![("pool", kind)];
+            if !handler.is_empty() {
+                labels.push(("handler", handler.as_str()));
+            }
+            labels.push(("state", state));
+            e.sample("idem_db_pool_connections", &labels, f64::from(n));
+        }
+    }
+    if let Some(bytes) = super::process::resident_bytes() {
+        e.family("idem_process_resident_memory_bytes", "gauge", "Resident memory of the idem process.");
+        e.sample("idem_process_resident_memory_bytes", &[], bytes as f64);
+    }
+    if let Some(seconds) = super::process::cpu_seconds() {
+        e.family("idem_process_cpu_seconds_total", "counter", "User and system CPU time of the idem process.");
+        e.sample("idem_process_cpu_seconds_total", &[], seconds);
+    }
+    e.out
+}

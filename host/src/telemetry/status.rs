@@ -1,0 +1,201 @@
+//! `idem status`: a running host's `/metrics`, per handler and partition,
+//! refreshed in place on a terminal (`--once`: one frame).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+/// One sample of the exposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// The samples of a text exposition (format 0.0.4); comments skipped.
+pub fn parse(text: &str) -> Vec<Sample> {
+    text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).filter_map(sample).collect()
+}
+
+fn sample(line: &str) -> Option<Sample> {
+    let (head, value) = line.rsplit_once(' ')?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    let (name, labels) = match head.split_once('{') {
+        Some((name, rest)) => (name, labels(rest.strip_suffix('}')?)?),
+        None => (head, BTreeMap::new()),
+    };
+    Some(Sample { name: name.to_owned(), labels, value })
+}
+
+fn labels(mut rest: &str) -> Option<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '\\' => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                '"' => break i,
+                c => value.push(c),
+            }
+        };
+        out.insert(key.trim_start_matches(',').to_owned(), value);
+        rest = after.get(end + 1..)?.trim_start_matches(',');
+    }
+    Some(out)
+}
+
+/// Reads `url`'s `/metrics`.
+pub async fn scrape(client: &reqwest::Client, url: &str, token: Option<&str>) -> anyhow::Result<Vec<Sample>> {
+    let target = format!("{}/metrics", url.trim_end_matches('/'));
+    let mut request = client.get(&target);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.with_context(|| format!("no answer from {target}"))?;
+    let status = response.status();
+    let body = response.text().await.with_context(|| format!("failed to read {target}"))?;
+    if !status.is_success() {
+        anyhow::bail!("{target} answered {status}: {}", body.trim());
+    }
+    Ok(parse(&body))
+}
+
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+        .map(|s| s.value)
+}
+
+/// Records resolved per handler (every outcome).
+fn resolved(samples: &[Sample]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.name == "idem_records_total") {
+        if let Some(h) = s.labels.get("handler") {
+            *out.entry(h.clone()).or_default() += s.value;
+        }
+    }
+    out
+}
+
+/// One frame: per handler its module, rate since `before` (taken `elapsed`
+/// earlier), outcomes; per partition its lag, position, state.
+pub fn frame(url: &str, now: &[Sample], before: Option<(&[Sample], Duration)>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "idem status  {url}  {}", chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"));
+    let (totals, earlier) = (resolved(now), before.map(|(b, d)| (resolved(b), d)));
+    let _ = writeln!(
+        out,
+        "\n{:<20} {:>7} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7} {:>6}",
+        "handler", "module", "rate/s", "processed", "duplicate", "invalid", "skipped", "failed", "dlq"
+    );
+    for (handler, total) in &totals {
+        let h = handler.as_str();
+        let rate = earlier.as_ref().and_then(|(b, d)| {
+            let then = b.get(handler).copied().unwrap_or(0.0);
+            (d.as_secs_f64() > 0.0).then(|| (total - then) / d.as_secs_f64())
+        });
+        let outcome = |o: &str| value(now, "idem_records_total", &[("handler", h), ("outcome", o)]).unwrap_or(0.0);
+        let module = match value(now, "idem_module_version", &[("handler", h)]) {
+            Some(v) if v > 0.0 => format!("v{v}"),
+            _ => "native".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<20} {:>7} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7} {:>6}",
+            h,
+            module,
+            rate.map_or_else(|| "-".to_owned(), |r| format!("{r:.1}")),
+            outcome("processed"),
+            outcome("duplicate"),
+            outcome("invalid"),
+            outcome("skipped"),
+            outcome("failed"),
+            value(now, "idem_dead_lettered_total", &[("handler", h)]).unwrap_or(0.0),
+        );
+        let mut partitions: Vec<&Sample> = now
+            .iter()
+            .filter(|s| s.name == "idem_partition_assigned" && s.labels.get("handler") == Some(handler))
+            .collect();
+        partitions.sort_by_key(|s| {
+            (s.labels.get("topic").cloned(), s.labels.get("partition").and_then(|p| p.parse::<i32>().ok()))
+        });
+        for p in partitions {
+            let (topic, partition) = (p.labels["topic"].as_str(), p.labels["partition"].as_str());
+            let at = [("handler", h), ("topic", topic), ("partition", partition)];
+            let lag = value(now, "idem_consumer_lag_records", &at);
+            let state = if p.value == 0.0 {
+                "revoked"
+            } else if value(now, "idem_partition_paused", &at) == Some(1.0) {
+                "paused"
+            } else {
+                "assigned"
+            };
+            let _ = writeln!(
+                out,
+                "  {:<28} lag {:>9}  committed {:>10}  queue {:>5}  {state}",
+                format!("{topic}/{partition}"),
+                lag.map_or_else(|| "-".to_owned(), |l| l.to_string()),
+                value(now, "idem_committed_offset", &at).map_or_else(|| "-".to_owned(), |c| c.to_string()),
+                value(now, "idem_partition_queue_depth", &at).unwrap_or(0.0),
+            );
+        }
+    }
+    if totals.is_empty() {
+        let _ = writeln!(out, "(no handler is consuming yet)");
+    }
+    out
+}
+
+/// Prints frames until interrupted; with `once` (or when stdout is not a
+/// terminal), one frame, with the rate over one second.
+pub async fn run(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut before = scrape(&client, url, token).await?;
+    let mut taken = Instant::now();
+    let mut pause = Duration::from_secs(1);
+    loop {
+        tokio::time::sleep(pause).await;
+        let now = scrape(&client, url, token).await?;
+        let text = frame(url, &now, Some((&before, taken.elapsed())));
+        if once || !terminal {
+            print!("{text}");
+            return Ok(());
+        }
+        // Home and clear, then the frame: refreshed in place.
+        print!("\x1b[H\x1b[2J{text}");
+        (before, taken, pause) = (now, Instant::now(), Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_with_escaped_labels_parse() {
+        let text =
+            "# HELP x y\n# TYPE x counter\nx_total{handler=\"a\\\"b\",le=\"+Inf\"} 3\nup 1\nh_sum{a=\"1\"} 0.25\n";
+        let samples = parse(text);
+        assert_eq!(samples.len(), 3);
+        assert_eq!(samples[0].labels["handler"], "a\"b");
+        assert_eq!(samples[0].labels["le"], "+Inf");
+        assert_eq!(samples[0].value, 3.0);
+        assert_eq!(samples[1].name, "up");
+        assert_eq!(samples[2].value, 0.25);
+    }
+}
