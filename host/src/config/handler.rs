@@ -1,0 +1,362 @@
+//! `[[handler]]`: one handler's keys, its defaults, and what is derived
+//! from them (schema, role, settings).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::retention::{self, Span, StalePolicy};
+use crate::runtime::{HandlerSettings, HttpPolicy};
+
+/// A handler's place in the database: its schema, the migrations that
+/// create its tables, and the login role its connections use.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerDatabase {
+    /// The schema the handler owns the rows of (default: the handler's
+    /// name, with `-` and `.` as `_`). Its search_path is this schema, then
+    /// `pg_catalog`.
+    pub schema: Option<String>,
+    /// Folder of `NNNN_name.sql` files that `idem migrate --config` applies
+    /// in order, as the administrator, with `search_path` set to the schema.
+    /// Relative to the config file.
+    pub migrations: Option<PathBuf>,
+    /// The login role (default: `<database>_<schema>`, as roles are shared
+    /// by every database of a server).
+    pub role: Option<String>,
+    /// The environment variable holding the role's password (none: the
+    /// server authenticates the role some other way, e.g. trust or a cert).
+    /// `idem migrate` sets the role's password from it, `idem run` logs in
+    /// with it; it is never printed.
+    pub password_env: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerConfig {
+    /// The handler's name: its dedup namespace. Unique in the file.
+    pub name: String,
+    pub topic: String,
+    /// The Kafka consumer group. Unique in the file.
+    pub group_id: String,
+    /// Path of the component (`.wasm`), relative to the config file.
+    /// Exactly one of `component` and `native`.
+    #[serde(default)]
+    pub component: Option<PathBuf>,
+    /// A native handler the program embedding idem registered under this
+    /// name (see `idem::runtime::native`); the `idem` binary has none.
+    #[serde(default)]
+    pub native: Option<String>,
+    /// `"store"`: the handler's module comes from the module store only
+    /// (`idem deploy`); the host refuses to start while it holds none.
+    /// Exactly one of `component`, `module` and `native`.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// Largest module an upload may have, in MiB.
+    #[serde(default = "default_max_module_mib")]
+    pub max_module_mib: usize,
+    /// The `eventType`s this handler accepts; any other is invalid.
+    pub event_types: Vec<String>,
+    /// JSON Schema (draft 2020-12) of the payload, relative to the config file.
+    pub schema: PathBuf,
+    /// Partitions processed at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Moved to `[handler.batch] max_events`; kept only to say so.
+    #[serde(default)]
+    pub(super) max_events: Option<usize>,
+    /// Moved to `[handler.retry] max_attempts`; kept only to say so.
+    #[serde(default)]
+    pub(super) max_attempts: Option<u32>,
+    /// Wall-clock limit of one execution, in milliseconds.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Linear memory one instance may grow to, in MiB.
+    #[serde(default = "default_max_memory_mib")]
+    pub max_memory_mib: usize,
+    /// `cooperative-sticky` (default), `range` or `roundrobin`.
+    #[serde(default = "default_assignor")]
+    pub assignor: String,
+    /// Where a group without committed offsets starts: `earliest` (default) or `latest`.
+    #[serde(default = "default_auto_offset_reset")]
+    pub auto_offset_reset: String,
+    /// Extra librdkafka properties for this handler's consumer (they win
+    /// over `[kafka.properties]`), e.g. a SASL user of its own.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// As `[kafka.properties_env]`, for this handler's consumer.
+    #[serde(default)]
+    pub properties_env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub http: HandlerHttp,
+    /// Key/values the guest reads through `config`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    #[serde(default)]
+    pub database: HandlerDatabase,
+    #[serde(default)]
+    pub limits: HandlerLimits,
+    #[serde(default)]
+    pub retry: HandlerRetry,
+    #[serde(default)]
+    pub batch: HandlerBatch,
+    /// How long this handler's dedup rows are kept (`"7d"`): a redelivery
+    /// later than that may find its row gone (see `stale_events`).
+    #[serde(default = "retention::default_dedup_retention")]
+    pub dedup_retention: Span,
+    /// What becomes of an event older than `dedup_retention` that has no
+    /// dedup row: `"dlq"` (default), `"process"` or `"skip"`.
+    #[serde(default)]
+    pub stale_events: StalePolicy,
+}
+
+/// Events per transaction (see the README's "Batching").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerBatch {
+    /// At most this many events of one partition in one transaction; 1 is
+    /// the seed's per-event mode.
+    #[serde(default = "default_max_events")]
+    pub max_events: usize,
+    /// How long a batch that is not full waits for more records.
+    #[serde(default = "default_max_wait_ms")]
+    pub max_wait_ms: u64,
+}
+
+impl Default for HandlerBatch {
+    fn default() -> Self {
+        Self { max_events: default_max_events(), max_wait_ms: default_max_wait_ms() }
+    }
+}
+
+/// 100 events share one commit and a few round trips; a failure among
+/// them costs re-running the events before it, so larger batches buy
+/// little more (see the README's benchmark).
+fn default_max_events() -> usize {
+    100
+}
+fn default_max_wait_ms() -> u64 {
+    5
+}
+
+/// What happens to an event that fails (see the README's failure table).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerRetry {
+    /// Executions of a retryably failing event before its failure is final.
+    /// Failures of the infrastructure (class *unavailable*) do not count.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// The first backoff; each next one doubles, up to `max_backoff_ms`,
+    /// each drawn between half and all of that (jitter).
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+    /// `dlq` (default): a final failure goes to the dead-letter topic and
+    /// the partition goes on. `block`: the partition stops at it and says
+    /// so, for handlers whose per-key order matters more than progress.
+    #[serde(default = "default_on_failure")]
+    pub on_failure: OnFailure,
+    /// The dead-letter topic (default `<topic>.<handler>.dlq`: handlers
+    /// never share one).
+    #[serde(default)]
+    pub dlq_topic: Option<String>,
+}
+
+impl Default for HandlerRetry {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_max_attempts(),
+            initial_backoff_ms: default_initial_backoff_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
+            on_failure: default_on_failure(),
+            dlq_topic: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFailure {
+    Dlq,
+    Block,
+}
+
+fn default_on_failure() -> OnFailure {
+    OnFailure::Dlq
+}
+/// 12 attempts, 500 ms doubling to 60 s, each backoff jittered between
+/// half and all of its value: 151 to 303 s between the first and the last
+/// attempt (about 4 minutes on average), enough to ride out a provider's
+/// outage of a few minutes before anything reaches the DLQ.
+fn default_initial_backoff_ms() -> u64 {
+    500
+}
+fn default_max_backoff_ms() -> u64 {
+    60_000
+}
+
+/// Per-event caps on what a guest may ask of the host.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerLimits {
+    /// Database statements one invocation may run.
+    #[serde(default = "default_max_db_statements")]
+    pub max_db_statements: u32,
+    /// HTTP requests one invocation may send.
+    #[serde(default = "default_max_http_requests")]
+    pub max_http_requests: u32,
+}
+
+impl Default for HandlerLimits {
+    fn default() -> Self {
+        Self { max_db_statements: default_max_db_statements(), max_http_requests: default_max_http_requests() }
+    }
+}
+
+fn default_max_db_statements() -> u32 {
+    1_000
+}
+fn default_max_http_requests() -> u32 {
+    16
+}
+
+fn default_concurrency() -> usize {
+    1
+}
+fn default_max_attempts() -> u32 {
+    12
+}
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+fn default_max_module_mib() -> usize {
+    32
+}
+fn default_max_memory_mib() -> usize {
+    256
+}
+fn default_assignor() -> String {
+    "cooperative-sticky".into()
+}
+fn default_auto_offset_reset() -> String {
+    "earliest".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerHttp {
+    /// Base URLs the handler may call. Empty: none.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default = "default_http_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Prepended to every Idempotency-Key as `<prefix>:`.
+    #[serde(default)]
+    pub key_prefix: Option<String>,
+    /// Entries of `allow` that may reach private addresses (loopback,
+    /// RFC 1918, link-local, …). Every other entry reaches public ones only.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+    /// Headers the host adds to requests under a base URL, with values
+    /// from the environment; the guest never sees them.
+    #[serde(default, rename = "credential")]
+    pub credentials: Vec<HttpCredential>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCredential {
+    /// An entry of `allow`.
+    pub base: String,
+    /// e.g. `Authorization`.
+    pub header: String,
+    /// The environment variable holding the header's value.
+    pub value_env: String,
+}
+
+impl Default for HandlerHttp {
+    fn default() -> Self {
+        Self {
+            allow: Vec::new(),
+            timeout_ms: default_http_timeout_ms(),
+            key_prefix: None,
+            allow_private: Vec::new(),
+            credentials: Vec::new(),
+        }
+    }
+}
+
+fn default_http_timeout_ms() -> u64 {
+    5_000
+}
+
+impl HandlerConfig {
+    /// The handler's dead-letter topic.
+    pub fn dlq_topic(&self) -> String {
+        self.retry.dlq_topic.clone().unwrap_or_else(|| format!("{}.{}.dlq", self.topic, self.name))
+    }
+
+    /// The backoff before attempt `attempt + 1` (or before retrying an
+    /// unavailable infrastructure for the `attempt`-th time), jittered.
+    pub fn backoff(&self, attempt: u32) -> std::time::Duration {
+        let doubled = self.retry.initial_backoff_ms.saturating_mul(1u64 << attempt.saturating_sub(1).min(30));
+        let ceiling = doubled.min(self.retry.max_backoff_ms);
+        // Equal jitter: at least half the backoff, so retries never bunch up
+        // at zero, and spread over the other half.
+        let spread = ceiling / 2;
+        let jitter = if spread == 0 { 0 } else { u64::from(uuid::Uuid::now_v7().as_bytes()[15]) * spread / 255 };
+        std::time::Duration::from_millis(ceiling - spread + jitter)
+    }
+
+    /// The schema this handler owns.
+    pub fn schema_name(&self) -> String {
+        self.database.schema.clone().unwrap_or_else(|| sanitize(&self.name))
+    }
+
+    /// The login role of this handler's connections in `database`.
+    pub fn role_name(&self, database: &str) -> String {
+        self.database.role.clone().unwrap_or_else(|| {
+            let mut role = format!("{}_{}", sanitize(database), self.schema_name());
+            role.truncate(63);
+            role
+        })
+    }
+
+    pub fn settings(&self) -> HandlerSettings {
+        HandlerSettings {
+            name: self.name.clone(),
+            config: self.config.clone(),
+            http: HttpPolicy {
+                allow: self.http.allow.clone(),
+                timeout: Duration::from_millis(self.http.timeout_ms),
+                key_prefix: self.http.key_prefix.clone(),
+                allow_private: self.http.allow_private.clone(),
+                credentials: self
+                    .http
+                    .credentials
+                    .iter()
+                    .map(|c| crate::runtime::Credential {
+                        base: c.base.clone(),
+                        header: c.header.clone(),
+                        value: std::env::var(&c.value_env).unwrap_or_default(),
+                    })
+                    .collect(),
+            },
+            timeout: Duration::from_millis(self.timeout_ms),
+            max_memory_bytes: self.max_memory_mib << 20,
+            max_db_statements: self.limits.max_db_statements,
+            max_http_requests: self.limits.max_http_requests,
+            stale_events: self.stale_events,
+            dedup_retention: self.dedup_retention.0,
+        }
+    }
+}
+
+/// `name` as a lowercase identifier: other characters become `_`.
+fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect()
+}
