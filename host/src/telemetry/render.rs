@@ -5,18 +5,20 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlx::PgPool;
 
 use super::HandlerTelemetry;
 use super::histogram::Histogram;
 
-/// A per-handler family: its name, help, and how to read it from `Stats`.
-type Family<T> = (&'static str, &'static str, fn(&crate::stats::Stats) -> T);
+/// A per-handler family: its name, help, and where it is in `Stats`.
+type Family<T> = (&'static str, &'static str, fn(&crate::stats::Stats) -> &T);
 
-/// A per-handler histogram family.
-type HistogramFamily = (&'static str, &'static str, fn(&crate::stats::Stats) -> &Histogram);
+/// A counter's value.
+fn get(counter: &AtomicU64) -> f64 {
+    counter.load(Ordering::Relaxed) as f64
+}
 
 /// Writes families and their samples.
 struct Exposition {
@@ -66,7 +68,6 @@ fn number(value: f64) -> String {
 
 pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> String {
     let mut e = Exposition { out: String::with_capacity(16 << 10) };
-    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
 
     e.family("idem_records_total", "counter", "Records resolved, by outcome.");
     for h in handlers {
@@ -81,34 +82,24 @@ pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> Strin
             e.sample("idem_records_total", &[("handler", &h.name), ("outcome", outcome)], n);
         }
     }
-    let counters: [Family<f64>; 8] = [
-        ("idem_records_delivered_total", "Records handed to the partition workers.", |s| {
-            s.delivered.load(Ordering::Relaxed) as f64
-        }),
-        ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| {
-            s.dead_lettered.load(Ordering::Relaxed) as f64
-        }),
+    let counters: [Family<AtomicU64>; 8] = [
+        ("idem_records_delivered_total", "Records handed to the partition workers.", |s| &s.delivered),
+        ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| &s.dead_lettered),
         ("idem_retries_total", "Executions repeated after a retryable failure (each spent an attempt).", |s| {
-            s.retries.load(Ordering::Relaxed) as f64
+            &s.retries
         }),
         ("idem_unavailable_retries_total", "Retries because the infrastructure failed (no attempt spent).", |s| {
-            s.unavailable.load(Ordering::Relaxed) as f64
+            &s.unavailable
         }),
-        ("idem_rebalances_total", "Rebalances of the handler's consumer.", |s| {
-            s.rebalances.load(Ordering::Relaxed) as f64
-        }),
-        ("idem_offset_resets_total", "Partitions that resumed away from their committed offset.", |s| {
-            s.offset_resets.load(Ordering::Relaxed) as f64
-        }),
-        ("idem_transactions_total", "Transactions that committed events (a batch is one).", |s| {
-            s.transactions.load(Ordering::Relaxed) as f64
-        }),
-        ("idem_db_statements_total", "Statements handlers ran.", |s| s.db_statements.load(Ordering::Relaxed) as f64),
+        ("idem_rebalances_total", "Rebalances of the handler's consumer.", |s| &s.rebalances),
+        ("idem_offset_resets_total", "Partitions that resumed away from their committed offset.", |s| &s.offset_resets),
+        ("idem_transactions_total", "Transactions that committed events (a batch is one).", |s| &s.transactions),
+        ("idem_db_statements_total", "Statements handlers ran.", |s| &s.db_statements),
     ];
     for (name, help, read) in counters {
         e.family(name, "counter", help);
         for h in handlers {
-            e.sample(name, &[("handler", &h.name)], read(&h.stats));
+            e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
         }
     }
     e.family(
@@ -136,7 +127,7 @@ pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> Strin
         e.sample("idem_module_version", &[("handler", &h.name)], f64::from(h.slot.version().unwrap_or(0)));
     }
 
-    let histograms: [HistogramFamily; 4] = [
+    let histograms: [Family<Histogram>; 4] = [
         ("idem_end_to_end_latency_seconds", "From a record's timestamp to its resolution (commit or DLQ).", |s| {
             &s.latency
         }),
