@@ -42,6 +42,16 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}_{}", &id[id.len() - 12..])
 }
 
+/// A UUID v7 created at `ms` (milliseconds since the epoch), random
+/// otherwise: an event id from the past or the future.
+pub fn v7_at(ms: i64) -> uuid::Uuid {
+    // The random tail of a fresh v7 (the builder sets version and variant).
+    let fresh = *uuid::Uuid::now_v7().as_bytes();
+    let mut tail = [0u8; 10];
+    tail.copy_from_slice(&fresh[6..]);
+    uuid::Builder::from_unix_timestamp_millis(u64::try_from(ms).unwrap_or(0), &tail).into_uuid()
+}
+
 /// The `idem` command line as built by `cargo test` (or `cargo build`) of
 /// this package, next to the running test or binary.
 pub fn idem_bin() -> std::path::PathBuf {

@@ -54,6 +54,19 @@ impl Env {
         records.into_iter().map(|(_, payload)| payload).collect()
     }
 
+    /// A proxy to the test database that the test can cut, and the
+    /// database URL through it.
+    async fn database_proxy(&self) -> (idem_tests::proxy::Proxy, String) {
+        let mut url = reqwest::Url::parse(&self.db.url).expect("database URL");
+        let (host, port) = (url.host_str().unwrap_or("127.0.0.1").to_owned(), url.port().unwrap_or(5432));
+        let server =
+            tokio::net::lookup_host((host.as_str(), port)).await.ok().and_then(|mut a| a.next()).expect("server");
+        let proxy = idem_tests::proxy::Proxy::start(server).await;
+        url.set_host(Some("127.0.0.1")).expect("host");
+        url.set_port(Some(proxy.addr.port())).expect("port");
+        (proxy, url.to_string())
+    }
+
     async fn count(&self, sql: &str) -> i64 {
         self.db.count(sql).await
     }
@@ -412,13 +425,7 @@ async fn a_database_outage_mid_stream_delays_events_but_loses_and_doubles_none()
     env.provider.set_latency(Duration::from_millis(20));
     env.send_orders(60).await;
     // The host reaches PostgreSQL through a proxy the test can cut.
-    let mut url = reqwest::Url::parse(&env.db.url).expect("database URL");
-    let (host, port) = (url.host_str().unwrap_or("127.0.0.1").to_owned(), url.port().unwrap_or(5432));
-    let server = tokio::net::lookup_host((host.as_str(), port)).await.ok().and_then(|mut a| a.next()).expect("server");
-    let proxy = idem_tests::proxy::Proxy::start(server).await;
-    url.set_host(Some("127.0.0.1")).expect("host");
-    url.set_port(Some(proxy.addr.port())).expect("port");
-    let via_proxy = url.to_string();
+    let (proxy, via_proxy) = env.database_proxy().await;
     let config = host::write_config(&via_proxy, std::slice::from_ref(&env.billing()));
     let host = host::InProcess::start(&config);
 

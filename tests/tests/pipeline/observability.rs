@@ -152,13 +152,8 @@ async fn metrics_match_the_run_lag_drains_to_zero_and_the_dashboard_queries_exis
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_follows_the_group_join_and_the_database() {
     let env = Env::new(1).await;
-    let mut url = reqwest::Url::parse(&env.db.url).expect("database URL");
-    let (h, port) = (url.host_str().unwrap_or("127.0.0.1").to_owned(), url.port().unwrap_or(5432));
-    let server = tokio::net::lookup_host((h.as_str(), port)).await.ok().and_then(|mut a| a.next()).expect("server");
-    let proxy = idem_tests::proxy::Proxy::start(server).await;
-    url.set_host(Some("127.0.0.1")).expect("host");
-    url.set_port(Some(proxy.addr.port())).expect("port");
-    let config = host::write_config(url.as_ref(), std::slice::from_ref(&env.billing()));
+    let (proxy, via_proxy) = env.database_proxy().await;
+    let config = host::write_config(&via_proxy, std::slice::from_ref(&env.billing()));
     let admin = host::admin_url(&config);
     let running = host::InProcess::start(&config);
     // From the moment the listener answers: not ready until the group join.

@@ -13,11 +13,7 @@ const EFFECTS: &str = "SELECT count(*) FROM scenario.effect";
 
 /// A scenario event whose id was created `age_ms` ago.
 fn scenario_created(age_ms: i64) -> (uuid::Uuid, Vec<u8>) {
-    let now = chrono::Utc::now().timestamp_millis() - age_ms;
-    let fresh = *uuid::Uuid::now_v7().as_bytes();
-    let mut tail = [0u8; 10];
-    tail.copy_from_slice(&fresh[6..]);
-    let id = uuid::Builder::from_unix_timestamp_millis(u64::try_from(now).unwrap_or(0), &tail).into_uuid();
+    let id = idem_tests::v7_at(chrono::Utc::now().timestamp_millis() - age_ms);
     let payload = serde_json::json!({
         "eventId": id.to_string(), "eventType": "test.scenario.v1",
         "occurredAt": "2026-11-30T12:00:00Z", "scenario": "ok",

@@ -13,7 +13,7 @@ use idem::executor::Pins;
 use idem::retention::{Maintenance, Report};
 use idem::{Event, Executor, Handler, HandlerSettings, Runtime};
 use idem_tests::db::TestDb;
-use idem_tests::guests;
+use idem_tests::{guests, v7_at};
 use serde_json::json;
 
 const DAY_MS: i64 = 86_400_000;
@@ -109,15 +109,6 @@ impl Setup {
         self.pool.close().await;
         self.db.drop_database().await;
     }
-}
-
-/// A UUID v7 created at `ms` (milliseconds since the epoch), random otherwise.
-fn v7_at(ms: i64) -> uuid::Uuid {
-    // The random tail of a fresh v7 (the builder sets version and variant).
-    let fresh = *uuid::Uuid::now_v7().as_bytes();
-    let mut tail = [0u8; 10];
-    tail.copy_from_slice(&fresh[6..]);
-    uuid::Builder::from_unix_timestamp_millis(u64::try_from(ms).unwrap_or(0), &tail).into_uuid()
 }
 
 /// A scenario event whose id was created at `ms`.
