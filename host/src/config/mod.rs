@@ -367,6 +367,8 @@ mod tests {
         assert_eq!(ok.handlers[0].stale_events, super::StalePolicy::Process);
         let retention = |text: &str| load(format!("{base}[retention]\n{text}")).map(|c| c.retention);
         assert_eq!(retention("mode = \"delete\"\n").expect("delete").mode, super::RetentionMode::Delete);
+        let alias = retention("retention_mode = \"delete\"\n").expect("the alias");
+        assert_eq!(alias.mode, super::RetentionMode::Delete);
         assert!(retention("future_skew = \"3d\"\n").expect_err("skew").contains("future_skew"));
         assert!(retention("interval = \"1d\"\n").expect_err("interval").contains("interval"));
         assert!(retention("vacuum = true\n").expect_err("unknown").contains("unknown field `vacuum`"));

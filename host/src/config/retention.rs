@@ -115,7 +115,8 @@ impl StalePolicy {
 pub struct RetentionConfig {
     /// `"partition"` (default) or `"delete"`; read by `idem migrate --config`
     /// when it creates the table, checked against the table at start-up.
-    #[serde(default = "default_mode")]
+    /// (`retention_mode`, the name for it, is accepted too.)
+    #[serde(default = "default_mode", alias = "retention_mode")]
     pub mode: RetentionMode,
     /// How often a host runs a maintenance pass (also at start-up).
     #[serde(default = "default_interval")]
