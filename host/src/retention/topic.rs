@@ -21,7 +21,10 @@ pub async fn warnings(config: &Config) -> Vec<String> {
             Ok(Some(ms)) => ms,
             Ok(None) => continue,
             Err(e) => {
-                warnings.push(format!("{at}: could not read retention.ms of topic {}: {e}", h.topic));
+                warnings.push(format!(
+                    "{at}: could not read retention.ms of topic {} to compare it with dedup_retention = \"{}\": {e}",
+                    h.topic, h.dedup_retention
+                ));
                 continue;
             }
         };
