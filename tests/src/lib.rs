@@ -52,6 +52,24 @@ pub fn v7_at(ms: i64) -> uuid::Uuid {
     uuid::Builder::from_unix_timestamp_millis(u64::try_from(ms).unwrap_or(0), &tail).into_uuid()
 }
 
+/// A validated event as the pipeline hands it to the executor: `id`,
+/// `payload` (its `eventType` and the id set), on `topic` at `offset`.
+pub fn event(id: uuid::Uuid, mut payload: serde_json::Value, topic: &str, offset: i64) -> idem::Event {
+    payload["eventId"] = serde_json::Value::String(id.to_string());
+    idem::Event {
+        id,
+        event_type: payload["eventType"].as_str().unwrap_or_default().to_owned(),
+        occurred_at: "2026-11-30T00:00:00Z".into(),
+        topic: topic.to_owned(),
+        partition: 0,
+        offset,
+        key: None,
+        headers: vec![],
+        payload_sha256: idem::event::payload_hash(&payload),
+        payload: payload.to_string(),
+    }
+}
+
 /// The `idem` command line as built by `cargo test` (or `cargo build`) of
 /// this package, next to the running test or binary.
 pub fn idem_bin() -> std::path::PathBuf {

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use idem::config::{RetentionConfig, RetentionMode};
 use idem::dedup::claim_many;
-use idem::event::payload_hash;
 use idem::{Event, retention::Maintenance};
 use idem_tests::db::TestDb;
 use sqlx::{Acquire as _, Executor as _, PgPool};
@@ -29,19 +28,7 @@ use sqlx::{Acquire as _, Executor as _, PgPool};
 const DAY_MS: i64 = 86_400_000;
 
 fn event(id: uuid::Uuid) -> Event {
-    let payload = serde_json::json!({ "eventId": id.to_string(), "eventType": "test.scenario.v1", "scenario": "ok" });
-    Event {
-        id,
-        event_type: "test.scenario.v1".into(),
-        occurred_at: "2026-11-30T00:00:00Z".into(),
-        topic: "bench".into(),
-        partition: 0,
-        offset: 0,
-        key: None,
-        headers: vec![],
-        payload_sha256: payload_hash(&payload),
-        payload: payload.to_string(),
-    }
+    idem_tests::event(id, serde_json::json!({ "eventType": "test.scenario.v1", "scenario": "ok" }), "bench", 0)
 }
 
 async fn now_ms(pool: &PgPool) -> anyhow::Result<i64> {

@@ -29,23 +29,11 @@ use idem_tests::provider::PaymentProvider;
 use serde_json::json;
 
 fn order(i: i64) -> Event {
-    let id = uuid::Uuid::now_v7();
     let payload = json!({
-        "eventId": id.to_string(), "eventType": "order.confirmed.v1", "occurredAt": "2026-11-30T00:00:00Z",
+        "eventType": "order.confirmed.v1", "occurredAt": "2026-11-30T00:00:00Z",
         "aggregateType": "Order", "orderId": i + 1, "customerId": 7, "totalAmount": 10.25, "currency": "EUR",
     });
-    Event {
-        id,
-        event_type: "order.confirmed.v1".into(),
-        occurred_at: "2026-11-30T00:00:00Z".into(),
-        topic: "orders.confirmed".into(),
-        partition: 0,
-        offset: i,
-        key: None,
-        headers: vec![],
-        payload_sha256: idem::event::payload_hash(&payload),
-        payload: payload.to_string(),
-    }
+    idem_tests::event(uuid::Uuid::now_v7(), payload, "orders.confirmed", i)
 }
 
 /// The seed's per-event work by hand; `post_to` adds the charge request

@@ -113,20 +113,7 @@ impl Setup {
 
 /// A scenario event whose id was created at `ms`.
 fn scenario_at(ms: i64, name: &str) -> Event {
-    let id = v7_at(ms);
-    let payload = json!({ "eventId": id.to_string(), "eventType": "test.scenario.v1", "scenario": name });
-    Event {
-        id,
-        event_type: "test.scenario.v1".into(),
-        occurred_at: "2026-11-30T00:00:00Z".into(),
-        topic: "scenarios".into(),
-        partition: 0,
-        offset: 0,
-        key: None,
-        headers: vec![],
-        payload_sha256: idem::event::payload_hash(&payload),
-        payload: payload.to_string(),
-    }
+    idem_tests::event(v7_at(ms), json!({ "eventType": "test.scenario.v1", "scenario": name }), "scenarios", 0)
 }
 
 /// The UTC day `ms` falls on.
