@@ -96,10 +96,98 @@ fn check_owned(at: &str, key: &str, value: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a client is, for the properties it takes: `[kafka.properties]`
+/// hold consumer and producer settings alike, and librdkafka warns (a
+/// `CONFWARN` line per client) about every property of the other kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// The handlers' consumers, the replay reader, metadata probes.
+    Consumer,
+    /// The DLQ producer, and admin clients (librdkafka makes those producers).
+    Producer,
+}
+
+/// librdkafka's consumer-only properties (`C` in its CONFIGURATION.md),
+/// left out of producers' and admin clients' configuration.
+const CONSUMER_ONLY: &[&str] = &[
+    "group.id",
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+    "group.protocol",
+    "group.remote.assignor",
+    "coordinator.query.interval.ms",
+    "max.poll.interval.ms",
+    "max.poll.records",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "fetch.wait.max.ms",
+    "fetch.queue.backoff.ms",
+    "fetch.message.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.error.backoff.ms",
+    "offset.store.method",
+    "isolation.level",
+    "enable.partition.eof",
+    "check.crcs",
+    "auto.offset.reset",
+    "consume.callback.max.messages",
+];
+
+/// librdkafka's producer-only properties (`P`), left out of consumers'.
+const PRODUCER_ONLY: &[&str] = &[
+    "transactional.id",
+    "transaction.timeout.ms",
+    "enable.idempotence",
+    "enable.gapless.guarantee",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.ms",
+    "linger.ms",
+    "message.send.max.retries",
+    "retries",
+    "queue.buffering.backpressure.threshold",
+    "compression.codec",
+    "compression.type",
+    "compression.level",
+    "batch.num.messages",
+    "batch.size",
+    "delivery.report.only.error",
+    "sticky.partitioning.linger.ms",
+    "request.required.acks",
+    "acks",
+    "request.timeout.ms",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "partitioner",
+    "queuing.strategy",
+    "produce.offset.report",
+];
+
+/// Whether `key` is a property of the other kind of client than `kind`.
+fn foreign(kind: ClientKind, key: &str) -> bool {
+    match kind {
+        ClientKind::Consumer => PRODUCER_ONLY.contains(&key),
+        ClientKind::Producer => CONSUMER_ONLY.contains(&key),
+    }
+}
+
 /// The client configuration every idem client starts from: the brokers,
 /// `[kafka]` properties, then the handler's own (which win), secrets read
-/// from the environment now.
-pub fn client_config(config: &Config, handler: Option<&HandlerConfig>) -> anyhow::Result<ClientConfig> {
+/// from the environment now; properties of the other `kind` of client are
+/// left out.
+pub fn client_config(
+    config: &Config,
+    handler: Option<&HandlerConfig>,
+    kind: ClientKind,
+) -> anyhow::Result<ClientConfig> {
     let mut client = ClientConfig::new();
     client.set("bootstrap.servers", &config.kafka.brokers);
     let mut layers = vec![(&config.kafka.properties, &config.kafka.properties_env)];
@@ -107,10 +195,10 @@ pub fn client_config(config: &Config, handler: Option<&HandlerConfig>) -> anyhow
         layers.push((&h.properties, &h.properties_env));
     }
     for (properties, from_env) in layers {
-        for (key, value) in properties {
+        for (key, value) in properties.iter().filter(|(key, _)| !foreign(kind, key)) {
             client.set(key, value);
         }
-        for (key, variable) in from_env {
+        for (key, variable) in from_env.iter().filter(|(key, _)| !foreign(kind, key)) {
             let Ok(value) = std::env::var(variable) else {
                 bail!("Kafka property `{key}`: the environment variable {variable} is not set");
             };
@@ -216,6 +304,20 @@ mod tests {
         for key in ["sasl.username", "sasl.mechanism", "security.protocol", "ssl.ca.location", "ssl.certificate.pem"] {
             assert!(!is_secret(key), "{key} is not a secret");
         }
+    }
+
+    #[test]
+    fn each_kind_of_client_takes_only_its_own_and_the_shared_properties() {
+        for key in ["session.timeout.ms", "heartbeat.interval.ms", "fetch.wait.max.ms", "max.poll.interval.ms"] {
+            assert!(foreign(ClientKind::Producer, key) && !foreign(ClientKind::Consumer, key), "{key}");
+        }
+        for key in ["linger.ms", "acks", "enable.idempotence", "compression.type"] {
+            assert!(foreign(ClientKind::Consumer, key) && !foreign(ClientKind::Producer, key), "{key}");
+        }
+        for key in ["security.protocol", "sasl.mechanism", "ssl.ca.location", "socket.timeout.ms", "client.rack"] {
+            assert!(!foreign(ClientKind::Consumer, key) && !foreign(ClientKind::Producer, key), "{key}");
+        }
+        assert!(CONSUMER_ONLY.iter().all(|k| !PRODUCER_ONLY.contains(k)), "no property is both");
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub struct HandlerSpec {
     pub group_id: String,
     pub event_types: Vec<String>,
     pub concurrency: usize,
+    /// `group_protocol`: "classic" or "consumer" (KIP-848).
+    pub group_protocol: &'static str,
+    /// `assignor`; "" leaves it to the protocol's default.
     pub assignor: &'static str,
     pub provider_url: String,
     /// `[handler.http] key_prefix`: tells which host sent a request.
@@ -29,7 +32,9 @@ pub struct HandlerSpec {
     pub backoff_ms: (u64, u64),
     /// More `[handler.retry]` lines (`on_failure`, `dlq_topic`, …).
     pub retry: String,
-    /// Create the handler's dead-letter topic before idem starts.
+    /// Create the handler's dead-letter topic before idem starts (on Apache
+    /// Kafka idem creates it itself otherwise; the mock cluster cannot, so
+    /// there the harness always does).
     pub create_dlq: bool,
     /// `[handler.database] schema`; its migrations are those of
     /// [`crate::db::HANDLERS`].
@@ -50,6 +55,7 @@ impl HandlerSpec {
             group_id: crate::unique_name("billing"),
             event_types: vec!["order.confirmed.v1".into()],
             concurrency: 3,
+            group_protocol: "classic",
             assignor: "cooperative-sticky",
             provider_url: provider_url.into(),
             key_prefix: None,
@@ -57,11 +63,16 @@ impl HandlerSpec {
             max_attempts: 5,
             backoff_ms: (20, 200),
             retry: String::new(),
-            create_dlq: true,
+            create_dlq: false,
             db_schema: "billing",
             extra: String::new(),
             batch: None,
         }
+    }
+
+    /// `self` under KIP-848's consumer protocol (the broker's assignor).
+    pub fn with_consumer_protocol(self) -> Self {
+        Self { group_protocol: "consumer", assignor: "", ..self }
     }
 
     pub fn notification(topic: &str) -> Self {
@@ -113,9 +124,12 @@ pub fn write_config_with(
 ) -> PathBuf {
     let dir = std::env::temp_dir().join(crate::unique_name("idem_config"));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("config dir: {e}"));
-    let mut text = format!(
-        "[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n"
-    );
+    let mut text = format!("[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n");
+    // Short sessions for the classic protocol; under KIP-848 they are the
+    // broker's (scripts/kafka/server.properties sets them as short).
+    if handlers.iter().all(|h| h.group_protocol == "classic") {
+        text.push_str("\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n");
+    }
     for (key, value) in properties {
         text.push_str(&format!("{key:?} = {value:?}\n"));
     }
@@ -129,13 +143,13 @@ pub fn write_config_with(
     // A port of its own per host config: tests run many hosts at once.
     text.push_str(&format!("\n[admin]\nlisten = \"127.0.0.1:{}\"\n", free_port()));
     for h in handlers {
-        if h.create_dlq && brokers == crate::kafka::brokers() {
+        if (h.create_dlq || crate::kafka::on_mock_cluster()) && brokers == crate::kafka::brokers() {
             crate::kafka::create_topic_like(&format!("{}.{}.dlq", h.topic, h.name), &h.topic);
         }
         let types: Vec<String> = h.event_types.iter().map(|t| format!("\"{t}\"")).collect();
         text.push_str(&format!(
             "\n[[handler]]\nname = \"{name}\"\ntopic = \"{topic}\"\ngroup_id = \"{group}\"\ncomponent = \"{component}\"\n\
-             event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\nassignor = \"{assignor}\"\n\
+             event_types = [{types}]\nschema = \"{schema}\"\nconcurrency = {concurrency}\ngroup_protocol = \"{protocol}\"\n{assignor}\
              {extra}\
              [handler.retry]\nmax_attempts = {max_attempts}\ninitial_backoff_ms = {initial}\nmax_backoff_ms = {max}\n{retry}\
              {batch}[handler.database]\nschema = \"{db_schema}\"\nmigrations = \"{migrations}\"\n\
@@ -147,7 +161,8 @@ pub fn write_config_with(
             types = types.join(", "),
             schema = h.schema.display(),
             concurrency = h.concurrency,
-            assignor = h.assignor,
+            protocol = h.group_protocol,
+            assignor = if h.assignor.is_empty() { String::new() } else { format!("assignor = \"{}\"\n", h.assignor) },
             max_attempts = h.max_attempts,
             retry = h.retry,
             initial = h.backoff_ms.0,

@@ -1,19 +1,18 @@
-//! The broker: `KAFKA_BROKERS` when set (any Kafka cluster), otherwise
-//! librdkafka's mock cluster, started once per test process.
+//! The broker: Apache Kafka at `KAFKA_BROKERS` (scripts/test starts one and
+//! sets it; any Kafka cluster will do), or, for the tests of the
+//! `mock_faults` binary alone, librdkafka's mock cluster.
 //!
-//! Why the mock cluster and not Tansu (the broker the suite used before):
-//! Tansu 0.6.0 with memory storage cannot serve a fetch that starts inside
-//! a multi-record batch, and every real producer batches. The mock cluster
-//! is the in-memory Kafka that librdkafka's own test suite runs against: it
-//! stores produce batches whole and serves a fetch from the batch that
-//! holds the requested offset (the client skips what lies before it), as
-//! Apache Kafka does; it keeps watermarks, consumer groups (join, sync,
-//! heartbeats, session timeouts, the 3 s initial rebalance delay) and
-//! committed offsets. It lives inside the process that starts it, so `idem
-//! run` child processes reach it over loopback TCP like any broker. It has
-//! no CreateTopics: topics are created through its own API here (and
-//! through the admin API on a real cluster). It costs nothing to install:
-//! it is part of the librdkafka that the rdkafka crate already builds.
+//! Why a mock cluster at all: a few tests need a broker fault that Apache
+//! Kafka cannot be made to give from outside, such as refusing exactly the
+//! next N Produce requests with a given error. The mock cluster is the
+//! in-memory Kafka of librdkafka's own test suite (part of the librdkafka
+//! that the rdkafka crate already builds); it injects such errors on
+//! request. A test that uses it calls [`use_mock_cluster`] first, naming the
+//! fault, and lives in `tests/tests/mock_faults.rs`, so that every other
+//! test runs against the broker users run. The mock differs from Kafka in
+//! ways the other tests would hide: it holds a fetch of an empty partition
+//! for the whole `fetch.wait.max.ms`, has no CreateTopics and no
+//! DescribeConfigs, and refuses commits while a group is joining.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
@@ -37,14 +36,34 @@ enum Broker {
     Mock { servers: String, commands: mpsc::Sender<MockCommand> },
 }
 
+static BROKER: OnceLock<Result<Broker, String>> = OnceLock::new();
+
 fn broker() -> &'static Broker {
-    static BROKER: OnceLock<Result<Broker, String>> = OnceLock::new();
     let found = BROKER.get_or_init(|| match std::env::var("KAFKA_BROKERS") {
         Ok(brokers) if !brokers.is_empty() => Ok(Broker::External(brokers)),
-        _ => start_mock(),
+        _ => Err("KAFKA_BROKERS is not set: run the tests with scripts/test, which starts Apache Kafka \
+                  (or set it to a Kafka cluster's bootstrap servers)"
+            .into()),
     });
     match found {
         Ok(b) => b,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Makes this test process use librdkafka's mock cluster instead of Apache
+/// Kafka, for a test that needs `fault`, which Apache Kafka cannot give.
+/// Every test of the process must call it first (they share the broker):
+/// such tests live in the `mock_faults` binary.
+pub fn use_mock_cluster(fault: &str) {
+    let found = BROKER.get_or_init(start_mock);
+    match found {
+        Ok(Broker::Mock { .. }) => {
+            eprintln!("on librdkafka's mock cluster, for a fault Apache Kafka cannot give: {fault}")
+        }
+        Ok(Broker::External(servers)) => {
+            panic!("this test needs the mock cluster ({fault}), but this process already uses {servers}")
+        }
         Err(e) => panic!("{e}"),
     }
 }
@@ -74,13 +93,13 @@ fn start_mock() -> Result<Broker, String> {
     Ok(Broker::Mock { servers, commands: command_tx })
 }
 
-/// Runs `f` with the mock cluster and returns its answer; panics when the
-/// tests run against `KAFKA_BROKERS` (fault injection needs the mock).
+/// Runs `f` with the mock cluster and returns its answer; panics unless
+/// [`use_mock_cluster`] was called.
 pub fn on_mock<T: Send + 'static>(
     f: impl FnOnce(&MockCluster<'static, rdkafka::producer::DefaultProducerContext>) -> T + Send + 'static,
 ) -> T {
     let Broker::Mock { commands, .. } = broker() else {
-        panic!("this test injects broker faults and needs librdkafka's mock cluster (unset KAFKA_BROKERS)");
+        panic!("this test injects broker faults: call kafka::use_mock_cluster first");
     };
     let (tx, rx) = mpsc::channel();
     let command: MockCommand = Box::new(move |cluster| {
@@ -90,8 +109,8 @@ pub fn on_mock<T: Send + 'static>(
     rx.recv().unwrap_or_else(|e| panic!("mock cluster gone: {e}"))
 }
 
-/// Whether the tests run against the in-process mock cluster.
-pub fn is_mock() -> bool {
+/// Whether this process runs on the mock cluster ([`use_mock_cluster`]).
+pub(crate) fn on_mock_cluster() -> bool {
     matches!(broker(), Broker::Mock { .. })
 }
 
@@ -146,16 +165,10 @@ pub async fn create_named_topic(name: &str, partitions: i32) {
 }
 
 /// Creates `name` with as many partitions as `like` has, unless it exists:
-/// a handler's dead-letter topic, which idem refuses to start without (the
-/// mock cluster has no CreateTopics for idem to create it itself).
+/// a handler's dead-letter topic made ahead, as an operator whose idem may
+/// not create topics does (and as the mock cluster, which has no
+/// CreateTopics, needs).
 pub fn create_topic_like(name: &str, like: &str) {
-    let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap_or_else(|e| panic!("consumer: {e}"));
-    let partitions = |topic: &str| {
-        let metadata =
-            consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap_or_else(|e| panic!("metadata: {e}"));
-        metadata.topics().first().filter(|t| t.error().is_none()).map(|t| t.partitions().len() as i32).unwrap_or(0)
-    };
     if partitions(name) > 0 {
         return;
     }
@@ -168,6 +181,15 @@ pub fn create_topic_like(name: &str, like: &str) {
     })
     .join()
     .unwrap_or_else(|_| panic!("creating topic {name} failed"));
+}
+
+/// The partition count of `topic` (0: it does not exist).
+pub fn partitions(topic: &str) -> i32 {
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap_or_else(|e| panic!("consumer: {e}"));
+    let metadata =
+        consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap_or_else(|e| panic!("metadata: {e}"));
+    metadata.topics().first().filter(|t| t.error().is_none()).map(|t| t.partitions().len() as i32).unwrap_or(0)
 }
 
 /// The harness's producer: it counts its Produce requests, so that a test
@@ -371,4 +393,26 @@ pub fn group_consumer(group: &str) -> BaseConsumer {
         .set("session.timeout.ms", "6000")
         .create()
         .unwrap_or_else(|e| panic!("consumer: {e}"))
+}
+
+/// Deletes the records of `topic`/`partition` before `offset` (Kafka's
+/// DeleteRecords, as `kafka-delete-records.sh` or retention would), and
+/// returns the partition's new low watermark.
+pub async fn delete_records(topic: &str, partition: i32, offset: i64) -> i64 {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .unwrap_or_else(|e| panic!("admin client: {e}"));
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(offset)).unwrap_or_else(|e| panic!("offset: {e}"));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let result = admin.delete_records(&tpl, &options).await.unwrap_or_else(|e| panic!("delete records: {e}"));
+    let entry = result.find_partition(topic, partition).unwrap_or_else(|| panic!("delete records: no answer"));
+    if let Err(e) = entry.error() {
+        panic!("delete records of {topic}/{partition} before {offset}: {e}");
+    }
+    match entry.offset() {
+        Offset::Offset(low) => low,
+        other => panic!("delete records: low watermark {other:?}"),
+    }
 }

@@ -13,8 +13,9 @@
 //!   security settings operators of managed Kafka use;
 //! - [`native`]: the billing example as a native handler (no wasm), which
 //!   `idem-under-test` registers for the benchmark;
-//! - [`kafka`]: a broker (`KAFKA_BROKERS`, or librdkafka's mock cluster in
-//!   this process), random topics, a producer that batches like real ones.
+//! - [`kafka`]: the broker (Apache Kafka at `KAFKA_BROKERS`, or, for the
+//!   `mock_faults` tests alone, librdkafka's mock cluster in this process),
+//!   random topics, a producer that batches like real ones.
 
 pub mod db;
 pub mod guests;

@@ -140,10 +140,11 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         (fault, status, s.latency)
     };
     let (fault, status, mut latency) = fault;
-    // Paths that misbehave whatever the fault: a redirect to outside any
-    // allowlist, and a 100 MB answer.
+    // Paths that misbehave whatever the fault: a redirect back to this
+    // provider (a client that followed it would be counted twice), and a
+    // 100 MB answer.
     if request.path.starts_with("/redirect") {
-        let head = "HTTP/1.1 302 Found\r\nlocation: http://169.254.169.254/latest/meta-data/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let head = "HTTP/1.1 302 Found\r\nlocation: /v1/redirected\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
         let _ = stream.write_all(head.as_bytes()).await;
         return;
     }

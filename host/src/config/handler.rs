@@ -76,9 +76,14 @@ pub struct HandlerConfig {
     /// Linear memory one instance may grow to, in MiB.
     #[serde(default = "default_max_memory_mib")]
     pub max_memory_mib: usize,
-    /// `cooperative-sticky` (default), `range` or `roundrobin`.
-    #[serde(default = "default_assignor")]
-    pub assignor: String,
+    /// The consumer-group protocol: `classic` (default) or `consumer`
+    /// (KIP-848). See `config/group.rs`.
+    #[serde(default)]
+    pub group_protocol: super::GroupProtocol,
+    /// Classic: `cooperative-sticky` (default), `range` or `roundrobin`;
+    /// consumer: `uniform` (the broker's default) or `range`.
+    #[serde(default)]
+    pub assignor: Option<String>,
     /// Where a group without committed offsets starts: `earliest` (default) or `latest`.
     #[serde(default = "default_auto_offset_reset")]
     pub auto_offset_reset: String,
@@ -238,9 +243,6 @@ fn default_max_module_mib() -> usize {
 }
 fn default_max_memory_mib() -> usize {
     256
-}
-fn default_assignor() -> String {
-    "cooperative-sticky".into()
 }
 fn default_auto_offset_reset() -> String {
     "earliest".into()

@@ -9,10 +9,12 @@ use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
 mod admin;
+mod group;
 mod handler;
 mod retention;
 mod runtime;
 pub use admin::AdminConfig;
+pub use group::GroupProtocol;
 pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, OnFailure,
 };
@@ -212,9 +214,13 @@ impl Config {
             if !roles.insert(role.clone()) {
                 bail!("{at}: database.role `{role}` is another handler's: each handler logs in as its own role");
             }
-            if !matches!(h.assignor.as_str(), "cooperative-sticky" | "range" | "roundrobin") {
-                bail!("{at}: assignor `{}`: use cooperative-sticky, range or roundrobin", h.assignor);
-            }
+            let consumer_properties = [
+                ("[kafka.properties]", &self.kafka.properties),
+                ("[kafka.properties_env]", &self.kafka.properties_env),
+                ("properties", &h.properties),
+                ("properties_env", &h.properties_env),
+            ];
+            group::check(&at, h.group_protocol, h.assignor.as_deref(), &consumer_properties)?;
             if !matches!(h.auto_offset_reset.as_str(), "earliest" | "latest") {
                 bail!("{at}: auto_offset_reset `{}`: use earliest or latest", h.auto_offset_reset);
             }
@@ -319,7 +325,8 @@ mod tests {
             billing.schema.ends_with("examples/billing/order-confirmed.v1.schema.json"),
             "resolved against the file"
         );
-        assert_eq!(billing.assignor, "cooperative-sticky");
+        assert_eq!(billing.assignor, None);
+        assert_eq!(billing.group_protocol, super::GroupProtocol::Classic);
         assert_eq!(billing.auto_offset_reset, "earliest");
     }
 

@@ -67,13 +67,18 @@ impl BatchFailure {
 
 impl Executor {
     /// Executes `events` (distinct ids) in one transaction. `Ok` only
-    /// after COMMIT succeeded, with one outcome per event. When `stop`
-    /// answers true between two events (the partition was revoked, the
-    /// host is stopping), the batch is rolled back at once, so that the
+    /// after COMMIT succeeded, with one outcome per event. `stop` is asked
+    /// between two events, with the number of events run so far; when it
+    /// answers true (the partition was revoked, the host is stopping), the
+    /// batch is rolled back at once, so that the
     /// partition's next owner finds its events unclaimed instead of waiting
     /// for up to `max_events` executions; they run again there (HTTP calls
     /// with the same keys).
-    pub async fn execute_batch(&self, events: &[Event], stop: impl Fn() -> bool) -> Result<Vec<Outcome>, BatchFailure> {
+    pub async fn execute_batch(
+        &self,
+        events: &[Event],
+        stop: impl Fn(usize) -> bool,
+    ) -> Result<Vec<Outcome>, BatchFailure> {
         let began = std::time::Instant::now();
         let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
         let deadline = tx.statement_deadline();
@@ -94,7 +99,7 @@ impl Executor {
         let budget = self.handler.settings().timeout;
         let mut outcomes = Vec::with_capacity(events.len());
         for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
-            if index > 0 && stop() {
+            if index > 0 && stop(index) {
                 tx.rollback().await;
                 return Err(BatchFailure { stopped: true, ..BatchFailure::at(0, None) });
             }

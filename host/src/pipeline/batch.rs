@@ -114,7 +114,11 @@ pub(super) async fn run(shared: &Shared, state: &PartitionState, pending: &mut V
         }
         let executor = shared.slot.executor();
         let version = executor.handler().version();
-        match executor.execute_batch(&events[..end], || state.is_stopped()).await {
+        let between = |done: usize| {
+            shared.mid_batch_point(&events[done - 1].payload);
+            state.is_stopped()
+        };
+        match executor.execute_batch(&events[..end], between).await {
             Ok(outcomes) => {
                 Stats::add(&shared.stats.transactions);
                 shared.fault_point();

@@ -63,7 +63,8 @@ impl DeadLetters {
         let topic = handler.dlq_topic();
         let partitions = ensure_topic(config, handler, &topic).await?;
         // The handler's own properties too: its credentials, say.
-        let mut client = crate::kafka_client::client_config(config, Some(handler))?;
+        let mut client =
+            crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Producer)?;
         client
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -154,7 +155,7 @@ async fn ensure_topic(config: &Config, handler: &HandlerConfig, topic: &str) -> 
         );
     };
     let admin: AdminClient<DefaultClientContext> = crate::kafka_client::create(
-        &crate::kafka_client::client_config(config, Some(handler))?,
+        &crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Producer)?,
         DefaultClientContext,
         "a Kafka admin client",
     )?;
@@ -162,7 +163,12 @@ async fn ensure_topic(config: &Config, handler: &HandlerConfig, topic: &str) -> 
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let created = admin.create_topics([&new], &options).await;
     let refused = match created {
-        Ok(results) => results.into_iter().find_map(|r| r.err()).map(|(_, code)| code.to_string()),
+        Ok(results) => results
+            .into_iter()
+            .find_map(|r| r.err())
+            // Another host created it between the look-up and the request.
+            .filter(|(_, code)| *code != rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)
+            .map(|(_, code)| code.to_string()),
         Err(e) => Some(e.to_string()),
     };
     if let Some(why) = refused {

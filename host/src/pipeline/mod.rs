@@ -119,6 +119,11 @@ pub(crate) struct Shared {
     /// contains the text.
     abort_on: Option<String>,
     panic_on: Option<String>,
+    /// Test-only fault point (`IDEM_TEST_ABORT_AFTER=<text>`): abort the
+    /// process inside a running batch, right after the event whose payload
+    /// contains the text ran (its statements and requests done), before
+    /// the next event and the batch's COMMIT.
+    abort_after: Option<String>,
     committed: AtomicU64,
 }
 
@@ -138,6 +143,15 @@ impl Shared {
             && payload.contains(marker.as_str())
         {
             panic!("IDEM_TEST_PANIC_ON matched: a partition worker panics");
+        }
+    }
+
+    pub(crate) fn mid_batch_point(&self, ran: &str) {
+        if let Some(marker) = &self.abort_after
+            && ran.contains(marker.as_str())
+        {
+            eprintln!("idem: IDEM_TEST_ABORT_AFTER matched: aborting inside a batch, before its COMMIT");
+            std::process::abort();
         }
     }
 
@@ -213,6 +227,7 @@ pub async fn run(
             crash_after,
             abort_on: std::env::var("IDEM_TEST_ABORT_ON").ok().filter(|m| !m.is_empty()),
             panic_on: std::env::var("IDEM_TEST_PANIC_ON").ok().filter(|m| !m.is_empty()),
+            abort_after: std::env::var("IDEM_TEST_ABORT_AFTER").ok().filter(|m| !m.is_empty()),
             idem_pool: prepared.pool.clone(),
             unproven: tokio::sync::Mutex::new(()),
             committed: AtomicU64::new(0),
@@ -326,7 +341,7 @@ pub(crate) fn probe_client(
     config: &Config,
     handler: Option<&HandlerConfig>,
 ) -> anyhow::Result<BaseConsumer<ProbeContext>> {
-    let client = crate::kafka_client::client_config(config, handler)?;
+    let client = crate::kafka_client::client_config(config, handler, crate::kafka_client::ClientKind::Consumer)?;
     crate::kafka_client::create(&client, ProbeContext::default(), "a Kafka client")
 }
 
@@ -335,13 +350,20 @@ fn build_consumer(
     handler: &HandlerConfig,
     shared: Arc<Shared>,
 ) -> anyhow::Result<BaseConsumer<IdemContext>> {
-    let mut client = crate::kafka_client::client_config(config, Some(handler))?;
+    let mut client =
+        crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
     client
         .set("group.id", &handler.group_id)
         .set("client.id", format!("idem-{}", handler.name))
-        .set("partition.assignment.strategy", &handler.assignor)
+        .set("group.protocol", handler.group_protocol.as_str())
         .set("auto.offset.reset", &handler.auto_offset_reset)
         .set("enable.partition.eof", "false");
+    let assignor = handler.assignor.as_deref().or(handler.group_protocol.default_assignor());
+    match (handler.group_protocol, assignor) {
+        (crate::config::GroupProtocol::Classic, Some(a)) => client.set("partition.assignment.strategy", a),
+        (crate::config::GroupProtocol::Consumer, Some(a)) => client.set("group.remote.assignor", a),
+        (_, None) => &mut client,
+    };
     // Each partition's high watermark reaches the lag metric this way.
     if client.get("statistics.interval.ms").is_none() {
         client.set("statistics.interval.ms", "1000");

@@ -88,7 +88,8 @@ fn failed_at(message: &OwnedMessage) -> Option<chrono::DateTime<chrono::Utc>> {
 pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
     let topic = handler.dlq_topic();
     let topic = topic.as_str();
-    let mut client = crate::kafka_client::client_config(config, Some(handler))?;
+    let mut client =
+        crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
     client.set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7())).set("enable.auto.commit", "false");
     let consumer: BaseConsumer<crate::kafka_client::ProbeContext> =
         crate::kafka_client::create(&client, Default::default(), "a DLQ reader")?;

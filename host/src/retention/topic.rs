@@ -59,7 +59,7 @@ pub fn shorter(topic: &str, dedup_retention: Span, stale: StalePolicy, retention
 /// The topic's `retention.ms`; `None` when the topic does not exist.
 async fn topic_retention_ms(config: &Config, h: &crate::config::HandlerConfig) -> anyhow::Result<Option<i64>> {
     let admin: AdminClient<DefaultClientContext> = crate::kafka_client::create(
-        &crate::kafka_client::client_config(config, Some(h))?,
+        &crate::kafka_client::client_config(config, Some(h), crate::kafka_client::ClientKind::Producer)?,
         DefaultClientContext,
         "a Kafka admin client",
     )?;

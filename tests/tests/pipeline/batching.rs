@@ -93,10 +93,21 @@ async fn a_partition_paused_for_backpressure_resumes_inside_a_batch_and_drains()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_restarted_after_sigkill_resumes_inside_batches_and_finishes() {
+    restarted_after_sigkill(HandlerSpec::billing).await;
+}
+
+/// Under KIP-848 the dead member's partitions come back when the broker's
+/// session timeout (`group.consumer.session.timeout.ms`) ends it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_restarted_after_sigkill_under_kip_848_resumes_inside_batches_and_finishes() {
+    restarted_after_sigkill(|topic, url| HandlerSpec::billing(topic, url).with_consumer_protocol()).await;
+}
+
+async fn restarted_after_sigkill(billing: fn(&str, &str) -> HandlerSpec) {
     let env = Env::new(6).await;
     env.provider.set_latency(Duration::from_millis(2));
     send_batched_orders(&env, 3_000).await;
-    let spec = env.billing();
+    let spec = billing(&env.topic, &env.provider.base_url());
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
 
     let first = host::spawn(&config, false, &[]);

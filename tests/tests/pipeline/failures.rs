@@ -297,6 +297,15 @@ async fn replay_applies_exactly_the_missing_events_to_that_handler_only() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_event_that_kills_the_host_is_dead_lettered_after_max_attempts_restarts() {
+    killed_by_an_event("classic").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_that_kills_the_host_under_kip_848_is_dead_lettered_after_max_attempts_restarts() {
+    killed_by_an_event("consumer").await;
+}
+
+async fn killed_by_an_event(protocol: &'static str) {
     let env = Env::new(1).await;
     let (_, killer) = scenario("ok", serde_json::json!({ "note": "kill-the-host" }));
     env.send(0, &killer).await;
@@ -304,6 +313,9 @@ async fn an_event_that_kills_the_host_is_dead_lettered_after_max_attempts_restar
         env.send(0, &scenario("ok", serde_json::json!({})).1).await;
     }
     let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    if protocol == "consumer" {
+        spec = spec.with_consumer_protocol();
+    }
     spec.max_attempts = 2;
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let abort = [("IDEM_TEST_ABORT_ON", "kill-the-host")];
@@ -402,11 +414,11 @@ async fn a_partition_paused_when_revoked_is_resumed_when_assigned_again() {
     env.finish().await;
 }
 
+/// Records deleted under a consumer's position while its partition is
+/// paused (retention, or an operator's DeleteRecords): when the host resumes,
+/// its fetch position is out of range and librdkafka resets it.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_offset_reset_in_the_middle_of_an_assignment_is_detected_and_counted() {
-    if !kafka::is_mock() {
-        return; // relies on the mock cluster's 5 MB log per partition
-    }
     let env = Env::new(1).await;
     let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
     spec.concurrency = 1;
@@ -415,19 +427,19 @@ async fn an_offset_reset_in_the_middle_of_an_assignment_is_detected_and_counted(
     // Assigned and consuming.
     env.send(0, &scenario("ok", serde_json::json!({})).1).await;
     wait_until("the first event", || kafka::committed(&spec.group_id, &env.topic, 1) == vec![Some(1)]).await;
-    // 30 MB of slow events: the host's queue fills (16 MiB) and pauses the
-    // partition while the mock cluster, which keeps 5 MB per partition,
-    // deletes records the host has not fetched yet. When the host resumes,
-    // its position is out of range and librdkafka resets it.
+    // 30 MB of slow events (50 ms each): the host's queue fills (16 MiB, 80
+    // records) and pauses the partition, so that it has fetched at most
+    // some 100 of them when all but the last 5 are deleted.
     let pad = "x".repeat(200_000);
     let slow =
-        |i: usize| scenario("statement", serde_json::json!({ "sql": "SELECT pg_sleep(0.02)", "pad": pad, "i": i })).1;
+        |i: usize| scenario("statement", serde_json::json!({ "sql": "SELECT pg_sleep(0.05)", "pad": pad, "i": i })).1;
     let records: Vec<(i32, Vec<u8>)> = (0..150).map(|i| (0, slow(i))).collect();
     kafka::produce_all(&env.producer, &env.topic, &records).await;
     let end = kafka::high_watermarks(&env.topic, 1)[0];
+    assert_eq!(kafka::delete_records(&env.topic, 0, end - 5).await, end - 5);
     wait_until("committed to the end", || kafka::committed(&spec.group_id, &env.topic, 1) == vec![Some(end)]).await;
     let r = &running.stop().await[0];
-    assert!(r.processed < 151, "records were skipped by the reset: {r:?}");
+    assert!(r.processed < 146, "records were skipped by the reset: {r:?}");
     assert!(r.offset_resets >= 1, "the reset in the middle of the assignment was counted: {r:?}");
     env.finish().await;
 }

@@ -17,7 +17,6 @@ mod modules;
 mod observability;
 mod retention;
 mod revocation;
-mod security;
 mod transactions;
 
 struct Env {
@@ -249,12 +248,14 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
 
 /// Two host processes in one group: the second joins mid-stream, the first
 /// leaves mid-stream (SIGTERM); every event is charged exactly once.
-async fn rebalance_mid_stream(assignor: &'static str) {
+/// `protocol`: the group protocol, "classic" or "consumer" (KIP-848).
+async fn rebalance_mid_stream(protocol: &'static str, assignor: &'static str) {
     let env = Env::new(6).await;
     // Slow charges keep the stream going through both rebalances.
     env.provider.set_latency(Duration::from_millis(50));
     env.send_orders(600).await;
     let mut spec = env.billing();
+    spec.group_protocol = protocol;
     spec.assignor = assignor;
     spec.concurrency = 2;
     // Same handler, same group; the key prefix only tells who sent a charge
@@ -314,12 +315,17 @@ async fn rebalance_mid_stream(assignor: &'static str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rebalance_mid_stream_with_cooperative_sticky_loses_and_doubles_nothing() {
-    rebalance_mid_stream("cooperative-sticky").await;
+    rebalance_mid_stream("classic", "cooperative-sticky").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rebalance_mid_stream_with_an_eager_assignor_loses_and_doubles_nothing() {
-    rebalance_mid_stream("range").await;
+    rebalance_mid_stream("classic", "range").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebalance_mid_stream_under_kip_848_loses_and_doubles_nothing() {
+    rebalance_mid_stream("consumer", "uniform").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -32,16 +32,19 @@ struct Member {
 }
 
 impl Member {
-    fn join(group: &str, topic: &str) -> Self {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", kafka::brokers())
-            .set("group.id", group)
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("enable.auto.commit", "false")
-            .set("session.timeout.ms", "6000")
-            .set("heartbeat.interval.ms", "500")
-            .create()
-            .unwrap_or_else(|e| panic!("consumer: {e}"));
+    /// Joins `group` with the group protocol `spec` uses.
+    fn join(group: &str, topic: &str, spec: &HandlerSpec) -> Self {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", kafka::brokers()).set("group.id", group).set("enable.auto.commit", "false");
+        if spec.group_protocol == "consumer" {
+            config.set("group.protocol", "consumer");
+        } else {
+            config
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set("session.timeout.ms", "6000")
+                .set("heartbeat.interval.ms", "500");
+        }
+        let consumer: BaseConsumer = config.create().unwrap_or_else(|e| panic!("consumer: {e}"));
         consumer.subscribe(&[topic]).unwrap_or_else(|e| panic!("subscribe: {e}"));
         let (assigned, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
         let (seen, stopping) = (assigned.clone(), stop.clone());
@@ -71,6 +74,15 @@ impl Member {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_nor_the_new_owner() {
+    revocation_meets_a_stuck_event("classic").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_kip_848_a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_nor_the_new_owner() {
+    revocation_meets_a_stuck_event("consumer").await;
+}
+
+async fn revocation_meets_a_stuck_event(protocol: &'static str) {
     let env = Env::new(2).await;
     // Each partition: an ordinary event, a gated one, 300 more. A gate is an
     // uncommitted row of the test's that the gated event's first write
@@ -100,6 +112,9 @@ async fn a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_
     let per_partition = 302;
 
     let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    if protocol == "consumer" {
+        spec = spec.with_consumer_protocol();
+    }
     spec.extra = "timeout_ms = 60000\n".into();
     // One event per transaction: a partition then runs in parallel with
     // the others from its second event on (until it has processed
@@ -118,7 +133,7 @@ async fn a_revocation_meeting_a_stuck_event_holds_up_neither_the_kept_partition_
     // A second member joins: the host gives one partition up while that
     // partition's event is stuck. The member is assigned it promptly (the
     // revocation does not wait for the event's 60 s deadline).
-    let member = Member::join(&spec.group_id, &env.topic);
+    let member = Member::join(&spec.group_id, &env.topic, &spec);
     let assigned = || async { member.assigned().len() == 1 };
     within("the second member assigned a partition", Duration::from_secs(20), assigned).await;
     let moved = member.assigned()[0];

@@ -234,3 +234,46 @@ async fn an_event_that_kills_the_host_inside_a_batch_is_dead_lettered_after_max_
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(6)], "the partition flowed on");
     env.finish().await;
 }
+
+/// A crash inside a running batch, after some of its events ran their
+/// statements and sent their payment requests, before COMMIT: the whole
+/// batch is rolled back, and after a restart every order is charged once,
+/// each repeated request carrying the same `Idempotency-Key` as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_inside_a_running_batch_repeats_its_requests_with_the_same_keys_and_charges_once() {
+    let env = Env::new(1).await;
+    let mut payloads: Vec<Vec<u8>> = (1..=30).map(|i| host::order_payload(i).1).collect();
+    // The 6th order carries the crash point; the batch it is in runs the
+    // orders before it in the same transaction first.
+    let mut marked: serde_json::Value = serde_json::from_slice(&payloads[5]).expect("json");
+    marked["note"] = "crash-mid-batch".into();
+    let marked_id = marked["eventId"].as_str().expect("id").to_owned();
+    payloads[5] = marked.to_string().into_bytes();
+    let records: Vec<(i32, Vec<u8>)> = payloads.into_iter().map(|p| (0, p)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let spec = HandlerSpec { batch: Some((10, 50)), ..env.billing() };
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+
+    let (status, _) = host::wait_report(host::spawn(&config, true, &[("IDEM_TEST_ABORT_AFTER", "crash-mid-batch")]));
+    assert!(!status.success(), "the host died inside the batch: {status}");
+    let committed: Vec<String> =
+        sqlx::query_scalar("SELECT event_id::text FROM billing.charge").fetch_all(&env.db.pool).await.expect("charges");
+    assert!(!committed.contains(&marked_id), "the marked order's batch did not commit");
+    let sent_before: Vec<String> = env.provider.keys().into_iter().flatten().collect();
+    let uncommitted: Vec<&String> = sent_before.iter().filter(|k| !committed.contains(k)).collect();
+    assert!(uncommitted.contains(&&marked_id), "the marked order's request went out before the crash");
+    assert!(uncommitted.len() >= 2, "orders before it in the batch had sent theirs too: {uncommitted:?}");
+
+    let (status, reports) = host::wait_report(host::spawn(&config, true, &[]));
+    assert!(status.success(), "{status}");
+    assert_eq!(env.count(super::CHARGES).await, 30, "0 lost");
+    assert_eq!(env.count(super::DISTINCT_ORDERS).await, 30, "0 double charges");
+    assert_eq!(env.provider.charges(), 30, "one charge per order at the provider");
+    let sent: Vec<String> = env.provider.keys().into_iter().flatten().collect();
+    for key in &uncommitted {
+        assert_eq!(sent.iter().filter(|k| k == key).count(), 2, "{key}: sent again with the same key");
+    }
+    assert_eq!(sent.len(), 30 + uncommitted.len(), "only the rolled-back batch's requests repeated");
+    assert_eq!(reports[0].processed as usize, 30 - committed.len(), "{:?}", reports[0]);
+    env.finish().await;
+}

@@ -64,7 +64,7 @@ async fn duplicates_on_both_sides_of_a_window_boundary_are_caught() {
     for event in [&after, &before] {
         assert_eq!(scenarios.execute(event, 1).await.expect("again"), Outcome::Duplicate);
     }
-    let batch = scenarios.execute_batch(&[before.clone(), after.clone()], || false).await.expect("batch");
+    let batch = scenarios.execute_batch(&[before.clone(), after.clone()], |_| false).await.expect("batch");
     assert_eq!(batch, [Outcome::Duplicate, Outcome::Duplicate]);
     assert_eq!(s.count(EFFECTS).await, 2);
     // Each row is in the window of its id's day.
@@ -122,10 +122,10 @@ async fn an_event_older_than_the_retention_meets_its_policy() {
     // In a batch: the stale one is skipped in place, or fails alone.
     let fresh = scenario_at(now, "ok");
     let stale = scenario_at(now - 3 * 3_600_000, "ok");
-    let outcomes = skip.execute_batch(&[fresh.clone(), stale.clone()], || false).await.expect("batch");
+    let outcomes = skip.execute_batch(&[fresh.clone(), stale.clone()], |_| false).await.expect("batch");
     assert_eq!(outcomes, [Outcome::Processed, Outcome::Skipped]);
     let fresh2 = scenario_at(now, "ok");
-    let failure = dlq.execute_batch(&[fresh2, stale], || false).await.expect_err("stale in the batch");
+    let failure = dlq.execute_batch(&[fresh2, stale], |_| false).await.expect_err("stale in the batch");
     assert_eq!(failure.index, 1);
     assert!(matches!(failure.own, Some(ExecError::StaleEvent(_))), "{:?}", failure.own);
     s.finish().await;

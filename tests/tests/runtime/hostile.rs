@@ -462,10 +462,18 @@ async fn http_redirects_and_huge_answers_go_nowhere() {
     let s = Setup::new().await;
     let exec = s.scenarios();
     let base = s.provider.base_url();
-    // The guest gets the 302 itself (its SDK treats it as it likes); the
-    // host never follows it to the metadata address it names.
-    let _ = exec.execute(&scenario_with("get", json!({ "url": format!("{base}/redirect") })), 1).await;
-    assert_eq!(s.provider.seen().len(), 1, "one request, to the provider only: the redirect was not followed");
+    // The guest gets the 302 itself; the host never follows it (here back
+    // to the provider, which would count a second request).
+    let redirect = scenario_with("get-status", json!({ "url": format!("{base}/redirect") }));
+    assert_eq!(exec.execute(&redirect, 1).await.expect("the guest handles the 302"), Outcome::Processed);
+    let answered: Vec<String> =
+        sqlx::query_scalar("SELECT note FROM scenario.effect WHERE event_id = $1 AND note LIKE 'status:%'")
+            .bind(redirect.id)
+            .fetch_all(&s.db.pool)
+            .await
+            .expect("notes");
+    assert_eq!(answered, vec!["status:302".to_owned()], "the guest saw the redirect itself");
+    assert_eq!(s.provider.seen().len(), 1, "one request: the redirect was not followed");
     let err = exec
         .execute(&scenario_with("get", json!({ "url": format!("{base}/big") })), 1)
         .await

@@ -208,6 +208,12 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             http::get(url).send()?.error_for_status()?;
             Ok(())
         }
+        "get-status" => {
+            // Records the status the guest was answered, whatever it is.
+            let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;
+            let status = http::get(url).send()?.status();
+            record(db, event, &format!("status:{status}"))
+        }
         other => Err(Error::permanent(format!("unknown scenario {other}"))),
     }
 }
