@@ -4,7 +4,9 @@
 # stopped when the script exits; its folder, log included, is kept when the
 # run failed.
 #   broker_begin             start one, unless KAFKA_BROKERS is set
-#   broker_ready             wait for it and export KAFKA_BROKERS (exit 1 naming the cause)
+#   broker_ready             wait for it and export KAFKA_BROKERS, and its TLS
+#                            listeners' KAFKA_SSL_BROKERS, KAFKA_SASL_SSL_BROKERS,
+#                            KAFKA_TLS_CA, … (exit 1 naming the cause)
 #   broker_end STATUS        stop it; keep its folder unless STATUS is 0
 _broker_script="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/broker"
 _broker_dir=""
@@ -27,6 +29,11 @@ broker_ready() {
     cat "$_broker_dir/start.log" >&2
     KAFKA_BROKERS="$(cat "$_broker_dir/started")"
     export KAFKA_BROKERS
+    # Its TLS and SASL_SSL listeners, for the security tests.
+    set -a
+    # shellcheck disable=SC1091
+    . "$_broker_dir/listeners.env"
+    set +a
 }
 
 broker_end() {

@@ -416,3 +416,64 @@ pub async fn delete_records(topic: &str, partition: i32, offset: i64) -> i64 {
         other => panic!("delete records: low watermark {other:?}"),
     }
 }
+
+/// The test broker's TLS listeners (scripts/kafka/broker): `SSL` and
+/// `SASL_SSL` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 for one user), with the
+/// CA that signed their certificate and one that did not.
+#[derive(Debug, Clone)]
+pub struct TlsListeners {
+    /// Bootstrap address of the TLS-only listener.
+    pub ssl: String,
+    /// Bootstrap address of the TLS + SASL listener.
+    pub sasl_ssl: String,
+    pub ca_file: String,
+    /// A CA that signed nothing the broker presents.
+    pub other_ca_file: String,
+    pub user: String,
+    pub password: String,
+}
+
+impl TlsListeners {
+    /// Read from the variables scripts/test exports; panics naming the
+    /// missing one (another cluster at `KAFKA_BROKERS` has none of them).
+    pub fn from_env() -> Self {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!(
+                    "{name} is not set: the TLS and SASL tests need the test broker's SSL and SASL_SSL listeners \
+                     (scripts/test starts it and sets {name})"
+                )
+            })
+        };
+        Self {
+            ssl: var("KAFKA_SSL_BROKERS"),
+            sasl_ssl: var("KAFKA_SASL_SSL_BROKERS"),
+            ca_file: var("KAFKA_TLS_CA"),
+            other_ca_file: var("KAFKA_TLS_OTHER_CA"),
+            user: var("KAFKA_SASL_USER"),
+            password: var("KAFKA_SASL_PASSWORD"),
+        }
+    }
+
+    /// `[kafka.properties]` for the SASL_SSL listener with `mechanism`
+    /// (the password is not among them: it goes through `properties_env`).
+    pub fn sasl_properties(&self, mechanism: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("security.protocol", "SASL_SSL".to_owned()),
+            ("sasl.mechanism", mechanism.to_owned()),
+            ("sasl.username", self.user.clone()),
+            ("ssl.ca.location", self.ca_file.clone()),
+        ]
+    }
+
+    /// A client of the SASL_SSL listener (SCRAM-SHA-512), password included.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.sasl_ssl);
+        for (key, value) in self.sasl_properties("SCRAM-SHA-512") {
+            config.set(key, value);
+        }
+        config.set("sasl.password", &self.password);
+        config
+    }
+}

@@ -9,8 +9,6 @@
 //!   `Idempotency-Key` and can misbehave on purpose;
 //! - [`host`]: config files for `idem run`, in-process or as a child process;
 //! - [`proxy`]: a TCP proxy to cut, for database outages;
-//! - [`secure`]: a Kafka listener that requires TLS and SASL, for the
-//!   security settings operators of managed Kafka use;
 //! - [`native`]: the billing example as a native handler (no wasm), which
 //!   `idem-under-test` registers for the benchmark;
 //! - [`kafka`]: the broker (Apache Kafka at `KAFKA_BROKERS`, or, for the
@@ -24,7 +22,6 @@ pub mod kafka;
 pub mod native;
 pub mod provider;
 pub mod proxy;
-pub mod secure;
 
 use std::sync::Once;
 

@@ -106,6 +106,27 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
         ),
         (variant(&config, &db.url, "postgres://postgres@127.0.0.1:1/nowhere"), "database unreachable"),
         (variant(&config, &idem_tests::kafka::brokers(), "127.0.0.1:1"), "broker unreachable"),
+        // KIP-848: the session timeout is the broker's, the assignor too.
+        (
+            variant(
+                &config,
+                "group_protocol = \"classic\"\nassignor = \"cooperative-sticky\"\n",
+                "group_protocol = \"consumer\"\n",
+            ),
+            "where it is the broker's group.consumer.",
+        ),
+        (
+            variant(
+                &variant(&config, "\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n", ""),
+                "group_protocol = \"classic\"",
+                "group_protocol = \"consumer\"",
+            ),
+            "assignor = \"uniform\"",
+        ),
+        (
+            variant(&config, "[kafka.properties]", "[kafka.properties]\n\"group.protocol\" = \"consumer\""),
+            "`group_protocol`",
+        ),
     ];
     for (path, expected) in cases {
         let (ok, out) = check(&path);
@@ -145,6 +166,91 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
     c.group_id = a.group_id.clone();
     let (ok, out) = check(&host::write_config(&db.url, &[a, c]));
     assert!(!ok && out.contains("is used by another handler"), "{out}");
+    db.drop_database().await;
+}
+
+/// `idem check` with extra environment variables.
+fn check_with_env(config: &Path, env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(idem_tests::idem_bin())
+        .args(["check", "--config", config.to_str().unwrap_or_default()])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run idem: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// Against the test broker's SSL and SASL_SSL listeners (Apache Kafka's
+/// own TLS and SASL, scripts/kafka/broker).
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reaches_brokers_that_require_tls_and_sasl_and_never_prints_a_secret() {
+    idem_tests::init_logging();
+    let tls = idem_tests::kafka::TlsListeners::from_env();
+    let db = TestDb::new().await.expect("database");
+    let topic = idem_tests::kafka::create_topic(1).await;
+    let spec = HandlerSpec::billing(&topic, "http://127.0.0.1:9");
+    const VAR: &str = "IDEM_TEST_KAFKA_PASSWORD";
+    // librdkafka's own debug log of its configuration and of the SASL
+    // exchange goes to idem's log too: none of it may carry the password.
+    let verbose = |password: &str| -> Vec<(&'static str, String)> {
+        vec![(VAR, password.to_owned()), ("IDEM_LOG", "info,idem=debug,librdkafka=debug".to_owned())]
+    };
+    let run = |config: &Path, env: &[(&'static str, String)]| {
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        check_with_env(config, &pairs)
+    };
+    let config_for = |brokers: &str, properties: &[(&str, String)], from_env: &[(&str, &str)]| {
+        host::write_config_with(brokers, properties, from_env, &db.url, std::slice::from_ref(&spec))
+    };
+
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let mut properties = tls.sasl_properties(mechanism);
+        properties.push(("debug", "conf,security,broker".to_owned()));
+        let config = config_for(&tls.sasl_ssl, &properties, &[("sasl.password", VAR)]);
+        let (ok, out) = run(&config, &verbose(&tls.password));
+        assert!(ok, "{mechanism} over TLS: {out}");
+        assert!(!out.contains(&tls.password), "{mechanism}: the password was printed");
+
+        // A wrong password: refused at once, saying so, printing neither.
+        let (ok, out) = run(&config, &verbose("wrong-password-4711"));
+        assert!(
+            !ok && out.contains("broker unreachable") && out.contains("Authentication failed"),
+            "{mechanism}: {out}"
+        );
+        assert!(!out.contains("wrong-password-4711") && !out.contains(&tls.password), "a password was printed");
+    }
+    let scram = tls.sasl_properties("SCRAM-SHA-512");
+
+    // The variable missing: named, before anything connects.
+    let (ok, out) = run(&config_for(&tls.sasl_ssl, &scram, &[("sasl.password", VAR)]), &[]);
+    assert!(!ok && out.contains(VAR) && out.contains("not set"), "{out}");
+
+    // The password written into the file: refused, and not echoed.
+    let mut literal = scram.clone();
+    literal.push(("sasl.password", tls.password.clone()));
+    let (ok, out) = run(&config_for(&tls.sasl_ssl, &literal, &[]), &[]);
+    assert!(!ok && out.contains("holds a secret") && out.contains("properties_env"), "{out}");
+    assert!(!out.contains(&tls.password), "the refused password was printed: {out}");
+
+    // TLS without SASL, to the listener that requires SASL.
+    let tls_only = vec![("security.protocol", "SSL".to_owned()), ("ssl.ca.location", tls.ca_file.clone())];
+    let (ok, out) = run(&config_for(&tls.sasl_ssl, &tls_only, &[]), &[]);
+    assert!(!ok && out.contains("broker unreachable"), "{out}");
+
+    // A CA that did not sign the broker's certificate.
+    let mut untrusted = scram.clone();
+    untrusted.retain(|(k, _)| *k != "ssl.ca.location");
+    untrusted.push(("ssl.ca.location", tls.other_ca_file.clone()));
+    let (ok, out) = run(&config_for(&tls.sasl_ssl, &untrusted, &[("sasl.password", VAR)]), &verbose(&tls.password));
+    assert!(!ok && out.contains("certificate verify failed"), "an untrusted certificate: {out}");
+
+    // Plaintext, to the TLS listener: the TLS handshake never happens.
+    let (ok, out) = run(&config_for(&tls.ssl, &[], &[]), &[]);
+    assert!(!ok && out.contains("broker unreachable"), "{out}");
+
+    // TLS alone (no SASL), trusted through ssl.ca.location.
+    let (ok, out) = run(&config_for(&tls.ssl, &tls_only, &[]), &[]);
+    assert!(ok, "TLS only: {out}");
     db.drop_database().await;
 }
 

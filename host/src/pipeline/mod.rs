@@ -7,6 +7,7 @@ mod attempts;
 mod batch;
 mod consumer;
 mod dlq;
+mod faults;
 mod partition;
 pub mod replay;
 
@@ -14,7 +15,7 @@ pub(crate) use dlq::DeadLetters;
 pub use dlq::headers as dlq_headers;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -109,22 +110,9 @@ pub(crate) struct Shared {
     pub unproven: tokio::sync::Mutex<()>,
     pub stats: Arc<Stats>,
     fatal: mpsc::UnboundedSender<String>,
-    /// Test-only fault point (`IDEM_TEST_CRASH_AFTER_COMMITS=N`): abort the
-    /// process right after the N-th committed transaction, before its
-    /// offset can be committed.
-    crash_after: Option<u64>,
-    /// Test-only fault points (`IDEM_TEST_ABORT_ON=<text>`,
-    /// `IDEM_TEST_PANIC_ON=<text>`): abort the process, or panic the
-    /// partition's worker, when about to execute an event whose payload
-    /// contains the text.
-    abort_on: Option<String>,
-    panic_on: Option<String>,
-    /// Test-only fault point (`IDEM_TEST_ABORT_AFTER=<text>`): abort the
-    /// process inside a running batch, right after the event whose payload
-    /// contains the text ran (its statements and requests done), before
-    /// the next event and the batch's COMMIT.
-    abort_after: Option<String>,
-    committed: AtomicU64,
+    /// The crash tests' fault points (`faults.rs`; none without the
+    /// `test-hooks` feature).
+    faults: faults::FaultPoints,
 }
 
 impl Shared {
@@ -133,34 +121,15 @@ impl Shared {
     }
 
     pub(crate) fn abort_point(&self, payload: &str) {
-        if let Some(marker) = &self.abort_on
-            && payload.contains(marker.as_str())
-        {
-            eprintln!("idem: IDEM_TEST_ABORT_ON matched: aborting mid-execution");
-            std::process::abort();
-        }
-        if let Some(marker) = &self.panic_on
-            && payload.contains(marker.as_str())
-        {
-            panic!("IDEM_TEST_PANIC_ON matched: a partition worker panics");
-        }
+        self.faults.before(payload);
     }
 
     pub(crate) fn mid_batch_point(&self, ran: &str) {
-        if let Some(marker) = &self.abort_after
-            && ran.contains(marker.as_str())
-        {
-            eprintln!("idem: IDEM_TEST_ABORT_AFTER matched: aborting inside a batch, before its COMMIT");
-            std::process::abort();
-        }
+        self.faults.after_in_batch(ran);
     }
 
     pub(crate) fn fault_point(&self) {
-        let n = self.committed.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.crash_after == Some(n) {
-            eprintln!("idem: IDEM_TEST_CRASH_AFTER_COMMITS={n} reached: aborting before the offset commit");
-            std::process::abort();
-        }
+        self.faults.committed();
     }
 }
 
@@ -207,7 +176,6 @@ pub async fn run(
     let maintenance = crate::retention::Maintenance::new(prepared.pool.clone(), prepared.config.retention.clone());
     services.push(tokio::spawn(maintenance.run_after(prepared.config.retention.interval.0, stop_rx.clone())));
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    let crash_after = std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok());
     // Every consumer is created and subscribed before any thread starts, so
     // a failure here leaves nothing running behind.
     let mut all_stats = Vec::new();
@@ -224,13 +192,9 @@ pub async fn run(
             dead_letters,
             stats,
             fatal: fatal_tx.clone(),
-            crash_after,
-            abort_on: std::env::var("IDEM_TEST_ABORT_ON").ok().filter(|m| !m.is_empty()),
-            panic_on: std::env::var("IDEM_TEST_PANIC_ON").ok().filter(|m| !m.is_empty()),
-            abort_after: std::env::var("IDEM_TEST_ABORT_AFTER").ok().filter(|m| !m.is_empty()),
+            faults: faults::FaultPoints::from_env(),
             idem_pool: prepared.pool.clone(),
             unproven: tokio::sync::Mutex::new(()),
-            committed: AtomicU64::new(0),
         });
         let consumer = build_consumer(&prepared.config, &config, shared.clone())?;
         telemetry.register(crate::telemetry::HandlerTelemetry {

@@ -11,8 +11,10 @@
 //!   with Idempotency-Key, COMMIT);
 //! - idem: `Executor::execute` with the example's component on the
 //!   handler's own pool and role (pinned settings at BEGIN, claim through
-//!   `idem_api.claim`, fresh Store, instantiate, guest code, savepoint per
-//!   statement, the same SQL and POST, connection reset on release).
+//!   `idem_api.claim_events`, fresh Store, instantiate, guest code,
+//!   savepoint per statement, the same SQL and POST, connection reset on
+//!   release). Every event must come back `Processed` (each is new), or the
+//!   run stops: a figure from events that did nothing would be no figure.
 //!
 //! Prints µs/event and events/s for each and the ratio idem/baseline, and
 //! the executor's cost with the metrics `idem run` keeps (on/off, the off
@@ -90,7 +92,10 @@ async fn baseline(db: &TestDb, http: &reqwest::Client, post_to: Option<&str>, ev
 async fn idem_run(exec: &Executor, events: &[Event]) -> anyhow::Result<f64> {
     let start = Instant::now();
     for e in events {
-        exec.execute(e, 1).await.with_context(|| format!("event {}", e.id))?;
+        let outcome = exec.execute(e, 1).await.with_context(|| format!("event {}", e.id))?;
+        if outcome != idem::Outcome::Processed {
+            anyhow::bail!("event {} was {outcome:?}, not processed: the figures would not measure the work", e.id);
+        }
     }
     Ok(start.elapsed().as_secs_f64())
 }

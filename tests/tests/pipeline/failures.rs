@@ -443,3 +443,66 @@ async fn an_offset_reset_in_the_middle_of_an_assignment_is_detected_and_counted(
     assert!(r.offset_resets >= 1, "the reset in the middle of the assignment was counted: {r:?}");
     env.finish().await;
 }
+
+/// A deferred constraint fails at COMMIT, which names no event: the batch
+/// runs record by record, the failing record's COMMIT fails alone, it is
+/// retried as a retryable failure and then dead-lettered; the records
+/// around it commit once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deferred_constraint_failing_at_commit_splits_the_batch_and_only_its_record_is_dead_lettered() {
+    let env = Env::new(1).await;
+    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    let orphan = serde_json::json!({ "sql": "INSERT INTO scenario.deferred_child (parent) VALUES (42)" });
+    let (bad, bad_payload) = scenario("statement", orphan);
+    let ok = || scenario("ok", serde_json::json!({})).1;
+    let records: Vec<(i32, Vec<u8>)> =
+        [ok(), ok(), bad_payload.clone(), ok(), ok()].into_iter().map(|p| (0, p)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.batch = Some((5, 50));
+    spec.max_attempts = 2;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let reports = host::run_until_drained(&config).await;
+    let r = &reports[0];
+    assert_eq!((r.processed, r.dead_lettered), (5, 1), "{r:?}");
+    assert!(r.batch_splits >= 1, "the batch failing at COMMIT ran record by record: {r:?}");
+    assert!(r.retries >= 1, "the failure at COMMIT was retried as retryable: {r:?}");
+    let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload(), Some(bad_payload.as_slice()));
+    assert_eq!(header(&dead[0], h::CLASS).as_deref(), Some("retryable"), "{:?}", header(&dead[0], h::REASON));
+    assert_eq!(header(&dead[0], h::ATTEMPTS).as_deref(), Some("2"));
+    let starts = "SELECT count(*) FROM scenario.effect WHERE note = 'start'";
+    assert_eq!(env.count(starts).await, 5, "every other record once, the failing one's writes undone");
+    let bad_rows = format!("SELECT count(*) FROM scenario.effect WHERE event_id = '{bad}'");
+    assert_eq!(env.count(&bad_rows).await, 0);
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(6)], "the partition flowed on");
+    env.finish().await;
+}
+
+/// An "infrastructure" failure that persists while the database answers is
+/// the event's own (here a guest raising XX000 on every call): every 3rd
+/// one probes the database and then spends an attempt, so the event is
+/// dead-lettered after `max_attempts` instead of retried for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_persistent_infrastructure_failure_while_the_database_answers_spends_attempts_and_is_dead_lettered() {
+    let env = Env::new(1).await;
+    let internal = serde_json::json!({ "sql": "SELECT scenario.flaky('XX000', 1000000)" });
+    let (_, payload) = scenario("statement", internal);
+    env.send(0, &payload).await;
+    env.send(0, &scenario("ok", serde_json::json!({})).1).await;
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.max_attempts = 2;
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let reports = host::run_until_drained(&config).await;
+    let r = &reports[0];
+    assert_eq!((r.processed, r.dead_lettered), (1, 1), "{r:?}");
+    // Two attempts spent, each after two retries that spent none.
+    assert!(r.unavailable >= 4, "retried as an outage before spending attempts: {r:?}");
+    let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].payload(), Some(payload.as_slice()));
+    assert_eq!(header(&dead[0], h::ATTEMPTS).as_deref(), Some("2"), "{:?}", header(&dead[0], h::REASON));
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(2)]);
+    env.finish().await;
+}

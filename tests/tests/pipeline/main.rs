@@ -17,6 +17,7 @@ mod modules;
 mod observability;
 mod retention;
 mod revocation;
+mod security;
 mod transactions;
 
 struct Env {

@@ -76,7 +76,16 @@ async fn an_activation_waits_for_transactions_on_the_version_it_replaces() {
         let pool = s.db.pool.clone();
         async move { idem::modules::store::activate(&pool, "billing", 2).await }
     });
-    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    // The activation is waiting on a lock the open transaction holds (as
+    // long as it has to: a minute here is far beyond any scheduling delay).
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while s.db.count(waiting).await == 0 {
+        assert!(!activation.is_finished(), "the activation went through while version 1 was still claimed");
+        assert!(std::time::Instant::now() < deadline, "the activation never waited on the open transaction");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(!activation.is_finished(), "the activation waits for the transaction running version 1");
     tx.commit().await.expect("commit on version 1");
     assert!(activation.await.expect("join").expect("activated"), "then it goes through");

@@ -270,6 +270,15 @@ async fn drive(topic: &str, conn: &mut PgConnection, rate: f64, already: i64) ->
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Each paced order once, like the drain's.
+    let (rows, distinct): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT order_id) FROM billing.charge").fetch_one(&mut *conn).await?;
+    if rows != already + 1 + n || distinct != rows {
+        bail!(
+            "wrong answer in the paced stream: {rows} charges for {distinct} distinct orders, {} expected",
+            already + 1 + n
+        );
+    }
     Ok(())
 }
 

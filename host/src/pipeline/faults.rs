@@ -1,0 +1,100 @@
+//! Fault points for the crash tests: abort the process (or panic a
+//! partition's worker) at a chosen place, so that a test can show what a
+//! crash there leaves behind. They exist only with the `test-hooks` cargo
+//! feature, which the test harness's `idem-under-test` enables; the `idem`
+//! binary built on its own has none, and reads none of these variables:
+//!
+//! - `IDEM_TEST_CRASH_AFTER_COMMITS=N`: abort right after the handler's
+//!   N-th committed transaction, before its offset can be committed;
+//! - `IDEM_TEST_ABORT_ON=<text>`: abort when about to execute an event whose
+//!   payload contains the text;
+//! - `IDEM_TEST_PANIC_ON=<text>`: panic the partition's worker there instead;
+//! - `IDEM_TEST_ABORT_AFTER=<text>`: abort inside a running batch, right
+//!   after the event whose payload contains the text ran (its statements and
+//!   requests done), before the next event and the batch's COMMIT.
+
+#[cfg(feature = "test-hooks")]
+mod enabled {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[derive(Debug, Default)]
+    pub(crate) struct FaultPoints {
+        crash_after: Option<u64>,
+        abort_on: Option<String>,
+        panic_on: Option<String>,
+        abort_after: Option<String>,
+        committed: AtomicU64,
+    }
+
+    fn marker(variable: &str) -> Option<String> {
+        std::env::var(variable).ok().filter(|m| !m.is_empty())
+    }
+
+    fn matches(marker: &Option<String>, payload: &str) -> bool {
+        marker.as_ref().is_some_and(|m| payload.contains(m.as_str()))
+    }
+
+    impl FaultPoints {
+        pub(crate) fn from_env() -> Self {
+            Self {
+                crash_after: std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok()),
+                abort_on: marker("IDEM_TEST_ABORT_ON"),
+                panic_on: marker("IDEM_TEST_PANIC_ON"),
+                abort_after: marker("IDEM_TEST_ABORT_AFTER"),
+                committed: AtomicU64::new(0),
+            }
+        }
+
+        /// Before an event executes.
+        pub(crate) fn before(&self, payload: &str) {
+            if matches(&self.abort_on, payload) {
+                eprintln!("idem: IDEM_TEST_ABORT_ON matched: aborting mid-execution");
+                std::process::abort();
+            }
+            if matches(&self.panic_on, payload) {
+                panic!("IDEM_TEST_PANIC_ON matched: a partition worker panics");
+            }
+        }
+
+        /// Inside a batch, after the event `ran` executed.
+        pub(crate) fn after_in_batch(&self, ran: &str) {
+            if matches(&self.abort_after, ran) {
+                eprintln!("idem: IDEM_TEST_ABORT_AFTER matched: aborting inside a batch, before its COMMIT");
+                std::process::abort();
+            }
+        }
+
+        /// After a transaction committed, before its offsets are.
+        pub(crate) fn committed(&self) {
+            let n = self.committed.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.crash_after == Some(n) {
+                eprintln!("idem: IDEM_TEST_CRASH_AFTER_COMMITS={n} reached: aborting before the offset commit");
+                std::process::abort();
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+mod disabled {
+    /// Without `test-hooks`: no fault points, nothing read, nothing checked.
+    #[derive(Debug, Default)]
+    pub(crate) struct FaultPoints;
+
+    impl FaultPoints {
+        pub(crate) fn from_env() -> Self {
+            Self
+        }
+        #[inline]
+        pub(crate) fn before(&self, _payload: &str) {}
+        #[inline]
+        pub(crate) fn after_in_batch(&self, _ran: &str) {}
+        #[inline]
+        pub(crate) fn committed(&self) {}
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+pub(crate) use disabled::FaultPoints;
+#[cfg(feature = "test-hooks")]
+pub(crate) use enabled::FaultPoints;
