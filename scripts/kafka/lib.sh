@@ -15,7 +15,7 @@ _broker_pid=""
 broker_begin() {
     [ -z "${KAFKA_BROKERS:-}" ] || return 0
     _broker_dir="$(mktemp -d "${TMPDIR:-/tmp}/idem-kafka.XXXXXX")"
-    "$_broker_script" start "$_broker_dir" >"$_broker_dir/started" 2>"$_broker_dir/start.log" &
+    IDEM_BROKER_OWNER=$$ "$_broker_script" start "$_broker_dir" >"$_broker_dir/started" 2>"$_broker_dir/start.log" &
     _broker_pid=$!
 }
 

@@ -206,6 +206,24 @@ pub fn admin_url(config: &Path) -> String {
     format!("http://{}", listen.trim_matches('"'))
 }
 
+/// The lines of `/metrics` of the host that runs `config` (none while its
+/// admin listener is not up yet).
+pub async fn metrics(config: &Path) -> Vec<String> {
+    let url = format!("{}/metrics", admin_url(config));
+    match reqwest::get(&url).await {
+        Ok(response) => response.text().await.unwrap_or_default().lines().map(str::to_owned).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Whether `metrics` has `name` at `value` for `partition`.
+pub fn partition_gauge(metrics: &[String], name: &str, partition: i32, value: &str) -> bool {
+    let label = format!("partition=\"{partition}\"");
+    metrics
+        .iter()
+        .any(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label) && l.ends_with(&format!(" {value}")))
+}
+
 /// Runs the host in this process until every partition is drained.
 pub async fn run_until_drained(config: &Path) -> Vec<HandlerReport> {
     run_in_process(config, true, std::future::pending()).await

@@ -11,7 +11,9 @@
 //! - `IDEM_TEST_PANIC_ON=<text>`: panic the partition's worker there instead;
 //! - `IDEM_TEST_ABORT_AFTER=<text>`: abort inside a running batch, right
 //!   after the event whose payload contains the text ran (its statements and
-//!   requests done), before the next event and the batch's COMMIT.
+//!   requests done), before the next event and the batch's COMMIT; only
+//!   where a next event follows it in the batch (never on a batch's last
+//!   event, nor on a record run alone).
 
 #[cfg(feature = "test-hooks")]
 mod enabled {

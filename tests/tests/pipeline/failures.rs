@@ -397,6 +397,17 @@ async fn a_partition_paused_when_revoked_is_resumed_when_assigned_again() {
     let config_b = host::write_config(&env.db.url, std::slice::from_ref(&b));
     let first = host::InProcess::start(&config_a);
     wait_until("the first host charging", || env.provider.charges() >= 100).await;
+    // Both partitions paused at once: whichever the second host takes was
+    // paused when it was revoked.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = host::metrics(&config_a).await;
+        if (0..2).all(|p| host::partition_gauge(&m, "idem_partition_paused", p, "1")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "both partitions were never paused at once");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let second = host::spawn(&config_b, false, &[]);
     let by_b = || env.provider.keys().iter().flatten().any(|k| k.starts_with("b:"));
     wait_until("the second host took a partition", by_b).await;
@@ -408,7 +419,7 @@ async fn a_partition_paused_when_revoked_is_resumed_when_assigned_again() {
     let committed = || kafka::committed(&a.group_id, &env.topic, 2);
     wait_until("both partitions committed to their ends", || committed() == vec![Some(3_000), Some(3_000)]).await;
     let r = &first.stop().await[0];
-    assert!(r.pauses >= 1, "partitions were paused: {r:?}");
+    assert!(r.pauses >= 2, "both partitions were paused: {r:?}");
     assert_eq!(env.count(CHARGES).await, 6_000);
     assert_eq!(env.count(DISTINCT_ORDERS).await, 6_000, "none twice");
     env.finish().await;

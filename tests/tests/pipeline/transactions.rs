@@ -277,3 +277,27 @@ async fn a_crash_inside_a_running_batch_repeats_its_requests_with_the_same_keys_
     assert_eq!(reports[0].processed as usize, 30 - committed.len(), "{:?}", reports[0]);
     env.finish().await;
 }
+
+/// No subtransaction is opened in a batch (so PostgreSQL's cache of 64
+/// subtransaction ids per backend is never crossed, however large the
+/// batch): every row a batch writes, its claims included, carries the one
+/// transaction id of the batch. A savepoint per statement or an exception
+/// block per claim would give each its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_writes_every_row_and_claim_in_one_transaction_without_subtransactions() {
+    let env = Env::new(1).await;
+    prove(&env, 0).await;
+    let records: Vec<(i32, Vec<u8>)> = (0..300).map(|_| (0, scenario("ok", serde_json::json!({})).1)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let spec = batched(&env, 100);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!(r.processed, 301, "{r:?}");
+    assert!(r.transactions <= 20, "the events ran in batches: {r:?}");
+    let xids = |sql: &'static str| env.count(sql);
+    let effects = xids("SELECT count(DISTINCT xmin::text) FROM scenario.effect").await;
+    let claims = xids("SELECT count(DISTINCT xmin::text) FROM idem.processed_event").await;
+    assert_eq!(effects, r.transactions as i64, "one transaction id per batch for the handler's rows: {r:?}");
+    assert_eq!(claims, r.transactions as i64, "and for the claims: {r:?}");
+    env.finish().await;
+}

@@ -150,36 +150,43 @@ async fn a_long_transaction_defers_the_drop_and_claims_never_wait_for_it() {
     s.record("scenarios", "2 days").await;
     let now = s.now_ms().await;
     let scenarios = s.scenarios(|_| {});
-    // A report reading the table for 5 seconds.
+    // A report reading the table, until the test lets it go.
     let mut reader = sqlx::PgConnection::connect(&s.db.url).await.expect("connect");
     reader.execute("BEGIN; SELECT count(*) FROM idem.processed_event").await.expect("begin");
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
     let holder = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(120), released).await;
         reader.execute("COMMIT").await.expect("commit");
         reader
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let lock_timeout = Duration::from_secs(1);
+    let lock_timeout = Duration::from_secs(5);
     let config = RetentionConfig { lock_timeout: idem::config::Span(lock_timeout), ..settings() };
-    let pass = s.pass(config.clone());
-    // Claims keep going while the pass waits for its lock.
+    let pass = async {
+        let report = s.pass(config.clone()).await;
+        (report, Instant::now())
+    };
+    // Claims go through while the pass waits for its lock: a plain DROP
+    // would queue each of them behind it until the pass gave up.
     let claims = async {
-        let mut slowest = Duration::ZERO;
+        let waiting = "SELECT count(*) FROM pg_stat_activity \
+                       WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while s.count(waiting).await == 0 {
+            assert!(Instant::now() < deadline, "the pass never waited on the reader");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         for _ in 0..10 {
-            let started = Instant::now();
             let event = scenario_at(now, "ok");
             assert_eq!(scenarios.execute(&event, 1).await.expect("claim"), Outcome::Processed);
-            slowest = slowest.max(started.elapsed());
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        slowest
+        Instant::now()
     };
-    let (report, slowest) = tokio::join!(pass, claims);
+    let ((report, pass_ended), claims_ended) = tokio::join!(pass, claims);
     assert!(report.dropped.is_empty(), "the reader holds the table: {report:?}");
     assert!(report.deferred.iter().any(|d| d.starts_with("dropping window")), "{report:?}");
-    // A plain DROP would have queued every claim behind it for lock_timeout.
-    assert!(slowest < lock_timeout, "a claim stalled {slowest:?}");
+    assert!(claims_ended < pass_ended, "every claim finished while the pass still waited for its lock");
     assert!(!holder.is_finished(), "the reader still held the table when the pass gave up");
+    let _ = release.send(());
     holder.await.expect("reader");
     // Until then the windows count as gone for claims (marked first).
     let marked = s.count("SELECT count(*) FROM idem.dropped_window").await;
