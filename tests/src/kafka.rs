@@ -477,3 +477,16 @@ impl TlsListeners {
         config
     }
 }
+
+/// What the classic DescribeGroups says of `group`: its state and its
+/// protocol (the assignor) when it is a classic group, the error when the
+/// broker has no classic group of that name (a KIP-848 group is not one).
+pub fn describe_classic_group(group: &str) -> Result<(String, String), String> {
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap_or_else(|e| panic!("consumer: {e}"));
+    let list = consumer.fetch_group_list(Some(group), Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    match list.groups().first() {
+        Some(g) => Ok((g.state().to_owned(), g.protocol().to_owned())),
+        None => Err("no such group".into()),
+    }
+}

@@ -271,6 +271,16 @@ async fn rebalance_mid_stream(protocol: &'static str, assignor: &'static str) {
     let b = host::spawn(&config_b, false, &[]);
     // The rebalance gave b partitions while a kept working.
     wait_until("b has charged 10 orders", || by("b:") >= 10).await;
+    // The group runs the protocol it was configured for: the classic
+    // DescribeGroups knows a classic group and its assignor, and has no
+    // classic group by a KIP-848 group's name (Kafka 4.4 answers "Dead").
+    let described = kafka::describe_classic_group(&spec.group_id);
+    if protocol == "classic" {
+        assert_eq!(described.map(|(_, p)| p), Ok(assignor.to_owned()), "a classic group, with its assignor");
+    } else {
+        let classic = described.as_ref().is_ok_and(|(state, p)| state != "Dead" || !p.is_empty());
+        assert!(!classic, "a KIP-848 group, not a classic one: {described:?}");
+    }
     host::signal(&a, "TERM");
     let (status_a, ra) = tokio::task::spawn_blocking(move || host::wait_report(a)).await.expect("wait a");
     assert!(status_a.success(), "{status_a}");
