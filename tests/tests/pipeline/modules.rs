@@ -227,8 +227,21 @@ async fn stop(child: std::process::Child) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_host_processes_converge_on_a_deploy_and_a_rollback_and_a_restart_keeps_the_active_version() {
+    two_hosts_converge("classic").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_kip_848_two_host_processes_converge_on_a_deploy_and_a_rollback_and_a_restart_keeps_the_active_version() {
+    two_hosts_converge("consumer").await;
+}
+
+/// Two host processes in one group (`protocol`: its group protocol).
+async fn two_hosts_converge(protocol: &'static str) {
     let env = Env::new(2).await;
-    let spec = env.billing();
+    let mut spec = env.billing();
+    if protocol == "consumer" {
+        spec = spec.with_consumer_protocol();
+    }
     let (config_a, config_b) =
         (host::write_config(&env.db.url, std::slice::from_ref(&spec)), host::write_config(&env.db.url, &[spec]));
     let (a, b) = (host::spawn(&config_a, false, &[]), host::spawn(&config_b, false, &[]));
