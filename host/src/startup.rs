@@ -163,7 +163,8 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
 /// its version is what runs here too.
 async fn seed_version_1(pool: &PgPool, runtime: &Runtime, executor: Executor, path: &Path) -> anyhow::Result<Executor> {
     let name = executor.handler().settings().name.clone();
-    let bytes = std::fs::read(path).with_context(|| format!("failed to read component {}", path.display()))?;
+    let bytes = crate::files::read_bounded(path, crate::runtime::MAX_COMPONENT_BYTES)
+        .with_context(|| format!("failed to read component {}", path.display()))?;
     let sha256 = executor.handler().sha256().to_owned();
     if hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)) != sha256 {
         bail!("the component file {} changed while idem was starting; start again", path.display());

@@ -69,7 +69,7 @@ impl std::fmt::Debug for Validator {
 impl Validator {
     /// Compiles the JSON Schema at `schema_path` (draft 2020-12).
     pub fn load(schema_path: &Path, event_types: &[String]) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(schema_path)
+        let text = crate::files::read_text(schema_path)
             .with_context(|| format!("failed to read schema {}", schema_path.display()))?;
         let schema: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("schema {} is not JSON", schema_path.display()))?;

@@ -41,7 +41,8 @@ fn client() -> anyhow::Result<reqwest::Client> {
 
 /// Uploads `path` as `handler`'s next version.
 pub async fn deploy(target: &Target, handler: &str, path: &Path, note: Option<&str>) -> anyhow::Result<Value> {
-    let bytes = std::fs::read(path).with_context(|| format!("failed to read {}", path.display()))?;
+    let bytes = crate::files::read_bounded(path, crate::runtime::MAX_COMPONENT_BYTES)
+        .with_context(|| format!("failed to read {}", path.display()))?;
     let by = format!(
         "{}@{} (idem deploy)",
         std::env::var("USER").unwrap_or_else(|_| "unknown".into()),

@@ -11,6 +11,7 @@ use serde::Deserialize;
 mod admin;
 mod group;
 mod handler;
+mod ranges;
 mod retention;
 mod runtime;
 pub use admin::AdminConfig;
@@ -85,12 +86,11 @@ impl Config {
     /// paths against the file's folder and checks the whole.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text =
-            std::fs::read_to_string(path).with_context(|| format!("failed to read config {}", path.display()))?;
+            crate::files::read_text(path).with_context(|| format!("failed to read config {}", path.display()))?;
         // toml's own message quotes the offending line, which may hold a
         // secret: say where and what, not the line.
         let mut config: Config = toml::from_str(&text).map_err(|e| {
-            let line = e.span().and_then(|span| text.get(..span.start)).map(|before| before.matches('\n').count() + 1);
-            let at = line.map(|l| format!(" at line {l}")).unwrap_or_default();
+            let at = e.span().map(|span| where_in(&text, span.start)).unwrap_or_default();
             anyhow::anyhow!("invalid config {}{at}: {}", path.display(), e.message().trim_end())
         })?;
         if let Ok(brokers) = std::env::var("IDEM_KAFKA_BROKERS") {
@@ -119,6 +119,7 @@ impl Config {
         }
         self.admin.address()?;
         self.retention.check()?;
+        ranges::check(self)?;
         check_properties("[kafka.properties]", &self.kafka.properties, &self.kafka.properties_env)?;
         let (mut names, mut groups, mut schemas, mut roles) =
             (HashSet::new(), HashSet::new(), HashSet::new(), HashSet::new());
@@ -182,10 +183,7 @@ impl Config {
             if dlq == h.topic {
                 bail!("{at}: retry.dlq_topic is the handler's own topic");
             }
-            if dlq.is_empty()
-                || dlq.len() > 249
-                || !dlq.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-            {
+            if !ranges::is_topic_name(&dlq) {
                 bail!("{at}: retry.dlq_topic `{dlq}` is not a valid topic name");
             }
             if !dlqs.insert(dlq.clone()) {
@@ -245,7 +243,11 @@ impl Config {
                     bail!("{at}: http.credential header `{}` is not a header name", c.header);
                 }
                 if std::env::var(&c.value_env).is_err() {
-                    bail!("{at}: http.credential for `{}` reads {}, which is not set", c.base, c.value_env);
+                    bail!(
+                        "{at}: http.credential value_env {:?} (for `{}`) names a variable that is not set",
+                        c.value_env,
+                        c.base
+                    );
                 }
             }
         }
@@ -308,6 +310,26 @@ impl Config {
         Ok(options.get_database().unwrap_or(options.get_username()).to_owned())
     }
 }
+
+/// Where a parse error at byte `offset` of `text` is: its line, and the key
+/// and table of that line when it has them (` at line 12, key
+/// `concurrency` of [[handler]]`). The value is never quoted: it may be a
+/// secret.
+fn where_in(text: &str, offset: usize) -> String {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_text = text.lines().nth(line - 1).unwrap_or_default();
+    let key = line_text.split_once('=').map(|(k, _)| k.trim().trim_matches('"')).filter(|k| !k.is_empty());
+    let table = before.lines().rev().map(str::trim).find(|l| l.starts_with('['));
+    match (key, table) {
+        (Some(key), Some(table)) => format!(" at line {line}, key `{key}` of {table}"),
+        (Some(key), None) => format!(" at line {line}, key `{key}`"),
+        _ => format!(" at line {line}"),
+    }
+}
+
+#[cfg(test)]
+mod generated;
 
 #[cfg(test)]
 mod tests {

@@ -143,7 +143,8 @@ impl Handler {
     /// Compiles the component at `path` and checks it against the world.
     pub fn load(runtime: &Runtime, path: &Path, settings: HandlerSettings) -> Result<Self, LoadError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+        let bytes = crate::files::read_bounded(path, super::MAX_COMPONENT_BYTES)
+            .map_err(|source| LoadError::Read { path: shown.clone(), source })?;
         Self::from_bytes(runtime, &shown, &bytes, settings)
     }
 

@@ -26,6 +26,10 @@ pub use native::{NativeContext, NativeHandler, NativeHandlers, NativeResult};
 pub use pool::PoolSize;
 pub(crate) use state::{HostState, LOGGED_OUTPUT, MAX_LOG_LINES};
 
+/// The largest component file idem reads from disk: `max_module_mib`'s
+/// own ceiling (256 MiB); a handler's upload limit is checked on top.
+pub const MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
 /// How often the epoch advances. A running guest yields to the async runtime
 /// at every tick, so the invocation's wall-clock limit can fire even inside a
 /// tight loop, and a busy guest never starves the other partitions.

@@ -274,7 +274,7 @@ fn read_migrations(dir: &Path) -> anyhow::Result<Vec<Migration>> {
             .split_once('_')
             .and_then(|(v, n)| Some((v.parse::<i64>().ok()?, n)))
             .with_context(|| format!("{}: a migration is named NNNN_name.sql", path.display()))?;
-        let sql = std::fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))?;
+        let sql = crate::files::read_text(&path).with_context(|| format!("failed to read {}", path.display()))?;
         let sha256 = hex::encode(Sha256::digest(sql.as_bytes()));
         migrations.push(Migration { version, name: name.to_owned(), sql, sha256 });
     }

@@ -1,0 +1,106 @@
+//! The range of every value whose wrong setting would panic the host, fail
+//! every event, or be refused later by a server in words that do not name
+//! the key: each is checked when the config loads, naming the key, the
+//! value and what is accepted. The README's "Configuration" lists them.
+
+use anyhow::bail;
+
+use super::{Config, HandlerConfig};
+
+/// Longest wall-clock budget of one execution (and so of one statement:
+/// PostgreSQL's `statement_timeout` is a 32-bit count of milliseconds).
+const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+/// Partitions one handler may process at once (each holds a connection and
+/// an instance slot, sized at start-up).
+const MAX_CONCURRENCY: usize = 1024;
+/// Linear memory of one instance.
+const MAX_MEMORY_MIB: usize = 16 * 1024;
+/// Per-invocation statement and request limits.
+const MAX_PER_INVOCATION: u32 = 1_000_000;
+/// idem's own pool.
+const MAX_CONNECTIONS: u32 = 1000;
+
+/// Headers a credential may not set: they frame the request, route it, or
+/// are idem's own (the idempotency key, the trace context).
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "expect",
+    "idempotency-key",
+    "traceparent",
+    "tracestate",
+];
+
+pub(super) fn check(config: &Config) -> anyhow::Result<()> {
+    if config.kafka.brokers.trim().is_empty() {
+        bail!("[kafka] brokers is empty: name at least one host:port");
+    }
+    let url = &config.database.url;
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        bail!("[database] url must be a postgres:// or postgresql:// URL (idem runs on PostgreSQL only)");
+    }
+    let max = config.database.max_connections;
+    if !(1..=MAX_CONNECTIONS).contains(&max) {
+        bail!("[database] max_connections = {max} must be between 1 and {MAX_CONNECTIONS}");
+    }
+    config.handlers.iter().try_for_each(handler)
+}
+
+fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
+    let at = format!("handler `{}`", h.name);
+    if !is_topic_name(&h.topic) {
+        bail!("{at}: topic `{}` is not a Kafka topic name (1 to 249 of a-z, A-Z, 0-9, `.`, `_`, `-`)", h.topic);
+    }
+    if h.group_id.trim().is_empty() || h.group_id.chars().any(char::is_control) {
+        bail!("{at}: group_id must be a non-empty name without control characters");
+    }
+    if h.event_types.iter().any(|t| t.trim().is_empty()) {
+        bail!("{at}: event_types has an empty entry, which no event could match");
+    }
+    if h.concurrency > MAX_CONCURRENCY {
+        bail!("{at}: concurrency = {} must be between 1 and {MAX_CONCURRENCY}", h.concurrency);
+    }
+    if h.timeout_ms > MAX_TIMEOUT_MS || h.http.timeout_ms > MAX_TIMEOUT_MS {
+        bail!("{at}: timeout_ms and http.timeout_ms must be at most {MAX_TIMEOUT_MS} (24 hours)");
+    }
+    if h.max_memory_mib == 0 || h.max_memory_mib > MAX_MEMORY_MIB {
+        bail!("{at}: max_memory_mib = {} must be between 1 and {MAX_MEMORY_MIB}", h.max_memory_mib);
+    }
+    let limits = &h.limits;
+    if limits.max_db_statements == 0 {
+        bail!("{at}: limits.max_db_statements = 0 would refuse every statement; a handler that needs none runs none");
+    }
+    if limits.max_db_statements > MAX_PER_INVOCATION || limits.max_http_requests > MAX_PER_INVOCATION {
+        bail!("{at}: limits.max_db_statements and limits.max_http_requests must be at most {MAX_PER_INVOCATION}");
+    }
+    if let Some(migrations) = &h.database.migrations
+        && !migrations.is_dir()
+    {
+        bail!("{at}: database.migrations {} is not a folder", migrations.display());
+    }
+    for c in &h.http.credentials {
+        let name = c.header.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&name.as_str()) || name.starts_with("proxy-") {
+            bail!(
+                "{at}: http.credential header `{}` is reserved (it frames or routes the request, or is idem's)",
+                c.header
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's rule for topic names.
+pub(super) fn is_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
