@@ -40,6 +40,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod startup;
 pub mod stats;
+mod strict_json;
 pub mod telemetry;
 pub mod validate;
 

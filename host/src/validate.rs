@@ -42,8 +42,12 @@ pub enum Invalid {
     NotObject,
     #[error("`{0}` is missing or not a string")]
     MissingField(&'static str),
-    #[error("eventId `{0}` is not a UUID in canonical form")]
+    #[error("eventId `{0}` is not a UUID (36 characters, hex digits and hyphens)")]
     EventIdNotUuid(String),
+    #[error("eventId `{0}` is a UUID, but not in canonical form: write it in lowercase")]
+    EventIdNotCanonical(String),
+    #[error("eventId `{0}` has variant bits other than RFC 9562's `10` (its 17th hex digit must be 8, 9, a or b)")]
+    EventIdVariant(String),
     #[error("eventId `{id}` is a UUID v{version}, not v7")]
     EventIdNotV7 { id: String, version: usize },
     #[error("eventType `{0}` is not one this handler accepts")]
@@ -83,7 +87,7 @@ impl Validator {
 
     pub fn validate(&self, record: &Record) -> Result<Event, Invalid> {
         let bytes = record.payload.as_deref().ok_or(Invalid::NoPayload)?;
-        let payload: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| Invalid::NotJson(e.to_string()))?;
+        let payload = crate::strict_json::from_slice(bytes).map_err(|e| Invalid::NotJson(shown(&e.to_string())))?;
         let object = payload.as_object().ok_or(Invalid::NotObject)?;
         let field = |name: &'static str| object.get(name).and_then(|v| v.as_str()).ok_or(Invalid::MissingField(name));
 
@@ -91,16 +95,16 @@ impl Validator {
         let id = parse_v7(raw_id)?;
         let event_type = field("eventType")?;
         if !self.event_types.contains(event_type) {
-            return Err(Invalid::UnknownEventType(event_type.to_owned()));
+            return Err(Invalid::UnknownEventType(shown(event_type)));
         }
         let occurred_at = field("occurredAt")?;
         if chrono::DateTime::parse_from_rfc3339(occurred_at).is_err() {
-            return Err(Invalid::BadOccurredAt(occurred_at.to_owned()));
+            return Err(Invalid::BadOccurredAt(shown(occurred_at)));
         }
         let errors: Vec<String> =
             self.schema.iter_errors(&payload).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
         if !errors.is_empty() {
-            return Err(Invalid::Schema(errors.join("; ")));
+            return Err(Invalid::Schema(shown(&errors.join("; "))));
         }
         Ok(Event {
             id,
@@ -117,14 +121,39 @@ impl Validator {
     }
 }
 
-/// R-KFK-IDEM-1: the event id is a UUID v7, in its canonical 36-character form.
+/// R-KFK-IDEM-1: the event id is a UUID v7 (RFC 9562: version 7, variant
+/// `10`), in its canonical form: 36 lowercase characters. One id has one
+/// spelling, so an uppercase copy of a processed id is named for what it
+/// is, not taken for the id reused with another payload.
 fn parse_v7(raw: &str) -> Result<Uuid, Invalid> {
     let id =
-        Uuid::try_parse(raw).ok().filter(|_| raw.len() == 36).ok_or_else(|| Invalid::EventIdNotUuid(raw.to_owned()))?;
+        Uuid::try_parse(raw).ok().filter(|_| raw.len() == 36).ok_or_else(|| Invalid::EventIdNotUuid(shown(raw)))?;
+    if id.hyphenated().to_string() != raw {
+        return Err(Invalid::EventIdNotCanonical(shown(raw)));
+    }
+    if id.get_variant() != uuid::Variant::RFC4122 {
+        return Err(Invalid::EventIdVariant(shown(raw)));
+    }
     match id.get_version_num() {
         7 => Ok(id),
-        version => Err(Invalid::EventIdNotV7 { id: raw.to_owned(), version }),
+        version => Err(Invalid::EventIdNotV7 { id: shown(raw), version }),
     }
+}
+
+/// The longest piece of a record quoted in a reason: reasons are logged,
+/// counted and written into DLQ headers, and a record's field may be a
+/// megabyte long.
+const MAX_QUOTED_CHARS: usize = 200;
+
+/// `text` for a reason: control characters escaped, at most
+/// [`MAX_QUOTED_CHARS`], and how much was left out.
+fn shown(text: &str) -> String {
+    let mut out: String = text.chars().take(MAX_QUOTED_CHARS).flat_map(char::escape_debug).collect();
+    let total = text.chars().count();
+    if total > MAX_QUOTED_CHARS {
+        out.push_str(&format!("… ({total} characters)"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -193,6 +222,27 @@ mod tests {
         assert!(matches!(check(&payload(&v7, "order.confirmed.v1", "yesterday", json!(5))), Invalid::BadOccurredAt(_)));
         let schema = check(&payload(&v7, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(0)));
         assert!(matches!(schema, Invalid::Schema(ref m) if m.contains("orderId")), "{schema}");
+        let upper = v7.to_uppercase();
+        assert!(matches!(
+            check(&payload(&upper, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))),
+            Invalid::EventIdNotCanonical(_)
+        ));
+        // Version 7 with variant `11` (17th hex digit c) and `00` (digit 4).
+        for digit in ['c', '4'] {
+            let mut bad: Vec<char> = v7.chars().collect();
+            bad[19] = digit;
+            let bad: String = bad.into_iter().collect();
+            let e = check(&payload(&bad, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5)));
+            assert!(matches!(e, Invalid::EventIdVariant(_)), "{bad}: {e}");
+        }
+        let twice = format!(
+            r#"{{"eventId":"{v7}","eventType":"order.cancelled.v1","eventType":"order.confirmed.v1","occurredAt":"2026-11-30T10:00:00Z","orderId":5}}"#
+        );
+        let e = check(twice.as_bytes());
+        assert!(e.to_string().contains("`eventType` appears twice"), "{e}");
+        let long = "x".repeat(900_000);
+        let e = check(&payload(&v7, &long, "2026-11-30T10:00:00Z", json!(5)));
+        assert!(e.to_string().len() < 400 && e.to_string().contains("(900000 characters)"), "capped");
         let none = Record { payload: None, ..record(b"") };
         assert_eq!(v.validate(&none).expect_err("tombstone"), Invalid::NoPayload);
     }
