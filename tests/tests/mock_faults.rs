@@ -45,9 +45,8 @@ async fn an_unwritable_dlq_holds_the_source_offset_until_the_record_lands_there_
     // From the moment the partition is assigned until the record is in the
     // DLQ, the partition's committed offset stays on it (the mock cluster
     // assigns after its 3 s initial rebalance delay).
-    let metrics = format!("{}/metrics", host::admin_url(&config));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !assigned(&metrics).await {
+    while !host::partition_gauge(&host::metrics(&config).await, "idem_partition_assigned", 0, "1") {
         assert!(std::time::Instant::now() < deadline, "the partition was not assigned within 60 s");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -73,13 +72,4 @@ async fn an_unwritable_dlq_holds_the_source_offset_until_the_record_lands_there_
     assert_eq!((r.dead_lettered, r.processed), (1, 1), "{r:?}");
     assert_eq!(kafka::read_all(&dlq).len(), 1, "once");
     db.drop_database().await;
-}
-
-/// Whether the host's `/metrics` says its one partition is assigned.
-async fn assigned(metrics: &str) -> bool {
-    let body = match reqwest::get(metrics).await {
-        Ok(response) => response.text().await.unwrap_or_default(),
-        Err(_) => String::new(), // the listener is not up yet
-    };
-    body.lines().any(|l| l.starts_with("idem_partition_assigned{") && l.ends_with(" 1"))
 }
