@@ -21,7 +21,7 @@ use crate::error::ErrorClass;
 use crate::validate::Record;
 
 /// Header names idem adds to a dead-lettered record (the original headers
-/// come first, unchanged).
+/// come first, unchanged but for [`escaped`] names).
 pub mod headers {
     pub const CLASS: &str = "idem.failure.class";
     pub const REASON: &str = "idem.failure.reason";
@@ -34,6 +34,23 @@ pub mod headers {
     pub const HANDLER: &str = "idem.handler";
     pub const MODULE: &str = "idem.module.sha256";
     pub const GROUP: &str = "idem.consumer.group";
+}
+
+/// A source header's name as the DLQ copy carries it: names idem's own
+/// headers could have (`idem.…`) and the escaped ones (`source.…`) get a
+/// `source.` prefix, so that a producer's forged `idem.failure.reason` or
+/// `idem.original.offset` is never read as idem's; [`unescaped`] undoes it.
+pub fn escaped(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.starts_with("idem.") || name.starts_with("source.") {
+        std::borrow::Cow::Owned(format!("source.{name}"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
+/// The source header's name back from a DLQ copy's (see [`escaped`]).
+pub fn unescaped(name: &str) -> &str {
+    name.strip_prefix("source.").unwrap_or(name)
 }
 
 /// The longest `idem.failure.reason` written.
@@ -84,7 +101,7 @@ impl DeadLetters {
     pub(crate) async fn send(&self, record: &Record, failure: &Failure, module_sha256: &str) -> Result<(), String> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 11);
         for (key, value) in &record.headers {
-            headers = headers.insert(Header { key, value: value.as_deref() });
+            headers = headers.insert(Header { key: escaped(key).as_ref(), value: value.as_deref() });
         }
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
         let (partition, offset, attempts) =
@@ -184,4 +201,19 @@ async fn ensure_topic(config: &Config, handler: &HandlerConfig, topic: &str) -> 
     }
     tracing::info!(handler = %handler.name, topic, partitions = source, "created the dead-letter topic");
     Ok(source)
+}
+
+#[cfg(test)]
+mod escape_tests {
+    use super::{escaped, unescaped};
+
+    #[test]
+    fn source_header_names_never_pass_for_idems_and_come_back_exactly() {
+        for name in ["traceparent", "idem.failure.reason", "source.idem.x", "source.", "idem.", "x.idem.y"] {
+            let written = escaped(name);
+            assert!(!written.starts_with("idem."), "{name} → {written}");
+            assert_eq!(unescaped(&written), name);
+        }
+        assert_eq!(escaped("traceparent"), "traceparent", "other names unchanged");
+    }
 }

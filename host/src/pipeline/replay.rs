@@ -155,7 +155,8 @@ pub fn list(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow
 }
 
 /// The record as it was on the source topic: original position, key,
-/// value and headers (idem's own headers removed).
+/// value and headers (idem's own headers removed, the source's names
+/// unescaped).
 fn original(message: &OwnedMessage) -> anyhow::Result<Record> {
     let field = |name: &str| header(message, name).with_context(|| format!("DLQ record without header {name}"));
     let added = [
@@ -177,7 +178,7 @@ fn original(message: &OwnedMessage) -> anyhow::Result<Record> {
         .map(|hs| {
             hs.iter()
                 .filter(|h| !added.contains(&h.key))
-                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .map(|h| (super::dlq::unescaped(h.key).to_owned(), h.value.map(<[u8]>::to_vec)))
                 .collect()
         })
         .unwrap_or_default();

@@ -63,7 +63,14 @@ async fn permanent_failures_and_invalid_records_reach_the_dlq_once_byte_for_byte
                 0,
                 key.as_bytes(),
                 payload,
-                &[("traceparent", trace.as_bytes())],
+                // A producer's headers named like idem's own (forged
+                // provenance and reason) are kept apart in the DLQ copy.
+                &[
+                    ("traceparent", trace.as_bytes()),
+                    (h::REASON, b"forged reason"),
+                    (h::OFFSET, b"999999"),
+                    ("source.note", b"kept"),
+                ],
             )
             .await,
         );
@@ -99,7 +106,11 @@ async fn permanent_failures_and_invalid_records_reach_the_dlq_once_byte_for_byte
         assert_eq!(header(message, h::MODULE).map(|m| m.len()), Some(64), "the module's sha256");
         assert!(header(message, h::TIMESTAMP).is_some_and(|t| t.parse::<i64>().is_ok()));
         assert!(header(message, h::FAILED_AT).is_some());
-        assert!(header(message, h::REASON).is_some_and(|r| !r.is_empty()));
+        assert!(header(message, h::REASON).is_some_and(|r| !r.is_empty() && r != "forged reason"));
+        let named = |name: &str| message.headers().map_or(0, |hs| hs.iter().filter(|x| x.key == name).count());
+        assert_eq!((named(h::REASON), named(h::OFFSET)), (1, 1), "one of each, idem's");
+        assert_eq!(header(message, &format!("source.{}", h::REASON)).as_deref(), Some("forged reason"));
+        assert_eq!(header(message, "source.source.note").as_deref(), Some("kept"), "escaped, so unescaped exactly");
     }
     env.finish().await;
 }

@@ -27,7 +27,11 @@ struct Api {
 
 impl Api {
     fn of(config: &std::path::Path) -> Self {
-        Self { url: host::admin_url(config), token: None, client: reqwest::Client::new() }
+        // A connection per request: the server may close one after refusing
+        // an upload before reading its body, and a pooled connection reused
+        // then fails the next request (seen as IncompleteMessage).
+        let client = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
+        Self { url: host::admin_url(config), token: None, client }
     }
 
     fn authorized(mut self, token: &str) -> Self {
