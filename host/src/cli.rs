@@ -126,6 +126,11 @@ enum DlqCommand {
         /// so one may have been processed already).
         #[arg(long)]
         force: bool,
+        /// Also run records without a seal: those dead-lettered before idem
+        /// sealed its DLQ records. Anyone who could produce to the topic
+        /// could have written such a record; use it once, after an upgrade.
+        #[arg(long)]
+        trust_unsigned: bool,
     },
 }
 
@@ -278,13 +283,22 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 for (reason, n) in &listing.by_reason {
                     println!("  {n:>6}  {reason}");
                 }
+                if listing.envelopes > 0 {
+                    println!("  {} of them envelopes (the topic refused the record as it was)", listing.envelopes);
+                }
+                if listing.unauthenticated > 0 {
+                    println!(
+                        "  {:>6}  unauthenticated: no valid seal (not written by idem, or before seals); not shown",
+                        listing.unauthenticated
+                    );
+                }
                 if let (Some(oldest), Some(newest)) = (&listing.oldest, &listing.newest) {
                     println!("  failed between {oldest} and {newest}");
                 }
             }
             Ok(())
         }
-        Command::Dlq { command: DlqCommand::Replay { target, dry_run, force } } => {
+        Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
             let prepared = crate::startup::prepare_with(&target.config, natives).await?;
             let handler = prepared
                 .handlers
@@ -296,8 +310,7 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 handler,
                 &prepared.pool,
                 &target.window(),
-                dry_run,
-                force,
+                crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned },
             )
             .await?;
             if target.json {
@@ -313,6 +326,20 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                         "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
                          have been processed already (--force runs them)",
                         report.stale
+                    );
+                }
+                if report.unauthenticated > 0 {
+                    println!(
+                        "idem: {} record(s) left in the DLQ: their seal is missing or does not verify, so idem did \
+                         not write them (or wrote them before seals: --trust-unsigned runs those)",
+                        report.unauthenticated
+                    );
+                }
+                if report.envelopes > 0 {
+                    println!(
+                        "idem: {} envelope(s) left in the DLQ: the topic refused those records as they were; each \
+                         names where the record is on its source topic",
+                        report.envelopes
                     );
                 }
             }

@@ -42,6 +42,7 @@ pub mod startup;
 pub mod stats;
 mod strict_json;
 pub mod telemetry;
+pub mod text;
 pub mod validate;
 
 pub use capabilities::HostFault;

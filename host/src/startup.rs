@@ -67,6 +67,11 @@ pub enum Seed {
 }
 
 pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) -> anyhow::Result<Prepared> {
+    // Before anything connects: a DLQ without its key is a config error.
+    let dlq_keys = match config.handlers.iter().any(|h| h.retry.on_failure == OnFailure::Dlq) {
+        true => Some(std::sync::Arc::new(crate::pipeline::DlqKeys::load(&config.dlq)?)),
+        false => None,
+    };
     let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
     let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();
     let cache = match config.runtime.cache_dir() {
@@ -149,7 +154,10 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
             _ => executor,
         };
         let dead_letters = match h.retry.on_failure {
-            OnFailure::Dlq => Some(crate::pipeline::DeadLetters::open(&config, &h).await?),
+            OnFailure::Dlq => {
+                let keys = dlq_keys.clone().context("DLQ keys are loaded when a handler has a DLQ")?;
+                Some(crate::pipeline::DeadLetters::open(&config, &h, keys).await?)
+            }
             OnFailure::Block => None,
         };
         let slot = Slot::new(runtime.clone(), executor, h.max_module_mib << 20);

@@ -21,6 +21,10 @@ pub struct Stats {
     pub retries: AtomicU64,
     pub unavailable: AtomicU64,
     pub dead_lettered: AtomicU64,
+    /// Of them, envelopes (the DLQ refused the record as it was).
+    pub enveloped: AtomicU64,
+    /// Times the DLQ topic refused even an envelope (gone, not authorised).
+    pub dlq_refused: AtomicU64,
     pub blocked: AtomicU64,
     pub offset_resets: AtomicU64,
     pub pauses: AtomicU64,
@@ -61,6 +65,8 @@ impl Default for Stats {
             retries: AtomicU64::default(),
             unavailable: AtomicU64::default(),
             dead_lettered: AtomicU64::default(),
+            enveloped: AtomicU64::default(),
+            dlq_refused: AtomicU64::default(),
             blocked: AtomicU64::default(),
             offset_resets: AtomicU64::default(),
             pauses: AtomicU64::default(),
@@ -170,6 +176,8 @@ impl Stats {
             retries: get(&self.retries),
             unavailable: get(&self.unavailable),
             dead_lettered: get(&self.dead_lettered),
+            enveloped: get(&self.enveloped),
+            dlq_refused: get(&self.dlq_refused),
             blocked: get(&self.blocked),
             offset_resets: get(&self.offset_resets),
             pauses: get(&self.pauses),
@@ -210,6 +218,14 @@ pub struct HandlerReport {
     /// Records written to the dead-letter topic (invalid and failed).
     #[serde(default)]
     pub dead_lettered: u64,
+    /// Of them, envelopes: the DLQ refused the record as it was (too
+    /// large with idem's headers, say), so it holds a bounded description.
+    #[serde(default)]
+    pub enveloped: u64,
+    /// Times the DLQ topic refused even an envelope (it is gone, or idem
+    /// may not write to it): its partition waits for an operator.
+    #[serde(default)]
+    pub dlq_refused: u64,
     /// Partitions stopped at a failed record (`on_failure = "block"`).
     #[serde(default)]
     pub blocked: u64,

@@ -148,12 +148,7 @@ const MAX_QUOTED_CHARS: usize = 200;
 /// `text` for a reason: control characters escaped, at most
 /// [`MAX_QUOTED_CHARS`], and how much was left out.
 fn shown(text: &str) -> String {
-    let mut out: String = text.chars().take(MAX_QUOTED_CHARS).flat_map(char::escape_debug).collect();
-    let total = text.chars().count();
-    if total > MAX_QUOTED_CHARS {
-        out.push_str(&format!("… ({total} characters)"));
-    }
-    out
+    crate::text::shown(text, MAX_QUOTED_CHARS)
 }
 
 #[cfg(test)]

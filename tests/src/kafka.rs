@@ -138,6 +138,12 @@ pub async fn create_topic(partitions: i32) -> String {
 
 /// Creates the topic `name` with `partitions` partitions.
 pub async fn create_named_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]).await
+}
+
+/// Creates the topic `name` with topic configs (`max.message.bytes`, …;
+/// Apache Kafka only: the mock cluster has none).
+pub async fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
     match broker() {
         Broker::Mock { .. } => {
             let topic = name.to_owned();
@@ -150,7 +156,10 @@ pub async fn create_named_topic(name: &str, partitions: i32) {
                 .set("bootstrap.servers", servers)
                 .create()
                 .unwrap_or_else(|e| panic!("admin client: {e}"));
-            let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+            let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+            for (key, value) in configs {
+                topic = topic.set(key, value);
+            }
             let results = admin
                 .create_topics([&topic], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))))
                 .await
@@ -283,6 +292,40 @@ pub async fn produce_with_headers(
         Ok(delivery) => delivery.offset,
         Err((e, _)) => panic!("produce to {topic}/{partition}: {e}"),
     }
+}
+
+/// Deletes `topic` (Apache Kafka only), waiting until the broker's
+/// metadata no longer has it.
+pub async fn delete_topic(topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .unwrap_or_else(|e| panic!("admin client: {e}"));
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin.delete_topics(&[topic], &options).await.unwrap_or_else(|e| panic!("delete {topic}: {e}"));
+    for r in results {
+        if let Err((t, code)) = r {
+            panic!("delete topic {t}: {code}");
+        }
+    }
+    crate::wait_until(&format!("{topic} deleted"), || partitions(topic) == 0).await;
+}
+
+/// Writes a record into a DLQ as idem would: the headers given, then the
+/// seal under the suite's key ([`crate::DLQ_KEY`]).
+pub async fn produce_sealed(
+    producer: &Producer,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    payload: &[u8],
+    headers: &[(&str, &[u8])],
+) -> i64 {
+    let keys = idem::pipeline::DlqKeys::from_hex(crate::DLQ_KEY, None).unwrap_or_else(|e| panic!("key: {e}"));
+    let seal = keys.seal(Some(key), Some(payload), headers.iter().map(|(n, v)| (*n, Some(*v))));
+    let mut all = headers.to_vec();
+    all.push((idem::pipeline::dlq_headers::SEAL, seal.as_bytes()));
+    produce_with_headers(producer, topic, partition, key, payload, &all).await
 }
 
 /// Every record of `topic`, partition by partition, from the beginning to

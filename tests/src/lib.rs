@@ -81,6 +81,10 @@ pub fn idem_bin() -> std::path::PathBuf {
         .unwrap_or_else(|| panic!("no idem-under-test binary next to {}; build the idem-tests package", exe.display()))
 }
 
+/// The DLQ key every host of the suite seals and verifies dead letters
+/// with: the configs it writes name a file holding it (`[dlq] key_file`).
+pub const DLQ_KEY: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
+
 /// Polls `done` every 50 ms; panics after 60 s naming `what`.
 pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
     for _ in 0..1200 {

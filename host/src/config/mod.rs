@@ -9,12 +9,14 @@ use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
 mod admin;
+mod dlq;
 mod group;
 mod handler;
 mod ranges;
 mod retention;
 mod runtime;
 pub use admin::AdminConfig;
+pub use dlq::DlqConfig;
 pub use group::GroupProtocol;
 pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, OnFailure,
@@ -35,6 +37,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     #[serde(default)]
     pub retention: RetentionConfig,
+    #[serde(default)]
+    pub dlq: DlqConfig,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -100,6 +104,9 @@ impl Config {
             config.database.url = url;
         }
         let base = path.parent().unwrap_or(Path::new("."));
+        for file in [&mut config.dlq.key_file, &mut config.dlq.previous_key_file].into_iter().flatten() {
+            *file = base.join(&*file);
+        }
         for h in &mut config.handlers {
             if let Some(component) = &mut h.component {
                 *component = base.join(&*component);

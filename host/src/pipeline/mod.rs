@@ -6,13 +6,15 @@
 mod attempts;
 mod batch;
 mod consumer;
-mod dlq;
+pub mod dlq;
 mod faults;
+mod final_failure;
 mod partition;
 pub mod replay;
 
 pub(crate) use dlq::DeadLetters;
 pub use dlq::headers as dlq_headers;
+pub use dlq::seal::Keys as DlqKeys;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -131,7 +131,7 @@ impl PartitionState {
     }
 
     /// Sleeps `duration`; `false` if the partition was stopped meanwhile.
-    async fn sleep(&self, duration: Duration) -> bool {
+    pub(super) async fn sleep(&self, duration: Duration) -> bool {
         self.until_stopped(tokio::time::sleep(duration)).await.is_some() && !self.is_stopped()
     }
 
@@ -264,7 +264,7 @@ pub(super) fn completed(shared: &Shared, state: &PartitionState, record: &Record
 
 /// Failures of the infrastructure are retried at least this often, however
 /// long they last, so that processing resumes soon after it comes back.
-const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
+pub(super) const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Consecutive infrastructure failures of one event after which the host
 /// asks the database whether it is really down.
@@ -296,8 +296,8 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
         Err(invalid) => {
             tracing::warn!(handler = %name, %topic, partition, offset, reason = %invalid, "invalid record");
             Stats::add(&stats.invalid);
-            let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0 };
-            return settle(shared, state, record, failure).await;
+            let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays: 0 };
+            return super::final_failure::resolve(shared, state, record, failure).await;
         }
     };
     let event_id = event.id;
@@ -335,8 +335,9 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                         );
                         tracing::error!(handler = %name, %topic, partition, offset, %event_id, "{reason}");
                         stats.failed(ErrorClass::Permanent);
-                        let failure = Failure { class: ErrorClass::Permanent, reason, attempts: started - 1 };
-                        return settle(shared, state, record, failure).await;
+                        let failure =
+                            Failure { class: ErrorClass::Permanent, reason, attempts: started - 1, replays: 0 };
+                        return super::final_failure::resolve(shared, state, record, failure).await;
                     }
                     Ok(_) => counted = true,
                     Err(e) => {
@@ -443,51 +444,12 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                     "event failed (its transaction rolled back): {error}"
                 );
                 stats.failed(class);
-                let failure = Failure { class, reason: error.to_string(), attempts: attempt };
-                return settle(shared, state, record, failure).await;
+                let failure = Failure { class, reason: error.to_string(), attempts: attempt, replays: 0 };
+                return super::final_failure::resolve(shared, state, record, failure).await;
             }
         };
         if !state.sleep(backoff).await {
             return false;
-        }
-    }
-}
-
-/// A final failure: written to the DLQ (retried until the broker takes it;
-/// the partition does not advance meanwhile), or, with `on_failure =
-/// "block"`, the partition stops at the record until this process stops.
-async fn settle(shared: &Shared, state: &PartitionState, record: &Record, failure: Failure) -> bool {
-    let (name, stats) = (&shared.name, &shared.stats);
-    let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
-    let Some(dead_letters) = &shared.dead_letters else {
-        tracing::error!(
-            handler = %name, %topic, partition, offset, class = failure.class.as_str(), reason = %failure.reason,
-            "on_failure = block: the partition stops at this record; nothing after it is processed or committed \
-             until it is resolved and idem restarted"
-        );
-        Stats::add(&stats.blocked);
-        state.until_stopped(std::future::pending::<()>()).await;
-        return false;
-    };
-    let mut tries = 0;
-    loop {
-        match dead_letters.send(record, &failure, shared.slot.executor().handler().sha256()).await {
-            Ok(()) => {
-                tracing::warn!(
-                    handler = %name, %topic, partition, offset, class = failure.class.as_str(),
-                    dlq = %dead_letters.topic, "record dead-lettered"
-                );
-                Stats::add(&stats.dead_lettered);
-                return true;
-            }
-            Err(e) => {
-                tries += 1;
-                tracing::warn!(handler = %name, %topic, partition, offset, tries, "{e}; retrying (the partition does not advance)");
-                Stats::add(&stats.unavailable);
-                if !state.sleep(shared.config.backoff(tries).min(MAX_OUTAGE_BACKOFF)).await {
-                    return false;
-                }
-            }
         }
     }
 }

@@ -82,9 +82,17 @@ pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> Strin
             e.sample("idem_records_total", &[("handler", &h.name), ("outcome", outcome)], n);
         }
     }
-    let counters: [Family<AtomicU64>; 8] = [
+    let counters: [Family<AtomicU64>; 10] = [
         ("idem_records_delivered_total", "Records handed to the partition workers.", |s| &s.delivered),
         ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| &s.dead_lettered),
+        ("idem_dead_letter_envelopes_total", "Of them, envelopes: the topic refused the record as it was.", |s| {
+            &s.enveloped
+        }),
+        (
+            "idem_dlq_refused_total",
+            "Times the dead-letter topic refused even an envelope; its partition waits for an operator (alert on it).",
+            |s| &s.dlq_refused,
+        ),
         ("idem_retries_total", "Executions repeated after a retryable failure (each spent an attempt).", |s| {
             &s.retries
         }),

@@ -111,6 +111,14 @@ async fn permanent_failures_and_invalid_records_reach_the_dlq_once_byte_for_byte
         assert_eq!((named(h::REASON), named(h::OFFSET)), (1, 1), "one of each, idem's");
         assert_eq!(header(message, &format!("source.{}", h::REASON)).as_deref(), Some("forged reason"));
         assert_eq!(header(message, "source.source.note").as_deref(), Some("kept"), "escaped, so unescaped exactly");
+        let keys = idem::pipeline::DlqKeys::from_hex(idem_tests::DLQ_KEY, None).expect("key");
+        let last = message.headers().and_then(|hs| hs.iter().last()).map(|x| x.key.to_owned());
+        assert_eq!(last.as_deref(), Some(h::SEAL), "the seal comes last");
+        assert_eq!(
+            idem::pipeline::replay::authenticity(&keys, message),
+            idem::pipeline::dlq::seal::Authenticity::Sealed,
+            "sealed with the host's key"
+        );
     }
     env.finish().await;
 }
@@ -223,8 +231,8 @@ async fn an_event_id_reused_with_another_payload_is_dead_lettered_and_the_first_
 }
 
 /// Writes `payload` into `dlq` as idem would have dead-lettered it from
-/// `topic`/0 at `offset`.
-async fn dead_letter(env: &Env, dlq: &str, payload: &[u8], offset: usize) {
+/// `topic`/0 at `offset` (sealed with the suite's key).
+pub(crate) async fn dead_letter(env: &Env, dlq: &str, payload: &[u8], offset: usize) {
     let (offset, at) = (offset.to_string(), chrono::Utc::now().to_rfc3339());
     let headers: [(&str, &[u8]); 11] = [
         (h::CLASS, b"permanent"),
@@ -239,7 +247,7 @@ async fn dead_letter(env: &Env, dlq: &str, payload: &[u8], offset: usize) {
         (h::MODULE, b"0000"),
         (h::GROUP, b"billing"),
     ];
-    kafka::produce_with_headers(&env.producer, dlq, 0, b"k", payload, &headers).await;
+    kafka::produce_sealed(&env.producer, dlq, 0, b"k", payload, &headers).await;
 }
 
 pub(crate) fn idem_json(args: &[&str]) -> serde_json::Value {

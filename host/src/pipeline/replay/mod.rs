@@ -1,0 +1,269 @@
+//! `idem dlq list` and `idem dlq replay`: what a handler's dead-letter topic
+//! holds, and re-running it through that handler only.
+//!
+//! Replay never writes into the source topic, which other consumer groups
+//! (some without dedup) also read: this process reads the DLQ and runs each
+//! record through the handler's own executor, claim and all. An event that
+//! was processed meanwhile is a duplicate and skipped; one that fails again
+//! goes back to the DLQ with `idem.replay.count` one higher (the older copy
+//! stays: Kafka topics are append-only; the next replay runs only the
+//! latest copy of each original record). An infrastructure failure stops the replay with
+//! what it did so far. A record whose event is older than the handler's
+//! dedup retention is left in the DLQ unless `--force`: its dedup row may be
+//! gone, so "not a duplicate" would not mean "not processed".
+//!
+//! A DLQ topic is not trusted: anyone allowed to produce to it could write
+//! a record there. Replay applies only records whose seal verifies (see
+//! `dlq::seal`); the others are counted as unauthenticated and left alone,
+//! and never supersede a sealed copy. Records written before seals existed
+//! run only with `--trust-unsigned`, which says so.
+
+mod read;
+
+use anyhow::{Context as _, bail};
+use rdkafka::message::{Headers as _, Message as _, OwnedMessage};
+use serde::Serialize;
+
+use super::dlq::seal::{Authenticity, Keys};
+use super::dlq::{DeadLetters, Failure, headers};
+use crate::config::Config;
+use crate::error::ErrorClass;
+use crate::executor::Outcome;
+use crate::startup::PreparedHandler;
+use crate::validate::Record;
+pub use read::{Listing, authenticity, header, list, read};
+
+/// Which DLQ records a command looks at.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    /// Failed at or after this time.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Failed before this time.
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    pub limit: Option<usize>,
+}
+
+/// How `idem dlq replay` runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplayOptions {
+    /// Count what would be applied and skipped; execute nothing.
+    pub dry_run: bool,
+    /// Also run events older than the handler's dedup retention.
+    pub force: bool,
+    /// Also run records without a seal (dead-lettered before seals).
+    pub trust_unsigned: bool,
+}
+
+/// What `idem dlq replay` did.
+#[derive(Debug, Default, Serialize)]
+pub struct ReplayReport {
+    pub read: usize,
+    pub applied: usize,
+    pub duplicates: usize,
+    pub failed_again: usize,
+    /// Records left alone: another handler's, or without idem's headers.
+    pub foreign: usize,
+    /// Records left alone because their seal is missing (without
+    /// `--trust-unsigned`) or does not verify: idem did not write them.
+    pub unauthenticated: usize,
+    /// Unsealed records run because of `--trust-unsigned`.
+    pub trusted_unsigned: usize,
+    /// Envelopes (records the DLQ refused as they were): nothing to run;
+    /// the record may still be on the source topic at the offset named.
+    pub envelopes: usize,
+    /// Older copies of a record that failed again in an earlier replay:
+    /// only the latest copy runs.
+    pub superseded: usize,
+    /// Records left alone because their event is older than the handler's
+    /// dedup_retention (its dedup row may be gone): `--force` runs them.
+    pub stale: usize,
+    /// `--dry-run`: nothing executed; `applied` counts the records that
+    /// would be, `duplicates` those already processed.
+    pub dry_run: bool,
+}
+
+/// The record as it was on the source topic: original position, key,
+/// value and headers (idem's own removed, the source's names unescaped).
+fn original(message: &OwnedMessage) -> anyhow::Result<Record> {
+    let field = |name: &str| header(message, name).with_context(|| format!("DLQ record without header {name}"));
+    let kept = message
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .filter(|h| !headers::is_idems(h.key))
+                .map(|h| (headers::unescaped(h.key).to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Record {
+        topic: field(headers::TOPIC)?,
+        partition: field(headers::PARTITION)?.parse().context("bad idem.original.partition")?,
+        offset: field(headers::OFFSET)?.parse().context("bad idem.original.offset")?,
+        key: message.key().map(<[u8]>::to_vec),
+        payload: message.payload().map(<[u8]>::to_vec),
+        headers: kept,
+        timestamp: header(message, headers::TIMESTAMP).and_then(|t| t.parse().ok()),
+    })
+}
+
+fn replays_of(message: &OwnedMessage) -> u32 {
+    header(message, headers::REPLAY_COUNT).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Which records run: those the seal (or `--trust-unsigned`) admits, and
+/// of several copies of one original record only the latest — a sealed
+/// copy always before an unsealed one, so no unsealed record supersedes a
+/// record idem wrote. Counts what it leaves out in `report`.
+fn admitted(keys: &Keys, records: &[OwnedMessage], trust_unsigned: bool, report: &mut ReplayReport) -> Vec<usize> {
+    type Position = (String, String, String);
+    let mut latest: std::collections::HashMap<Position, ((bool, u32), usize)> = Default::default();
+    for (i, m) in records.iter().enumerate() {
+        let sealed = match authenticity(keys, m) {
+            Authenticity::Sealed => true,
+            Authenticity::Unsealed if trust_unsigned => false,
+            Authenticity::Unsealed | Authenticity::Forged => {
+                report.unauthenticated += 1;
+                continue;
+            }
+        };
+        if sealed && header(m, headers::ENVELOPE).is_some() {
+            report.envelopes += 1;
+            continue;
+        }
+        let position = (
+            header(m, headers::TOPIC).unwrap_or_default(),
+            header(m, headers::PARTITION).unwrap_or_default(),
+            header(m, headers::OFFSET).unwrap_or_default(),
+        );
+        let rank = (sealed, replays_of(m));
+        let best = latest.entry(position).or_insert((rank, i));
+        if rank >= best.0 {
+            *best = (rank, i);
+        }
+    }
+    let mut chosen: Vec<(bool, usize)> = latest.into_values().map(|((sealed, _), i)| (sealed, i)).collect();
+    chosen.sort_unstable_by_key(|(_, i)| *i);
+    let admitted_count = records.len() - report.unauthenticated - report.envelopes;
+    report.superseded = admitted_count - chosen.len();
+    report.trusted_unsigned = chosen.iter().filter(|(sealed, _)| !sealed).count();
+    if report.trusted_unsigned > 0 {
+        tracing::warn!(
+            records = report.trusted_unsigned,
+            "--trust-unsigned: running DLQ records without a seal; anyone who could produce to the topic could \
+             have written them"
+        );
+    }
+    chosen.into_iter().map(|(_, i)| i).collect()
+}
+
+/// `idem dlq replay`: runs every admitted record of `window` through `handler`.
+pub async fn replay(
+    config: &Config,
+    handler: &PreparedHandler,
+    idem_pool: &sqlx::PgPool,
+    window: &Window,
+    options: ReplayOptions,
+) -> anyhow::Result<ReplayReport> {
+    let h = &handler.config;
+    let keys = match &handler.dead_letters {
+        Some(d) => d.keys().clone(),
+        None => Keys::load(&config.dlq)?,
+    };
+    let records = read(config, h, window)?;
+    // The retention the database recorded for this handler, on its clock:
+    // the one the claim's stale-event guard applies.
+    let oldest_ms: i64 =
+        sqlx::query_scalar("SELECT floor(extract(epoch FROM now() - idem.retention_of($1)) * 1000)::bigint")
+            .bind(&h.name)
+            .fetch_one(idem_pool)
+            .await
+            .context("failed to read the handler's dedup retention")?;
+    let ReplayOptions { dry_run, force, trust_unsigned } = options;
+    let mut report = ReplayReport { read: records.len(), dry_run, ..ReplayReport::default() };
+    let module = handler.slot.executor().handler().sha256().to_owned();
+    let dead_letters = match (&handler.dead_letters, dry_run) {
+        (Some(d), _) => Some(d),
+        (None, true) => None,
+        (None, false) => bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", h.name),
+    };
+    for i in admitted(&keys, &records, trust_unsigned, &mut report) {
+        let message = &records[i];
+        // Only this handler's own dead letters; a record that is not one
+        // (another handler's, or malformed) is counted and left alone.
+        let record = match original(message) {
+            Ok(record) if header(message, headers::HANDLER).as_deref() == Some(h.name.as_str()) => record,
+            Ok(_) | Err(_) => {
+                report.foreign += 1;
+                continue;
+            }
+        };
+        let replays = replays_of(message) + 1;
+        let event = match handler.validator.validate(&record) {
+            Ok(event) => event,
+            Err(invalid) => {
+                let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays };
+                again(dead_letters, &module, &record, &failure, dry_run, &mut report).await?;
+                continue;
+            }
+        };
+        let created_ms = event.created_at().map_or(i64::MIN, |t| t.timestamp_millis());
+        if created_ms < oldest_ms && !force {
+            report.stale += 1;
+            continue;
+        }
+        if dry_run {
+            let done: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM idem.processed_event WHERE event_id = $1 AND consumer = $2)",
+            )
+            .bind(event.id)
+            .bind(&h.name)
+            .fetch_one(idem_pool)
+            .await
+            .context("failed to look up processed events")?;
+            if done {
+                report.duplicates += 1
+            } else {
+                report.applied += 1
+            }
+            continue;
+        }
+        let executor = if force { handler.slot.executor().forcing_stale() } else { handler.slot.executor() };
+        match executor.execute(&event, 1).await {
+            Ok(Outcome::Processed) => report.applied += 1,
+            Ok(Outcome::Duplicate) => report.duplicates += 1,
+            Ok(Outcome::Skipped) => report.stale += 1,
+            Err(e) if matches!(e.class(), ErrorClass::Unavailable | ErrorClass::Fatal) => {
+                bail!("replay stopped after {report:?}: {e}");
+            }
+            Err(e) => {
+                let failure = Failure { class: e.class(), reason: e.to_string(), attempts: 1, replays };
+                again(dead_letters, &module, &record, &failure, dry_run, &mut report).await?;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// A record that failed again goes back to the DLQ, its replay count one up.
+async fn again(
+    dead_letters: Option<&DeadLetters>,
+    module: &str,
+    record: &Record,
+    failure: &Failure,
+    dry_run: bool,
+    report: &mut ReplayReport,
+) -> anyhow::Result<()> {
+    report.failed_again += 1;
+    if dry_run {
+        return Ok(());
+    }
+    let Some(dead_letters) = dead_letters else { return Ok(()) };
+    match dead_letters.send(record, failure, module).await {
+        Ok(()) => Ok(()),
+        // Too large for the DLQ now (idem's headers grew): its envelope.
+        Err(super::dlq::Refusal::Record(why)) => {
+            dead_letters.send_envelope(record, failure, module, &why).await.map_err(|e| anyhow::anyhow!("{e}"))
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+    }
+}

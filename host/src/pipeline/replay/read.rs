@@ -1,0 +1,131 @@
+//! Reading a handler's dead-letter topic: its records inside a window, what
+//! each one's seal says, and `idem dlq list`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::{Headers as _, Message as _, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+
+use super::Window;
+use crate::config::{Config, HandlerConfig};
+use crate::pipeline::dlq::headers;
+use crate::pipeline::dlq::seal::{Authenticity, Keys};
+
+/// What `idem dlq list` prints.
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    pub topic: String,
+    pub records: usize,
+    /// Sealed records per `class: reason` (reasons cut at 120 characters).
+    pub by_reason: BTreeMap<String, usize>,
+    /// Of them, envelopes: records the topic refused as they were.
+    pub envelopes: usize,
+    /// Records whose seal is missing or does not verify: not idem's, or
+    /// written before seals; their headers are not shown (anyone who can
+    /// produce to the topic could have written them).
+    pub unauthenticated: usize,
+    pub oldest: Option<String>,
+    pub newest: Option<String>,
+}
+
+/// A header's value as text (the first header of that name).
+pub fn header(message: &OwnedMessage, name: &str) -> Option<String> {
+    let hs = message.headers()?;
+    hs.iter().find(|h| h.key == name).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+/// What the record's seal says.
+pub fn authenticity(keys: &Keys, message: &OwnedMessage) -> Authenticity {
+    let all: Vec<(&str, Option<&[u8]>)> =
+        message.headers().map(|hs| hs.iter().map(|h| (h.key, h.value)).collect()).unwrap_or_default();
+    keys.verify(message.key(), message.payload(), &all)
+}
+
+pub(super) fn failed_at(message: &OwnedMessage) -> Option<chrono::DateTime<chrono::Utc>> {
+    header(message, headers::FAILED_AT)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+}
+
+/// The handler's DLQ records inside `window`, oldest offset first per partition.
+pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
+    let topic = handler.dlq_topic();
+    let topic = topic.as_str();
+    let mut client =
+        crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
+    client.set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7())).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer<crate::kafka_client::ProbeContext> =
+        crate::kafka_client::create(&client, Default::default(), "a DLQ reader")?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .with_context(|| format!("failed to look up the DLQ topic {topic}"))?;
+    let Some(t) = metadata.topics().first().filter(|t| t.error().is_none()) else {
+        bail!("the DLQ topic {topic} does not exist");
+    };
+    let mut out = Vec::new();
+    for p in t.partitions() {
+        let (low, high) = consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+        if high <= low {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p.id(), Offset::Offset(low))?;
+        consumer.assign(&tpl)?;
+        let mut next = low;
+        // Stuck means no record for a minute, however long the partition.
+        let mut deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while next < high {
+            if std::time::Instant::now() > deadline {
+                bail!("reading {topic}/{}: stuck at offset {next} of {high}", p.id());
+            }
+            let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
+            let message = message.with_context(|| format!("failed to read {topic}"))?.detach();
+            next = message.offset() + 1;
+            deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let at = failed_at(&message);
+            let inside = window.since.is_none_or(|s| at.is_some_and(|a| a >= s))
+                && window.until.is_none_or(|u| at.is_some_and(|a| a < u));
+            if inside {
+                out.push(message);
+                // `--limit`: no need to read (and hold) more than that.
+                if window.limit.is_some_and(|limit| out.len() >= limit) {
+                    return Ok(out);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `idem dlq list`.
+pub fn list(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Listing> {
+    let keys = Keys::load(&config.dlq)?;
+    let records = read(config, handler, window)?;
+    let (mut by_reason, mut envelopes, mut unauthenticated) = (BTreeMap::new(), 0, 0);
+    let mut times = Vec::new();
+    for m in &records {
+        if authenticity(&keys, m) != Authenticity::Sealed {
+            unauthenticated += 1;
+            continue;
+        }
+        envelopes += usize::from(header(m, headers::ENVELOPE).is_some());
+        let class = header(m, headers::CLASS).unwrap_or_else(|| "unknown".into());
+        let reason = crate::text::shown(&header(m, headers::REASON).unwrap_or_default(), 120);
+        *by_reason.entry(format!("{class}: {reason}")).or_insert(0) += 1;
+        times.extend(failed_at(m));
+    }
+    let show = |t: Option<&chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339());
+    Ok(Listing {
+        topic: handler.dlq_topic(),
+        records: records.len(),
+        by_reason,
+        envelopes,
+        unauthenticated,
+        oldest: show(times.iter().min()),
+        newest: show(times.iter().max()),
+    })
+}
