@@ -95,3 +95,14 @@ pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
     }
     panic!("not within 60 s: {what}");
 }
+
+/// [`wait_until`] for a check that awaits (a query, say).
+pub async fn wait_until_async<F: std::future::Future<Output = bool>>(what: &str, done: impl Fn() -> F) {
+    for _ in 0..1200 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("not within 60 s: {what}");
+}

@@ -452,3 +452,51 @@ async fn a_host_that_missed_the_switch_never_processes_with_the_replaced_version
     stop(b).await;
     env.finish().await;
 }
+
+/// The claim/activation interlock is nothing a guest can name: another
+/// handler's role holding the advisory lock key idem once used for billing
+/// (computable from its name) for as long as it likes, and trying to lock
+/// idem's own rows, delays neither billing's claims nor its deploy and
+/// rollback.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_handlers_locks_delay_neither_claims_nor_a_deploy_nor_a_rollback() {
+    use sqlx::Executor as _;
+    let env = Env::new(1).await;
+    let other_topic = kafka::create_topic(1).await;
+    let specs = [env.billing(), idem_tests::host::HandlerSpec::scenarios(&other_topic, &env.provider.base_url())];
+    let config = host::write_config(&env.db.url, &specs);
+    let host = InProcess::start(&config);
+    let api = Api::of(&config);
+    api.ready("billing").await;
+
+    // The hostile handler's role, in open transactions, as its guest could be.
+    let hostile = env.db.handler_pool("scenarios", "scenario").await;
+    let mut held = hostile.acquire().await.expect("connection");
+    held.execute("BEGIN").await.expect("begin");
+    for key in ["billing", "scenarios"] {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idem.handler_module'), hashtext($1))")
+            .bind(key)
+            .execute(&mut *held)
+            .await
+            .expect("any role may take any advisory key");
+    }
+    let mut probe = hostile.acquire().await.expect("connection");
+    let denied = probe.execute("SELECT 1 FROM idem.handler_role FOR KEY SHARE").await.expect_err("idem's rows");
+    assert!(denied.to_string().contains("permission denied"), "{denied}");
+
+    env.send_orders(20).await;
+    idem_tests::wait_until_async("20 charges while the locks are held", || async { env.count(CHARGES).await == 20 })
+        .await;
+    let (status, body) = api.upload("billing", variant(&billing_bytes(), "v2")).await;
+    assert_eq!((status, body["version"].as_i64()), (201, Some(2)), "a deploy: {body}");
+    let (status, body) = api.send(api.client.post(format!("{}/handlers/billing/activate?version=1", api.url))).await;
+    assert_eq!(status, 200, "a rollback: {body}");
+    api.runs("billing", 1, Duration::from_secs(60)).await;
+    env.send_orders(5).await;
+    idem_tests::wait_until_async("25 charges", || async { env.count(CHARGES).await == 25 }).await;
+    held.execute("ROLLBACK").await.expect("rollback");
+    let reports = host.stop().await;
+    let billing = reports.iter().find(|r| r.handler == "billing").expect("billing");
+    assert_eq!((billing.dead_lettered, billing.processed), (0, 25), "{billing:?}");
+    env.finish().await;
+}

@@ -78,8 +78,8 @@ async fn one_batch(
         .bind(&partitions)
         .bind(&offsets)
         .bind(&hashes)
-        // The host names its module version; the check (a shared advisory
-        // lock and one lookup) is part of what the ceiling should pay.
+        // The host names its module version; the check (a row lock on the
+        // handler's row and one lookup) is part of what the ceiling should pay.
         .bind(1_i32)
         .fetch_one(&mut *tx)
         .await?;
