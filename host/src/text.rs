@@ -7,20 +7,42 @@
 /// `text` with every control character escaped (`\n`, `\u{1b}`, …), the
 /// invisible ones that reorder or hide text too (bidirectional overrides,
 /// zero-width characters), and at most `max` characters of it, saying how
-/// many there were when it was cut.
+/// many bytes there were when it was cut. Its work is bounded by `max`,
+/// whatever the text's length.
 pub fn shown(text: &str, max: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max * 2));
-    let mut total = 0usize;
-    for c in text.chars() {
-        total += 1;
-        if total <= max {
-            push_escaped(&mut out, c);
+    capped(text, max, true)
+}
+
+/// [`shown`] for text that may hold some already: control characters are
+/// escaped, backslashes left as they are (so nothing is escaped twice).
+pub fn controls_escaped(text: &str, max: usize) -> String {
+    capped(text, max, false)
+}
+
+fn capped(text: &str, max: usize, backslashes: bool) -> String {
+    let mut out = String::with_capacity(text.len().min(max.saturating_mul(2)));
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(max) {
+        match c {
+            '\\' if backslashes => out.push_str("\\\\"),
+            c if is_hidden(c) => out.extend(c.escape_default()),
+            c => out.push(c),
         }
     }
-    if total > max {
-        out.push_str(&format!("… ({total} characters)"));
+    if chars.next().is_some() {
+        out.push_str(&format!("… ({} bytes)", text.len()));
     }
     out
+}
+
+/// [`shown`] when displayed, for a field recorded only if its span or
+/// event is enabled (the text is escaped then, not before).
+pub struct Shown<'a>(pub &'a str, pub usize);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&shown(self.0, self.1))
+    }
 }
 
 /// Whether `c` must not reach an operator's terminal or log viewer as is.
@@ -34,14 +56,6 @@ pub fn is_hidden(c: char) -> bool {
             | '\u{feff}')
 }
 
-fn push_escaped(out: &mut String, c: char) {
-    match c {
-        '\\' => out.push_str("\\\\"),
-        c if is_hidden(c) => out.extend(c.escape_default()),
-        c => out.push(c),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::shown;
@@ -53,10 +67,12 @@ mod tests {
         assert!(!out.contains('\n') && out.contains("\\n"), "{out}");
         assert_eq!(shown("a\u{1b}[2Jb\r\u{202e}c\u{0}", 100), "a\\u{1b}[2Jb\\r\\u{202e}c\\u{0}");
         assert_eq!(shown("\\n", 10), "\\\\n", "a backslash is escaped too, so an escape cannot be forged");
-        assert_eq!(shown("héllo wörld", 5), "héllo… (11 characters)");
+        assert_eq!(super::controls_escaped("a\\nb\nc", 10), "a\\nb\\nc", "escaped once");
+        assert_eq!(shown("héllo wörld", 5), "héllo… (13 bytes)");
+        assert_eq!(shown("héllo", 5), "héllo", "not cut");
         assert_eq!(
             shown(&"x".repeat(10_000_000), 200).chars().count(),
-            200 + "… (10000000 characters)".chars().count()
+            200 + "… (10000000 bytes)".chars().count()
         );
     }
 }

@@ -237,7 +237,7 @@ mod tests {
         assert!(e.to_string().contains("`eventType` appears twice"), "{e}");
         let long = "x".repeat(900_000);
         let e = check(&payload(&v7, &long, "2026-11-30T10:00:00Z", json!(5)));
-        assert!(e.to_string().len() < 400 && e.to_string().contains("(900000 characters)"), "capped");
+        assert!(e.to_string().len() < 400 && e.to_string().contains("(900000 bytes)"), "capped");
         let none = Record { payload: None, ..record(b"") };
         assert_eq!(v.validate(&none).expect_err("tombstone"), Invalid::NoPayload);
     }

@@ -96,6 +96,8 @@ impl TestDb {
             role: format!("{}_{schema}", self.name),
             password: None,
             migrations,
+            temp_file_limit_mib: 256,
+            work_mem_mib: 4,
         }
     }
 

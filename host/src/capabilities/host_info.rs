@@ -24,12 +24,9 @@ impl log::Host for HostState {
             }
             _ => self.log_lines_left -= 1,
         }
-        let mut message = message;
-        if message.len() > LOGGED_OUTPUT {
-            let cut = (0..=LOGGED_OUTPUT).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
-            message.truncate(cut);
-            message.push_str(" (truncated)");
-        }
+        // Data, not log lines: a newline or an escape sequence in it cannot
+        // start a line that looks like the host's own.
+        let message = crate::text::shown(&message, LOGGED_OUTPUT);
         let (handler, event_id) = (&self.settings.name, &self.event_id);
         match level {
             log::Level::Trace => tracing::trace!(target: "idem::guest", handler, event_id, "{message}"),

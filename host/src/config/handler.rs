@@ -214,12 +214,33 @@ pub struct HandlerLimits {
     /// HTTP requests one invocation may send.
     #[serde(default = "default_max_http_requests")]
     pub max_http_requests: u32,
+    /// Temporary files one of the handler role's statements may write
+    /// (sorts and hashes spilling to disk), MiB: `temp_file_limit` on the
+    /// role, set by `idem migrate --config`.
+    #[serde(default = "default_temp_file_limit_mib")]
+    pub temp_file_limit_mib: u32,
+    /// Memory one sort or hash of the role's statements may take before
+    /// spilling, MiB: `work_mem` on the role.
+    #[serde(default = "default_work_mem_mib")]
+    pub work_mem_mib: u32,
 }
 
 impl Default for HandlerLimits {
     fn default() -> Self {
-        Self { max_db_statements: default_max_db_statements(), max_http_requests: default_max_http_requests() }
+        Self {
+            max_db_statements: default_max_db_statements(),
+            max_http_requests: default_max_http_requests(),
+            temp_file_limit_mib: default_temp_file_limit_mib(),
+            work_mem_mib: default_work_mem_mib(),
+        }
     }
+}
+
+fn default_temp_file_limit_mib() -> u32 {
+    256
+}
+fn default_work_mem_mib() -> u32 {
+    4
 }
 
 fn default_max_db_statements() -> u32 {

@@ -73,6 +73,12 @@ fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
         bail!("{at}: max_memory_mib = {} must be between 1 and {MAX_MEMORY_MIB}", h.max_memory_mib);
     }
     let limits = &h.limits;
+    if !(1..=65_536).contains(&limits.temp_file_limit_mib) || !(1..=4_096).contains(&limits.work_mem_mib) {
+        bail!(
+            "{at}: limits.temp_file_limit_mib must be 1 to 65536 and limits.work_mem_mib 1 to 4096 (MiB; \
+             0 would fail every statement that sorts)"
+        );
+    }
     if limits.max_db_statements == 0 {
         bail!("{at}: limits.max_db_statements = 0 would refuse every statement; a handler that needs none runs none");
     }

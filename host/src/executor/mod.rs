@@ -18,6 +18,10 @@ use crate::event::Event;
 use crate::runtime::{Handler, HostState, Invocation};
 use crate::stats::Stats;
 use crate::telemetry::traces::TARGET as TRACE;
+
+/// The most of a guest's own text (an error message, a trap, its stderr)
+/// an error carries.
+const GUEST_TEXT: usize = 2_000;
 pub use batch::BatchFailure;
 use tracing::Instrument as _;
 pub use transaction::{EventTx, GRACE, Pins};
@@ -258,8 +262,14 @@ impl Executor {
                 Err(ExecError::Infrastructure(infrastructure.unwrap_or_default()))
             }
             Invocation::Ok => Ok(Outcome::Processed),
-            Invocation::Failed { retryable: true, message } => Err(ExecError::HandlerRetryable(message)),
-            Invocation::Failed { retryable: false, message } => Err(ExecError::HandlerPermanent(message)),
+            // The guest's words are data wherever they are shown (logs, DLQ
+            // headers, `idem dlq list`): escaped and capped here, once.
+            Invocation::Failed { retryable: true, message } => {
+                Err(ExecError::HandlerRetryable(crate::text::shown(&message, GUEST_TEXT)))
+            }
+            Invocation::Failed { retryable: false, message } => {
+                Err(ExecError::HandlerPermanent(crate::text::shown(&message, GUEST_TEXT)))
+            }
             Invocation::TimedOut(limit) => Err(ExecError::TimedOut(limit)),
             // The host's own shortage, not the event's doing (see `runtime::pool`).
             Invocation::Trapped(trap) if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) => {
@@ -268,8 +278,15 @@ impl Executor {
             Invocation::Trapped(trap) => Err(match trap.downcast::<HostFault>() {
                 Ok(HostFault::Database(e)) => ExecError::Database(e),
                 Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),
-                Err(trap) if stderr.is_empty() => ExecError::Trapped(format!("{trap:#}")),
-                Err(trap) => ExecError::Trapped(format!("{trap:#}; guest stderr: {stderr}")),
+                // A trap's text names the guest's own functions: its words too.
+                Err(trap) if stderr.is_empty() => {
+                    ExecError::Trapped(crate::text::shown(&format!("{trap:#}"), GUEST_TEXT))
+                }
+                Err(trap) => ExecError::Trapped(format!(
+                    "{}; guest stderr: {}",
+                    crate::text::shown(&format!("{trap:#}"), GUEST_TEXT),
+                    crate::text::shown(&stderr, GUEST_TEXT)
+                )),
             }),
         };
         (tx, result)

@@ -264,6 +264,9 @@ pub(super) fn completed(shared: &Shared, state: &PartitionState, record: &Record
 
 /// Failures of the infrastructure are retried at least this often, however
 /// long they last, so that processing resumes soon after it comes back.
+/// The longest error text logged or dead-lettered.
+const MAX_ERROR_CHARS: usize = 4_000;
+
 pub(super) const MAX_OUTAGE_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Consecutive infrastructure failures of one event after which the host
@@ -397,6 +400,9 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
             continue;
         }
         let mut class = error.class();
+        // Shown as data wherever it goes (logs, the DLQ reason): a guest's
+        // words or values can reach it through a database error's detail.
+        let error = crate::text::controls_escaped(&error.to_string(), MAX_ERROR_CHARS);
         if class == ErrorClass::Unavailable {
             outages += 1;
             // A failure of the infrastructure that persists while the
@@ -444,7 +450,7 @@ async fn process(shared: &Shared, state: &PartitionState, record: &Record, mut f
                     "event failed (its transaction rolled back): {error}"
                 );
                 stats.failed(class);
-                let failure = Failure { class, reason: error.to_string(), attempts: attempt, replays: 0 };
+                let failure = Failure { class, reason: error, attempts: attempt, replays: 0 };
                 return super::final_failure::resolve(shared, state, record, failure).await;
             }
         };

@@ -83,11 +83,13 @@ impl HostState {
             if bytes.is_empty() {
                 continue;
             }
-            let shown = String::from_utf8_lossy(&bytes[..bytes.len().min(LOGGED_OUTPUT)]);
+            // Escaped: a newline in it cannot start a line of its own.
+            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(LOGGED_OUTPUT)]);
             let cut = if bytes.len() > LOGGED_OUTPUT { " (truncated)" } else { "" };
+            let shown = crate::text::shown(text.trim_end(), LOGGED_OUTPUT);
             tracing::info!(
                 target: "guest", handler = %self.settings.name, event_id = %self.event_id, stream,
-                "{}{cut}", shown.trim_end()
+                "{shown}{cut}"
             );
         }
     }

@@ -17,6 +17,7 @@
 
 pub mod pool;
 pub mod provision;
+pub mod public;
 pub mod rights;
 
 /// A handler's place in the database, as `[handler.database]` resolves.
@@ -28,6 +29,9 @@ pub struct Place {
     /// The role's password, read from `password_env` (never printed).
     pub password: Option<String>,
     pub migrations: Option<std::path::PathBuf>,
+    /// `[handler.limits] temp_file_limit_mib`, `work_mem_mib`: set on the role.
+    pub temp_file_limit_mib: u32,
+    pub work_mem_mib: u32,
 }
 
 impl Place {
@@ -45,6 +49,8 @@ impl Place {
             role: h.role_name(database),
             password,
             migrations: h.database.migrations.clone(),
+            temp_file_limit_mib: h.limits.temp_file_limit_mib,
+            work_mem_mib: h.limits.work_mem_mib,
         })
     }
 }

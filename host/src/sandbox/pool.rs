@@ -22,7 +22,7 @@ use super::Place;
 /// without dropping the driver's own (`DEALLOCATE ALL`), so a connection
 /// holding one is closed instead; the last statement counts them.
 pub const CLEANUP: &str = "RESET ALL; RESET ROLE; UNLISTEN *; CLOSE ALL; DISCARD SEQUENCES; \
-     SELECT pg_advisory_unlock_all(), (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)";
+     SELECT (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)";
 
 /// How often a backend checks that its client is still there while it runs
 /// a statement (PostgreSQL ≥ 14): when the host abandons a connection whose
@@ -79,5 +79,5 @@ pub async fn connect(url: &str, place: &Place, max_connections: u32) -> anyhow::
 async fn reset(conn: &mut sqlx::PgConnection) -> Result<i64, sqlx::Error> {
     use sqlx::Executor as _;
     let rows = conn.fetch_all(sqlx::raw_sql(CLEANUP)).await?;
-    Ok(rows.last().and_then(|row| sqlx::Row::try_get::<i64, _>(row, 1).ok()).unwrap_or(-1))
+    Ok(rows.last().and_then(|row| sqlx::Row::try_get::<i64, _>(row, 0).ok()).unwrap_or(-1))
 }

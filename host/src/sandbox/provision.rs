@@ -12,8 +12,8 @@ use super::{Place, ident};
 
 /// What the database itself needs before any handler: PUBLIC loses what
 /// PostgreSQL gives it by default (CREATE and TEMPORARY on the database,
-/// CREATE on `public`, already gone in PostgreSQL 15) and EXECUTE on
-/// [`DANGEROUS_FUNCTIONS`]. Once per `idem migrate --config`, before
+/// CREATE on `public`, already gone in PostgreSQL 15), EXECUTE on the
+/// functions and SELECT on the views [`super::public`] revokes. Once per `idem migrate --config`, before
 /// [`apply`]. Returns what was done, one line each.
 pub async fn database(admin: &PgPool) -> anyhow::Result<Vec<String>> {
     let db = ident(&database_name(admin).await?);
@@ -26,7 +26,7 @@ pub async fn database(admin: &PgPool) -> anyhow::Result<Vec<String>> {
         )
         .await
         .context("failed to revoke PUBLIC's default rights on the database (is the administrator its owner?)")?;
-    Ok(revoke_dangerous_functions(admin).await)
+    Ok(super::public::revoke(admin).await)
 }
 
 /// Provisions `place` in the database `admin` is connected to (after
@@ -105,6 +105,23 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         .execute(format!("ALTER ROLE {role} RESET ALL; ALTER ROLE {role} IN DATABASE {db} RESET ALL").as_str())
         .await
         .with_context(|| format!("{at}: failed to reset the role's settings"))?;
+    // Bounds on what one statement of the guest may take from the server:
+    // temp_file_limit is a superuser's setting (the role cannot raise it),
+    // work_mem the guard keeps the guest from changing.
+    let limits = format!(
+        "ALTER ROLE {role} IN DATABASE {db} SET temp_file_limit = '{}MB'; \
+         ALTER ROLE {role} IN DATABASE {db} SET work_mem = '{}MB'",
+        place.temp_file_limit_mib, place.work_mem_mib
+    );
+    match admin.execute(limits.as_str()).await {
+        Ok(_) => done.push(format!(
+            "temp_file_limit {} MiB, work_mem {} MiB for {}",
+            place.temp_file_limit_mib, place.work_mem_mib, place.role
+        )),
+        Err(e) => {
+            done.push(format!("could not set temp_file_limit and work_mem for {} ({e}): needs a superuser", place.role))
+        }
+    }
     if let Some(password) = &place.password {
         // Quoted by the server (format's %L), never by string pasting.
         let statement: String = sqlx::query_scalar("SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)")
@@ -204,55 +221,6 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
 /// The database `admin` is connected to: handler roles are named after it.
 pub async fn database_name(admin: &PgPool) -> anyhow::Result<String> {
     Ok(sqlx::query_scalar("SELECT current_database()::text").fetch_one(admin).await?)
-}
-
-/// Functions PUBLIC may execute by default that run SQL text out of any
-/// parser's sight, or write large objects outside every schema, or signal
-/// other sessions. The guard refuses them too; revoking them makes
-/// PostgreSQL refuse them to every role but superusers, in this database.
-const DANGEROUS_FUNCTIONS: &[&str] = &[
-    "pg_catalog.ts_stat(text)",
-    "pg_catalog.ts_stat(text, text)",
-    "pg_catalog.ts_rewrite(tsquery, text)",
-    "pg_catalog.query_to_xml(text, boolean, boolean, text)",
-    "pg_catalog.query_to_xmlschema(text, boolean, boolean, text)",
-    "pg_catalog.query_to_xml_and_xmlschema(text, boolean, boolean, text)",
-    "pg_catalog.cursor_to_xml(refcursor, integer, boolean, boolean, text)",
-    "pg_catalog.cursor_to_xmlschema(refcursor, boolean, boolean, text)",
-    "pg_catalog.lo_creat(integer)",
-    "pg_catalog.lo_create(oid)",
-    "pg_catalog.lo_from_bytea(oid, bytea)",
-    "pg_catalog.lo_put(oid, bigint, bytea)",
-    "pg_catalog.lo_open(oid, integer)",
-    "pg_catalog.lowrite(integer, bytea)",
-    "pg_catalog.lo_unlink(oid)",
-    "pg_catalog.lo_truncate(integer, integer)",
-    "pg_catalog.lo_truncate64(integer, bigint)",
-    "pg_catalog.pg_notify(text, text)",
-];
-
-/// Revokes [`DANGEROUS_FUNCTIONS`] from PUBLIC. Needs a superuser (they
-/// belong to the bootstrap superuser); without one, says what it could not
-/// do and goes on: the guard still refuses them.
-async fn revoke_dangerous_functions(admin: &PgPool) -> Vec<String> {
-    let mut done = Vec::new();
-    for function in DANGEROUS_FUNCTIONS {
-        let granted: Result<bool, _> =
-            sqlx::query_scalar("SELECT has_function_privilege('public', $1::regprocedure, 'EXECUTE')")
-                .bind(*function)
-                .fetch_one(admin)
-                .await;
-        if !matches!(granted, Ok(true)) {
-            continue;
-        }
-        match admin.execute(format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC").as_str()).await {
-            Ok(_) => done.push(format!("revoked EXECUTE on {function} from PUBLIC")),
-            Err(e) => {
-                done.push(format!("could not revoke EXECUTE on {function} from PUBLIC ({e}); the guard refuses it"))
-            }
-        }
-    }
-    done
 }
 
 /// One migration file: `NNNN_name.sql`.

@@ -14,6 +14,7 @@ use idem_tests::wait_until;
 mod batching;
 mod dead_letters;
 mod failures;
+mod guest_text;
 mod modules;
 mod observability;
 mod retention;

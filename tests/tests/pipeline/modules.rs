@@ -453,10 +453,10 @@ async fn a_host_that_missed_the_switch_never_processes_with_the_replaced_version
     env.finish().await;
 }
 
-/// The claim/activation interlock is nothing a guest can name: another
-/// handler's role holding the advisory lock key idem once used for billing
-/// (computable from its name) for as long as it likes, and trying to lock
-/// idem's own rows, delays neither billing's claims nor its deploy and
+/// The claim/activation interlock is nothing a guest can name: the
+/// advisory lock key idem once used for billing (computable from its name)
+/// held for as long as anyone likes, and another handler's role trying to
+/// lock idem's own rows, delay neither billing's claims nor its deploy and
 /// rollback.
 #[tokio::test(flavor = "multi_thread")]
 async fn another_handlers_locks_delay_neither_claims_nor_a_deploy_nor_a_rollback() {
@@ -469,16 +469,25 @@ async fn another_handlers_locks_delay_neither_claims_nor_a_deploy_nor_a_rollback
     let api = Api::of(&config);
     api.ready("billing").await;
 
-    // The hostile handler's role, in open transactions, as its guest could be.
+    // The advisory key idem once used for billing, held by a role that may
+    // still take advisory locks (a handler's role may not: they are revoked
+    // from PUBLIC, their keys being one namespace for every role).
     let hostile = env.db.handler_pool("scenarios", "scenario").await;
-    let mut held = hostile.acquire().await.expect("connection");
+    let mut probe = hostile.acquire().await.expect("connection");
+    let denied = probe
+        .execute("SELECT pg_advisory_xact_lock(hashtext('idem.handler_module'), hashtext('billing'))")
+        .await
+        .expect_err("a handler role takes no advisory lock");
+    assert!(denied.to_string().contains("permission denied"), "{denied}");
+    drop(probe);
+    let mut held = env.db.pool.acquire().await.expect("connection");
     held.execute("BEGIN").await.expect("begin");
     for key in ["billing", "scenarios"] {
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('idem.handler_module'), hashtext($1))")
             .bind(key)
             .execute(&mut *held)
             .await
-            .expect("any role may take any advisory key");
+            .expect("the administrator's role may");
     }
     let mut probe = hostile.acquire().await.expect("connection");
     let denied = probe.execute("SELECT 1 FROM idem.handler_role FOR KEY SHARE").await.expect_err("idem's rows");

@@ -198,6 +198,13 @@ const ATTACKS: &[(&str, &str)] = &[
     ("column notation", "SELECT x.lo_creat FROM int4(-1) x"),
     ("column notation", "SELECT (int8(42)).pg_advisory_lock"),
     ("random seed", "SELECT setseed(0.5)"),
+    // Namespaces every role shares; other handlers' volumes.
+    ("advisory key", "SELECT pg_advisory_xact_lock(hashtext('idem.handler_module'), hashtext('billing'))"),
+    ("statistics", "SELECT n_live_tup FROM pg_stat_all_tables WHERE relname = 'charge'"),
+    ("sizes", "SELECT pg_relation_size('billing.charge')"),
+    ("locks", "SELECT count(*) FROM pg_locks"),
+    ("wal", "SELECT pg_logical_emit_message(true, 'idem', 'attack')"),
+    ("sql in a table name", "SELECT table_to_xml('scenario.effect', true, true, '')"),
     // Transaction control and smuggling.
     ("commit", "COMMIT"),
     ("two statements", "SELECT 1; SELECT set_config('search_path', 'billing', false)"),
@@ -276,7 +283,6 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
         "SELECT set_config('synchronous_commit', 'off', false)",
         "SELECT set_config('statement_timeout', '0', false)",
         "SELECT set_config('standard_conforming_strings', 'off', false)",
-        "SELECT pg_advisory_lock(42)",
         "LISTEN idem_attack",
         "PREPARE attack AS SELECT 1",
         "DECLARE attack CURSOR WITH HOLD FOR SELECT 1",
@@ -316,6 +322,23 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
         "SELECT x.lo_creat FROM int4(-1) x",
         "SELECT pg_notify('idem', 'x')",
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'postgres'",
+        // Namespaces every role shares, other handlers' volumes and
+        // activity, WAL and SQL text: revoked by `idem migrate`
+        // (sandbox/public_functions.tsv), not only refused by the guard.
+        "SELECT pg_advisory_lock(42)",
+        "SELECT pg_advisory_xact_lock(hashtext('idem.handler_module'), hashtext('billing'))",
+        "SELECT n_live_tup FROM pg_stat_all_tables WHERE relname = 'charge'",
+        "SELECT heap_blks_read FROM pg_statio_all_tables",
+        "SELECT pg_stat_get_live_tuples('billing.charge'::regclass)",
+        "SELECT pg_relation_size('billing.charge')",
+        "SELECT pg_total_relation_size('idem.processed_event')",
+        "SELECT count(*) FROM pg_locks",
+        "SELECT application_name FROM pg_stat_activity",
+        "SELECT pg_logical_emit_message(true, 'idem', 'attack')",
+        "SELECT table_to_xml('scenario.effect', true, true, '')",
+        "SELECT schema_to_xml('scenario', true, true, '')",
+        "SELECT database_to_xml(true, true, '')",
+        "SELECT pg_current_wal_lsn()",
     ];
     for sql in denied {
         let mut conn = pool.acquire().await.expect("acquire");
@@ -638,5 +661,81 @@ async fn a_full_instance_pool_is_the_hosts_shortage_not_the_events_failure() {
     assert!(matches!(err, ExecError::Infrastructure(ref m) if m.contains("no instance slot")), "{err}");
     assert_eq!(err.class(), ErrorClass::Unavailable);
     assert_eq!(exec.execute(&scenario("ok"), 1).await.expect("a free slot"), Outcome::Processed);
+    s.finish().await;
+}
+
+/// Defence in depth: whatever the guard lets through, the handler's role
+/// can execute only the functions `sandbox/public_functions.tsv` allows
+/// (every function of PostgreSQL 15 that PUBLIC may execute, classified),
+/// its own schema's, and idem's claim; and it reads no statistics view.
+#[tokio::test]
+async fn a_handler_role_can_execute_no_function_the_classification_does_not_allow() {
+    let s = Setup::new().await;
+    let pool = scenarios_pool(&s);
+    let executable: Vec<(String, String)> = sqlx::query_as(
+        "SELECT n.nspname::text, p.oid::regprocedure::text \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE has_function_privilege(current_user, p.oid, 'EXECUTE')",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("functions");
+    let classified: std::collections::HashMap<String, bool> =
+        idem::sandbox::public::classification().map(|c| (c.signature.to_owned(), c.allowed)).collect();
+    let mut refused = Vec::new();
+    for (schema, function) in &executable {
+        let ok = match schema.as_str() {
+            "pg_catalog" | "information_schema" => classified.get(function) == Some(&true),
+            "idem_api" => function.starts_with("idem_api.claim_events("),
+            "scenario" => true,
+            _ => false,
+        };
+        if !ok {
+            refused.push(format!("{schema}.{function}"));
+        }
+    }
+    assert!(refused.is_empty(), "the handler's role can execute what the classification does not allow: {refused:?}");
+    assert!(executable.len() > 2_500, "the query saw the catalog: {}", executable.len());
+    let revoked = idem::sandbox::public::classification().filter(|c| !c.allowed).count();
+    assert!(revoked > 150, "{revoked}");
+    for view in ["pg_stat_all_tables", "pg_statio_all_tables", "pg_stat_activity", "pg_locks", "pg_stat_database"] {
+        let readable: bool = sqlx::query_scalar("SELECT has_table_privilege(current_user, $1::regclass, 'SELECT')")
+            .bind(view)
+            .fetch_one(&pool)
+            .await
+            .expect(view);
+        assert!(!readable, "the handler's role reads {view}");
+    }
+    s.finish().await;
+}
+
+/// Host work a guest causes is bounded by its budget: the largest statements
+/// the caps allow, sent in a loop, are checked off the event workers, one at
+/// a time for that handler, and the invocation ends at its deadline whatever
+/// the checker is doing; another handler's event meanwhile runs as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_statements_in_a_loop_cannot_hold_the_partition_or_another_handler() {
+    let s = Setup::new().await;
+    let exec = s.scenarios_with(|settings| settings.timeout = Duration::from_millis(500));
+    let items = vec!["1"; 30_000].join(",");
+    let sql = format!("SELECT ARRAY[{items}]");
+    assert!(sql.len() < 64 << 10, "within the cap: {} bytes", sql.len());
+    let hostile = async {
+        let started = std::time::Instant::now();
+        let err = exec.execute(&scenario_with("statement-loop", json!({ "sql": sql })), 1).await;
+        (started.elapsed(), err)
+    };
+    let billing = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let outcome = s.billing().execute(&super::order(), 1).await;
+        (started.elapsed(), outcome)
+    };
+    let ((held, err), (took, outcome)) = tokio::join!(hostile, billing);
+    assert!(held < Duration::from_millis(500) + idem::executor::GRACE, "the loop held its partition for {held:?}");
+    assert_eq!(err.expect_err("the loop overran").class(), ErrorClass::Retryable);
+    assert_eq!(outcome.expect("billing"), Outcome::Processed);
+    assert!(took < Duration::from_secs(5), "billing's event took {took:?} beside the loop");
+    assert_eq!(s.count(CLAIMS).await, 1, "billing's claim only");
     s.finish().await;
 }

@@ -12,6 +12,9 @@ struct Payload {
     sql: Option<String>,
     #[serde(default)]
     url: Option<String>,
+    /// `forge-logs`: what the guest writes everywhere it can.
+    #[serde(default)]
+    text: Option<String>,
     /// `retry-until`: the attempt that succeeds.
     #[serde(default)]
     succeed_at: Option<u32>,
@@ -54,6 +57,14 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         "loop" => loop {
             std::hint::black_box(0u64);
         },
+        "statement-loop" => {
+            // The same statement for ever, whatever it answers: host work
+            // (checking it) the budget must bound.
+            let sql = p.sql.ok_or_else(|| Error::permanent("no sql in payload"))?;
+            loop {
+                let _ = db.execute(&sql, &[]);
+            }
+        }
         "statement" => {
             let sql = p.sql.ok_or_else(|| Error::permanent("no sql in payload"))?;
             db.execute(&sql, &[])?;
@@ -202,6 +213,16 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             println!("hello from the guest's stdout");
             eprintln!("hello from the guest's stderr");
             Ok(())
+        }
+        "forge-logs" => {
+            // Everywhere a guest's words reach an operator: its log, its
+            // stdout and stderr, its error.
+            let text = p.text.unwrap_or_default();
+            idem_guest::log::info(&text);
+            idem_guest::log::warn(&text);
+            println!("{text}");
+            eprintln!("{text}");
+            Err(Error::permanent(text))
         }
         "get" => {
             let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;

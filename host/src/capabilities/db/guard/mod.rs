@@ -75,6 +75,36 @@ static VERDICTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<
 const CACHED: usize = 4_096;
 const CACHED_BYTES: usize = 4_096;
 
+/// [`check`] as the `db` capability runs it. A short statement (most are,
+/// and most are cached) is checked at once. A long one is parsed and
+/// walked on a blocking thread, never on the async workers that run every
+/// handler's events, and one at a time per handler: a guest sending the
+/// largest statements the caps allow in a loop occupies at most one
+/// blocking thread, and its invocation's deadline (the caller's timeout)
+/// ends its wait whatever the parser is doing.
+pub(crate) async fn check_for(handler: &str, sql: &str) -> Result<(), String> {
+    if sql.len() <= CACHED_BYTES {
+        return check(sql);
+    }
+    let permit = permit_of(handler).acquire_owned().await;
+    let sql = sql.to_owned();
+    let checked = tokio::task::spawn_blocking(move || {
+        let _one_at_a_time = permit;
+        check_uncached(&sql)
+    })
+    .await;
+    checked.unwrap_or_else(|e| Err(format!("the statement check failed: {e}")))
+}
+
+/// One long-statement check at a time per handler.
+fn permit_of(handler: &str) -> std::sync::Arc<tokio::sync::Semaphore> {
+    static PERMITS: std::sync::LazyLock<
+        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let mut permits = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
+    permits.entry(handler.to_owned()).or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(1))).clone()
+}
+
 /// Returns why `sql` is refused, or `Ok` if a handler may run it.
 pub(crate) fn check(sql: &str) -> Result<(), String> {
     if sql.len() > CACHED_BYTES {
