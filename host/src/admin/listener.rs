@@ -59,7 +59,7 @@ pub(super) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!("admin API: accepting a connection failed: {e}");
+                    refusals.accept_failed(&e);
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
@@ -145,13 +145,15 @@ fn refuse(stream: &TcpStream, why: Refused, limits: &Limits) {
     let _ = stream.try_write(answer.as_bytes());
 }
 
-/// Refused connections, logged at most once per [`LOG_EVERY`]: a flood
-/// must not become a flood of log lines.
+/// Refused connections and failed accepts, logged at most once per
+/// [`LOG_EVERY`] each: a flood must not become a flood of log lines.
 #[derive(Default)]
 struct RefusalLog {
     since: Option<Instant>,
     total: u64,
     peer: u64,
+    failed_since: Option<Instant>,
+    failed: u64,
 }
 
 impl RefusalLog {
@@ -164,14 +166,27 @@ impl RefusalLog {
             return;
         }
         tracing::warn!(
-            last = %from.ip(),
+            latest = %from.ip(),
             "admin API: refused {} connection(s) at max_connections = {} and {} at max_connections_per_peer = {} \
-             (in the last {LOG_EVERY:?} at most)",
+             (since the last such line, at most one per {LOG_EVERY:?})",
             self.total,
             limits.max_connections,
             self.peer,
             limits.per_peer
         );
-        *self = Self { since: Some(Instant::now()), total: 0, peer: 0 };
+        (self.since, self.total, self.peer) = (Some(Instant::now()), 0, 0);
+    }
+
+    fn accept_failed(&mut self, e: &std::io::Error) {
+        self.failed += 1;
+        if self.failed_since.is_some_and(|at| at.elapsed() < LOG_EVERY) {
+            return;
+        }
+        tracing::warn!(
+            "admin API: accepting a connection failed {} time(s) (since the last such line, at most one per \
+             {LOG_EVERY:?}): {e}",
+            self.failed
+        );
+        (self.failed_since, self.failed) = (Some(Instant::now()), 0);
     }
 }
