@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::peers::{Admission, Peers};
+use super::stall::Stall;
 use crate::telemetry::{Refused, Telemetry};
 
 /// How long a stopping listener waits for requests in flight.
@@ -31,6 +32,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Limits {
     pub header_timeout: Duration,
+    /// Also how long a write may wait for a client to take the answer.
+    pub body_timeout: Duration,
     pub max_connections: usize,
     pub per_peer: usize,
 }
@@ -72,7 +75,7 @@ pub(super) async fn serve(
                 let (app, stop) = (app.clone(), stop.clone());
                 let telemetry = telemetry.clone();
                 connections.spawn(async move {
-                    connection(stream, peer, app, limits.header_timeout, &telemetry, stop).await;
+                    connection(stream, peer, app, limits, &telemetry, stop).await;
                     drop(slot);
                 });
             }
@@ -94,13 +97,15 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     app: axum::Router,
-    header_timeout: Duration,
+    limits: Limits,
     telemetry: &Telemetry,
     mut stop: watch::Receiver<bool>,
 ) {
+    let header_timeout = limits.header_timeout;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    let io = TokioIo::new(Stall::new(stream, limits.body_timeout));
+    let conn = builder.serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;

@@ -12,8 +12,9 @@
 //! no token.
 //!
 //! The listener (`listener`, `peers`) caps connections in all and per
-//! address and drops clients that send their headers too slowly; an
-//! upload's body has its own deadline (`body`). README, "Admin listener
+//! address and drops clients that send their headers too slowly, or stop
+//! taking an answer (`stall`); an upload's body has its own deadline
+//! (`body`). README, "Admin listener
 //! limits".
 
 mod body;
@@ -21,6 +22,7 @@ pub mod client;
 mod listener;
 mod peers;
 mod routes;
+mod stall;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -142,6 +144,7 @@ fn limits(config: &AdminConfig) -> listener::Limits {
     }
     listener::Limits {
         header_timeout: config.header_timeout.0,
+        body_timeout: config.body_timeout.0,
         max_connections,
         per_peer: config.max_connections_per_peer.min(max_connections),
     }

@@ -26,7 +26,9 @@ pub struct AdminConfig {
     /// the next request on a kept-alive connection; then it is closed.
     #[serde(default = "default_header_timeout")]
     pub header_timeout: Span,
-    /// Longest an upload's body may take to arrive (408 after it).
+    /// Longest an upload's body may take to arrive (408 after it), and
+    /// longest an answer may wait for a client that does not take it
+    /// (the connection is closed after it).
     #[serde(default = "default_body_timeout")]
     pub body_timeout: Span,
     /// Connections served at once; more are answered 503 and closed at

@@ -121,3 +121,36 @@ async fn a_flood_of_idle_connections_under_a_low_open_files_limit_does_not_stop_
     host.stop().await;
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_never_takes_its_answers_is_dropped_at_the_body_timeout() {
+    let env = Env::new().await;
+    let config = env.config(&env.billing(), "body_timeout = \"2s\"");
+    let host = Host::start(&config, None).await;
+    // Pipelined requests for /metrics, none of whose answers is read: the
+    // answers fill the socket's buffers and the server's write waits.
+    let mut stream = tokio::net::TcpStream::connect(host.address).await.expect("connect");
+    let one = format!("GET /metrics HTTP/1.1\r\nhost: {}\r\n{}\r\n", host.address, super::bearer());
+    let writer = tokio::spawn(async move {
+        let many = one.repeat(100);
+        for _ in 0..100 {
+            if tokio::io::AsyncWriteExt::write_all(&mut stream, many.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        stream
+    });
+    let start = Instant::now();
+    // Wait until the server is stuck on it (its answers no longer taken),
+    // then until it has dropped it: only the reader of /metrics is left.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while host.metric("idem_admin_connections", None).await != Some(1.0) {
+        assert!(Instant::now() < deadline, "the connection that takes no answers was still served after 20 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("a client that took no answers was dropped {:?} after it began", start.elapsed());
+    let _stream = tokio::time::timeout(Duration::from_secs(10), writer).await;
+    host.stop().await;
+    env.finish().await;
+}
