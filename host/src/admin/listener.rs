@@ -86,6 +86,8 @@ pub(super) async fn serve(
             }
         }
     }
+    // New connections are refused by the kernel from now on, not queued.
+    drop(listener);
     let drained = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(GRACE, drained).await.is_err() {
         tracing::warn!("admin API: {} connection(s) still open {GRACE:?} after the stop; closed", connections.len());
