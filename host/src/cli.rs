@@ -252,6 +252,7 @@ fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
 async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => {
+            crate::fd_limit::raise();
             let prepared = crate::startup::prepare_with(&config, natives).await?;
             let options = crate::pipeline::RunOptions { exit_when_drained };
             let reports = crate::pipeline::run(prepared, options, shutdown_signal()).await?;

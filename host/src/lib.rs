@@ -29,6 +29,7 @@ pub mod dedup;
 pub mod error;
 pub mod event;
 pub mod executor;
+pub mod fd_limit;
 pub mod files;
 pub mod kafka_client;
 pub mod migrate;

@@ -10,12 +10,23 @@
 //! host refuses to start otherwise) and says at start-up that anyone on this
 //! machine can deploy. `/healthz` and `/readyz` answer anyone: probes carry
 //! no token.
+//!
+//! The listener (`listener`, `peers`) caps connections in all and per
+//! address and drops clients that send their headers too slowly, or stop
+//! taking an answer (`stall`); an upload's body has its own deadline
+//! (`body`). README, "Admin listener
+//! limits".
 
+mod body;
 pub mod client;
+mod listener;
+mod peers;
 mod routes;
+mod stall;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use axum::extract::{Request, State};
@@ -42,6 +53,8 @@ pub(crate) struct AdminState {
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// What `/metrics` and `/readyz` read.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
+    /// `[admin] body_timeout`.
+    pub body_timeout: Duration,
 }
 
 impl AdminState {
@@ -54,6 +67,7 @@ impl AdminState {
 pub struct Admin {
     listener: TcpListener,
     state: AdminState,
+    limits: listener::Limits,
 }
 
 impl std::fmt::Debug for Admin {
@@ -91,14 +105,16 @@ impl Admin {
                 config.token_env
             ),
         }
+        let limits = limits(config);
         let state = AdminState {
             pool,
             slots: Arc::new(slots),
             token: token.map(Arc::from),
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS)),
             telemetry,
+            body_timeout: config.body_timeout.0,
         };
-        Ok(Some(Self { listener, state }))
+        Ok(Some(Self { listener, state, limits }))
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -106,14 +122,31 @@ impl Admin {
     }
 
     /// Serves until `stop` turns true.
-    pub async fn serve(self, mut stop: watch::Receiver<bool>) {
+    pub async fn serve(self, stop: watch::Receiver<bool>) {
+        let telemetry = self.state.telemetry.clone();
         let app = routes::router(self.state.clone()).layer(axum::middleware::from_fn_with_state(self.state, authorize));
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = axum::serve(self.listener, app).with_graceful_shutdown(stopped).await {
-            tracing::error!("the admin API stopped: {e}");
-        }
+        listener::serve(self.listener, app, self.limits, telemetry, stop).await;
+    }
+}
+
+/// The listener's limits: `[admin]`'s, with at most a quarter of the
+/// open-files limit in force for connections (`fd_limit`).
+fn limits(config: &AdminConfig) -> listener::Limits {
+    let soft = crate::fd_limit::soft();
+    let max_connections = crate::fd_limit::admin_share(config.max_connections, soft);
+    if max_connections < config.max_connections {
+        tracing::warn!(
+            "[admin] max_connections = {} lowered to {max_connections}: a quarter of the open-files limit \
+             ({}, RLIMIT_NOFILE), so that admin clients cannot take the sockets events need",
+            config.max_connections,
+            soft.unwrap_or(0)
+        );
+    }
+    listener::Limits {
+        header_timeout: config.header_timeout.0,
+        body_timeout: config.body_timeout.0,
+        max_connections,
+        per_peer: config.max_connections_per_peer.min(max_connections),
     }
 }
 
@@ -127,7 +160,8 @@ impl Admin {
 async fn authorize(State(state): State<AdminState>, request: Request, next: Next) -> Response {
     // Probes (a kubelet's, a load balancer's) carry no token and name the
     // pod's address; the answers say only whether the host is up and ready.
-    if matches!(request.uri().path(), "/healthz" | "/readyz") && request.method() == axum::http::Method::GET {
+    // Any method: GET and HEAD are answered, others 405 naming them.
+    if matches!(request.uri().path(), "/healthz" | "/readyz") {
         return next.run(request).await;
     }
     let from_browser = request.headers().keys().any(|k| k.as_str().starts_with("sec-fetch-"));
@@ -179,7 +213,11 @@ mod tests {
 
     #[tokio::test]
     async fn off_loopback_without_a_token_is_refused_at_start_up() {
-        let config = AdminConfig { listen: "0.0.0.0:0".into(), token_env: "IDEM_TEST_NO_SUCH_TOKEN_VAR".into() };
+        let config = AdminConfig {
+            listen: "0.0.0.0:0".into(),
+            token_env: "IDEM_TEST_NO_SUCH_TOKEN_VAR".into(),
+            ..AdminConfig::default()
+        };
         let pool = sqlx::PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").expect("lazy pool");
         let telemetry = crate::telemetry::Telemetry::new(pool.clone());
         let err = super::Admin::bind(&config, pool, Vec::new(), telemetry).await.expect_err("refused");

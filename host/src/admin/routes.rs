@@ -1,9 +1,11 @@
 //! The admin API's routes (documented in `docs/admin-api.json`).
 
 use std::collections::BTreeMap;
+use std::num::IntErrorKind;
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,7 +13,7 @@ use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::AdminState;
+use super::{AdminState, body};
 use crate::modules::store::{self, Stored, Version};
 use crate::modules::{Slot, UploadError, VersionCounts};
 
@@ -123,18 +125,38 @@ struct UploadQuery {
 async fn upload(
     State(state): State<AdminState>,
     Path(name): Path<String>,
-    Query(query): Query<UploadQuery>,
+    query: Result<Query<UploadQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let Some(slot) = state.slot(&name) else { return unknown(&name) };
+    // A repeated `note`, say: named in JSON like every other refusal.
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
+    };
+    let limit = slot.max_module_bytes();
+    let limit_of = format!("`{name}` (`max_module_mib`)");
+    // Before a slot is taken or a byte read: a declared length over the
+    // limit is refused at once.
+    if let Err(e) = body::check_declared(&headers, limit, &limit_of) {
+        return error(e.status(), e.to_string()).into_response();
+    }
+    // Holders give their slot back within `body_timeout` plus validation,
+    // so waiting here is bounded by the host, not by any client.
     let Ok(_upload) = state.uploads.acquire().await else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the host is stopping").into_response();
     };
-    let limit = slot.max_module_bytes();
-    let Ok(body) = axum::body::to_bytes(body, limit).await else {
-        let message = format!("the module is larger than {limit} bytes, the limit of `{name}` (`max_module_mib`)");
-        return error(StatusCode::PAYLOAD_TOO_LARGE, message).into_response();
+    let _counted = UploadCount::new(&state.telemetry);
+    let body = match body::read(body, limit, state.body_timeout, &limit_of).await {
+        Ok(body) => body,
+        Err(e) => {
+            if matches!(e, body::BodyError::TimedOut(_)) {
+                state.telemetry.listener().body_timeout();
+                tracing::info!(handler = %name, "module upload: {e}");
+            }
+            return error(e.status(), e.to_string()).into_response();
+        }
     };
     let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
     let what = format!("the upload for `{name}`");
@@ -171,19 +193,34 @@ async fn upload(
         .into_response()
 }
 
-#[derive(Debug, Deserialize)]
-struct ActivateQuery {
-    version: i32,
+/// `?version=N`, read by hand so that every wrong value is answered 400
+/// with what was wrong (the OpenAPI document's range: 1 to 2³¹ − 1).
+fn version(query: &[(String, String)]) -> Result<i32, String> {
+    let mut given = query.iter().filter(|(k, _)| k == "version").map(|(_, v)| v.as_str());
+    let (Some(text), None) = (given.next(), given.next()) else {
+        return Err("name the version to activate once: `?version=N`".into());
+    };
+    match text.parse::<i64>() {
+        Ok(v) if (1..=i64::from(i32::MAX)).contains(&v) => i32::try_from(v).map_err(|e| e.to_string()),
+        Ok(v) => Err(format!("version {v} is out of range: versions are 1 to {}", i32::MAX)),
+        Err(e) if matches!(e.kind(), IntErrorKind::PosOverflow | IntErrorKind::NegOverflow) => {
+            Err(format!("version {text} is out of range: versions are 1 to {}", i32::MAX))
+        }
+        Err(_) => Err(format!("version `{text}` is not a whole number (versions are 1 to {})", i32::MAX)),
+    }
 }
 
 /// Activates a stored version (a rollback activates an older one).
 async fn activate(
     State(state): State<AdminState>,
     Path(name): Path<String>,
-    Query(query): Query<ActivateQuery>,
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let Some(slot) = state.slot(&name) else { return unknown(&name) };
-    let version = query.version;
+    let version = match version(&query) {
+        Ok(version) => version,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message).into_response(),
+    };
     // Checked again before it is made active: this host's limits may differ
     // from those of the host it was uploaded to.
     let bytes: Option<Vec<u8>> =
@@ -216,6 +253,22 @@ async fn activate(
         .into_response()
 }
 
+/// `idem_admin_uploads` while an upload holds its slot.
+struct UploadCount<'a>(&'a crate::telemetry::Telemetry);
+
+impl<'a> UploadCount<'a> {
+    fn new(telemetry: &'a crate::telemetry::Telemetry) -> Self {
+        telemetry.listener().uploads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(telemetry)
+    }
+}
+
+impl Drop for UploadCount<'_> {
+    fn drop(&mut self) {
+        self.0.listener().uploads.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// A refused module, with the status that says whose problem it is.
 fn refused(e: &UploadError) -> Response {
     let status = match e {
@@ -225,4 +278,31 @@ fn refused(e: &UploadError) -> Response {
         UploadError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error(status, e.to_string()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version;
+
+    #[test]
+    fn a_version_is_one_whole_number_from_1_to_i32_max() {
+        let query = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        assert_eq!(version(&query(&[("version", "1")])), Ok(1));
+        assert_eq!(version(&query(&[("note", "x"), ("version", "2147483647")])), Ok(i32::MAX));
+        for (value, says) in [
+            ("0", "version 0 is out of range: versions are 1 to 2147483647"),
+            ("-1", "version -1 is out of range"),
+            ("2147483648", "version 2147483648 is out of range"),
+            ("99999999999999999999", "version 99999999999999999999 is out of range"),
+            ("1.5", "`1.5` is not a whole number"),
+            ("", "`` is not a whole number"),
+        ] {
+            let err = version(&query(&[("version", value)])).expect_err(value);
+            assert!(err.contains(says), "{value}: {err}");
+        }
+        assert!(version(&query(&[])).is_err_and(|e| e.contains("`?version=N`")));
+        assert!(version(&query(&[("version", "1"), ("version", "2")])).is_err_and(|e| e.contains("once")));
+    }
 }

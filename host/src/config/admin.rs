@@ -1,10 +1,15 @@
-//! `[admin]`: the host's HTTP listener (module upload and activation; later
-//! metrics and health).
+//! `[admin]`: the host's HTTP listener (module upload and activation,
+//! metrics and health) and the limits that keep hostile clients from
+//! holding it, or the process's file descriptors (README, "Admin listener
+//! limits"; ranges in `ranges.rs`).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::bail;
 use serde::Deserialize;
+
+use super::Span;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -17,11 +22,35 @@ pub struct AdminConfig {
     /// must carry. Unset or empty: no token, and the API serves loopback only.
     #[serde(default = "default_token_env")]
     pub token_env: String,
+    /// Longest a client may take to send a request's headers, and to start
+    /// the next request on a kept-alive connection; then it is closed.
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout: Span,
+    /// Longest an upload's body may take to arrive (408 after it), and
+    /// longest an answer may wait for a client that does not take it
+    /// (the connection is closed after it).
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout: Span,
+    /// Connections served at once; more are answered 503 and closed at
+    /// once. Also at most a quarter of the process's open-files limit.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Connections served at once from one IP address, so that one client
+    /// cannot take them all (the probes' included).
+    #[serde(default = "default_max_connections_per_peer")]
+    pub max_connections_per_peer: usize,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { listen: default_listen(), token_env: default_token_env() }
+        Self {
+            listen: default_listen(),
+            token_env: default_token_env(),
+            header_timeout: default_header_timeout(),
+            body_timeout: default_body_timeout(),
+            max_connections: default_max_connections(),
+            max_connections_per_peer: default_max_connections_per_peer(),
+        }
     }
 }
 
@@ -31,6 +60,22 @@ fn default_listen() -> String {
 
 fn default_token_env() -> String {
     "IDEM_ADMIN_TOKEN".into()
+}
+
+fn default_header_timeout() -> Span {
+    Span(Duration::from_secs(10))
+}
+
+fn default_body_timeout() -> Span {
+    Span(Duration::from_secs(60))
+}
+
+fn default_max_connections() -> usize {
+    64
+}
+
+fn default_max_connections_per_peer() -> usize {
+    16
 }
 
 impl AdminConfig {

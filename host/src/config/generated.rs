@@ -22,6 +22,10 @@ synchronous_commit = "on"
 [admin]
 listen = "127.0.0.1:7700"
 token_env = "IDEM_ADMIN_TOKEN"
+header_timeout = "10s"
+body_timeout = "60s"
+max_connections = 64
+max_connections_per_peer = 16
 
 [retention]
 mode = "partition"
@@ -242,6 +246,9 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
         (set("header", r#""Content-Length""#), "is reserved"),
         (set("max_memory_mib", "0"), "max_memory_mib"),
         (set("concurrency", r#""three""#), "key `concurrency` of [[handler]]"),
+        (set("header_timeout", r#""0ms""#), "[admin] header_timeout = \"0ms\" must be between"),
+        (set("body_timeout", r#""2h""#), "[admin] body_timeout = \"2h\" must be between"),
+        (set("max_connections_per_peer", "65"), "max_connections_per_peer = 65 must be between 1 and max_connections"),
     ];
     for (text, expected) in cases {
         match loader.load(&text) {

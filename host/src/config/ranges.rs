@@ -3,9 +3,11 @@
 //! the key: each is checked when the config loads, naming the key, the
 //! value and what is accepted. The README's "Configuration" lists them.
 
+use std::time::Duration;
+
 use anyhow::bail;
 
-use super::{Config, HandlerConfig};
+use super::{AdminConfig, Config, HandlerConfig};
 
 /// Longest wall-clock budget of one execution (and so of one statement:
 /// PostgreSQL's `statement_timeout` is a 32-bit count of milliseconds).
@@ -19,6 +21,14 @@ const MAX_MEMORY_MIB: usize = 16 * 1024;
 const MAX_PER_INVOCATION: u32 = 1_000_000;
 /// idem's own pool.
 const MAX_CONNECTIONS: u32 = 1000;
+/// The admin listener's connections: each is a file descriptor, and the
+/// listener must never take those the consumers and pools need.
+const MAX_ADMIN_CONNECTIONS: usize = 4096;
+/// `[admin] header_timeout`: under 100 ms a client on a slow link could not
+/// send its headers; over 10 minutes an idle client holds its slot for long.
+const ADMIN_HEADER_TIMEOUT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(600));
+/// `[admin] body_timeout`: the largest module (256 MiB) needs time.
+const ADMIN_BODY_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
 
 /// Headers a credential may not set: they frame the request, route it, or
 /// are idem's own (the idempotency key, the trace context).
@@ -49,7 +59,30 @@ pub(super) fn check(config: &Config) -> anyhow::Result<()> {
     if !(1..=MAX_CONNECTIONS).contains(&max) {
         bail!("[database] max_connections = {max} must be between 1 and {MAX_CONNECTIONS}");
     }
+    admin(&config.admin)?;
     config.handlers.iter().try_for_each(handler)
+}
+
+fn admin(a: &AdminConfig) -> anyhow::Result<()> {
+    let (low, high) = ADMIN_HEADER_TIMEOUT;
+    if !(low..=high).contains(&a.header_timeout.0) {
+        bail!("[admin] header_timeout = \"{}\" must be between 100ms and 10m", a.header_timeout);
+    }
+    let (low, high) = ADMIN_BODY_TIMEOUT;
+    if !(low..=high).contains(&a.body_timeout.0) {
+        bail!("[admin] body_timeout = \"{}\" must be between 1s and 1h", a.body_timeout);
+    }
+    if !(1..=MAX_ADMIN_CONNECTIONS).contains(&a.max_connections) {
+        bail!("[admin] max_connections = {} must be between 1 and {MAX_ADMIN_CONNECTIONS}", a.max_connections);
+    }
+    if !(1..=a.max_connections).contains(&a.max_connections_per_peer) {
+        bail!(
+            "[admin] max_connections_per_peer = {} must be between 1 and max_connections ({})",
+            a.max_connections_per_peer,
+            a.max_connections
+        );
+    }
+    Ok(())
 }
 
 fn handler(h: &HandlerConfig) -> anyhow::Result<()> {

@@ -7,6 +7,7 @@
 //! partitions' own state; a scrape reads them.
 
 pub mod histogram;
+mod listener;
 mod process;
 mod render;
 pub mod status;
@@ -20,6 +21,7 @@ use sqlx::PgPool;
 use crate::modules::Slot;
 use crate::pipeline::HandlerTap;
 use crate::stats::Stats;
+pub use listener::{ListenerStats, Refused};
 
 /// Everything a scrape reads, shared by the pipelines and the admin API.
 #[derive(Debug)]
@@ -30,6 +32,8 @@ pub struct Telemetry {
     /// The last database probe and when it ran: probes answer anyone, so
     /// at most one runs at a time and its answer serves for [`PROBE_FOR`].
     probe: tokio::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
+    /// The admin listener's connections, refusals and timeouts.
+    listener: ListenerStats,
 }
 
 /// How long one database probe answers `/readyz`.
@@ -52,7 +56,12 @@ impl std::fmt::Debug for HandlerTelemetry {
 
 impl Telemetry {
     pub fn new(pool: PgPool) -> Arc<Self> {
-        Arc::new(Self { pool, handlers: Mutex::default(), probe: tokio::sync::Mutex::default() })
+        Arc::new(Self {
+            pool,
+            handlers: Mutex::default(),
+            probe: tokio::sync::Mutex::default(),
+            listener: ListenerStats::default(),
+        })
     }
 
     pub(crate) fn register(&self, handler: HandlerTelemetry) {
@@ -65,7 +74,11 @@ impl Telemetry {
 
     /// The Prometheus text exposition (format 0.0.4) of every metric.
     pub fn render(&self) -> String {
-        render::render(&self.handlers(), &self.pool)
+        render::render(&self.handlers(), &self.pool, &self.listener)
+    }
+
+    pub fn listener(&self) -> &ListenerStats {
+        &self.listener
     }
 
     /// Why this host is not ready to take traffic; empty when it is: the

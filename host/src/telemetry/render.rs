@@ -11,6 +11,7 @@ use sqlx::PgPool;
 
 use super::HandlerTelemetry;
 use super::histogram::Histogram;
+use super::listener::ListenerStats;
 
 /// A per-handler family: its name, help, and where it is in `Stats`.
 type Family<T> = (&'static str, &'static str, fn(&crate::stats::Stats) -> &T);
@@ -66,7 +67,7 @@ fn number(value: f64) -> String {
     if value.fract() == 0.0 && value.abs() < 1e15 { format!("{}", value as i64) } else { format!("{value}") }
 }
 
-pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> String {
+pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool, listener: &ListenerStats) -> String {
     let mut e = Exposition { out: String::with_capacity(16 << 10) };
 
     e.family("idem_records_total", "counter", "Records resolved, by outcome.");
@@ -210,6 +211,13 @@ pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) -> Strin
     if let Some(seconds) = super::process::cpu_seconds() {
         e.family("idem_process_cpu_seconds_total", "counter", "User and system CPU time of the idem process.");
         e.sample("idem_process_cpu_seconds_total", &[], seconds);
+    }
+    for f in listener.families() {
+        e.family(f.name, f.kind, f.help);
+        for (value, n) in f.samples {
+            let labels: &[(&str, &str)] = if f.label.is_empty() { &[] } else { &[(f.label, value)] };
+            e.sample(f.name, labels, n as f64);
+        }
     }
     e.out
 }

@@ -334,7 +334,9 @@ fn conforms(doc: &Value, path: &str, method: &str, status: u16, body: &Value) {
     if schema.is_null() {
         return;
     }
-    let rooted = serde_json::json!({ "$ref": schema["$ref"], "components": doc["components"] });
+    // The schema itself (a `$ref`, or a `oneOf` of them) with the document's components.
+    let mut rooted = schema.clone();
+    rooted["components"] = doc["components"].clone();
     let validator = jsonschema::validator_for(&rooted).expect("the document's schemas compile");
     let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{} at {}", e, e.instance_path())).collect();
     assert!(errors.is_empty(), "{method} {path} {status}: {errors:?} in {body}");
@@ -379,6 +381,9 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/metrics", "get", c.get(url("/metrics"))),
         ("/healthz", "get", c.get(url("/healthz"))),
         ("/readyz", "get", c.get(url("/readyz"))),
+        // Probes that send HEAD are answered as GET, without a body.
+        ("/healthz", "head", c.head(url("/healthz"))),
+        ("/readyz", "head", c.head(url("/readyz"))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -391,6 +396,8 @@ async fn the_openapi_document_describes_the_running_api() {
     assert_eq!(statuses[..15], [200, 200, 404, 200, 201, 422, 404, 200, 404, 400, 200, 403, 403, 200, 200]);
     // Ready once the consumer joined its group; either answer is documented.
     assert!(matches!(statuses[15], 200 | 503), "{statuses:?}");
+    assert_eq!(statuses[16], 200, "HEAD /healthz");
+    assert!(matches!(statuses[17], 200 | 503), "{statuses:?}");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

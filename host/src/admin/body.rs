@@ -1,0 +1,99 @@
+//! An upload's body, read against its handler's limit and the listener's
+//! `body_timeout`: a client that never finishes its body (a slow chunked
+//! upload, a `Content-Length` it never fills) is answered 408 and loses its
+//! upload slot, and a body declared or found larger than the limit is
+//! answered 413 without reading the rest.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, StatusCode, header};
+use futures::StreamExt as _;
+
+/// Why a body was not read.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum BodyError {
+    #[error("the module is {declared} bytes (Content-Length), larger than {limit} bytes, the limit of {what}")]
+    Declared { declared: u64, limit: usize, what: String },
+    #[error("the module is larger than {limit} bytes, the limit of {what}")]
+    TooLarge { limit: usize, what: String },
+    #[error("the body did not arrive within {0:?} ([admin] body_timeout)")]
+    TimedOut(Duration),
+    #[error("the body could not be read: {0}")]
+    Broken(axum::Error),
+}
+
+impl BodyError {
+    pub(super) fn status(&self) -> StatusCode {
+        match self {
+            Self::Declared { .. } | Self::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+            Self::Broken(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// Refuses a declared length over `limit` before anything is read (`what`
+/// names the limit in the answer).
+pub(super) fn check_declared(headers: &HeaderMap, limit: usize, what: &str) -> Result<(), BodyError> {
+    // hyper has refused a malformed Content-Length already.
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    match declared {
+        Some(declared) if declared > u64::try_from(limit).unwrap_or(u64::MAX) => {
+            Err(BodyError::Declared { declared, limit, what: what.to_owned() })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The whole body, if it is at most `limit` bytes and arrives within `timeout`.
+pub(super) async fn read(body: Body, limit: usize, timeout: Duration, what: &str) -> Result<Vec<u8>, BodyError> {
+    let mut stream = body.into_data_stream();
+    let read = async {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(BodyError::Broken)?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(BodyError::TooLarge { limit, what: what.to_owned() });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    tokio::time::timeout(timeout, read).await.unwrap_or(Err(BodyError::TimedOut(timeout)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::{HeaderMap, HeaderValue, StatusCode};
+
+    use super::{BodyError, check_declared, read};
+
+    #[test]
+    fn a_declared_length_over_the_limit_is_refused_before_reading() {
+        let mut headers = HeaderMap::new();
+        assert!(check_declared(&headers, 10, "`h`").is_ok(), "chunked: checked while reading");
+        headers.insert("content-length", HeaderValue::from_static("10"));
+        assert!(check_declared(&headers, 10, "`h`").is_ok());
+        headers.insert("content-length", HeaderValue::from_static("18446744073709551615"));
+        let err = check_declared(&headers, 10, "`h`").expect_err("too large");
+        assert_eq!(err.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(err.to_string().contains("18446744073709551615 bytes (Content-Length), larger than 10 bytes"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_within_its_limit_and_time() {
+        let wait = Duration::from_secs(5);
+        assert_eq!(read(Body::from("0123456789"), 10, wait, "`h`").await.expect("read"), b"0123456789");
+        let err = read(Body::from("0123456789!"), 10, wait, "`h`").await.expect_err("too large");
+        assert!(matches!(err, BodyError::TooLarge { limit: 10, .. }), "{err}");
+        // A body that never ends.
+        let endless = Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>());
+        let err = read(endless, 10, Duration::from_millis(50), "`h`").await.expect_err("timed out");
+        assert_eq!(err.status(), StatusCode::REQUEST_TIMEOUT);
+        assert!(err.to_string().contains("body_timeout"), "{err}");
+    }
+}
