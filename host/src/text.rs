@@ -70,9 +70,6 @@ mod tests {
         assert_eq!(super::controls_escaped("a\\nb\nc", 10), "a\\nb\\nc", "escaped once");
         assert_eq!(shown("héllo wörld", 5), "héllo… (13 bytes)");
         assert_eq!(shown("héllo", 5), "héllo", "not cut");
-        assert_eq!(
-            shown(&"x".repeat(10_000_000), 200).chars().count(),
-            200 + "… (10000000 bytes)".chars().count()
-        );
+        assert_eq!(shown(&"x".repeat(10_000_000), 200).chars().count(), 200 + "… (10000000 bytes)".chars().count());
     }
 }

@@ -21,7 +21,34 @@ use idem_tests::wait_until;
 /// at the record, counted in `dlq_refused`, and proceeds once it lands.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unwritable_dlq_holds_the_source_offset_until_the_record_lands_there_once() {
-    kafka::use_mock_cluster("the next 25 Produce requests refused (TOPIC_AUTHORIZATION_FAILED), then accepted");
+    let r = refused_produces(
+        "the next 25 Produce requests refused (TOPIC_AUTHORIZATION_FAILED), then accepted",
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .await;
+    assert!(r.dlq_refused >= 1, "the refused writes were counted as the topic's refusals: {r:?}");
+    assert_eq!(r.enveloped, 0, "the topic's refusal is not the record's: {r:?}");
+}
+
+/// The fault: the next 25 Produce requests fail as an outage would
+/// (NOT_ENOUGH_REPLICAS), then succeed; Apache Kafka gives it only with
+/// several brokers and one of them stopped at the right moment.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dlq_outage_is_ridden_out_without_an_envelope_or_an_alert() {
+    let r = refused_produces(
+        "the next 25 Produce requests fail with NOT_ENOUGH_REPLICAS (an outage), then succeed",
+        rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+    )
+    .await;
+    assert_eq!((r.dlq_refused, r.enveloped), (0, 0), "an outage is neither the topic's nor the record's: {r:?}");
+}
+
+async fn refused_produces(fault: &str, code: rdkafka::types::RDKafkaRespErr) -> idem::stats::HandlerReport {
+    // One fault at a time: the cluster, and its queue of injected errors,
+    // is this process's.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _alone = ONE_AT_A_TIME.lock().await;
+    kafka::use_mock_cluster(fault);
     idem_tests::init_logging();
     let db = TestDb::new().await.unwrap_or_else(|e| panic!("database: {e:#}"));
     let provider = PaymentProvider::start().await;
@@ -37,8 +64,8 @@ async fn an_unwritable_dlq_holds_the_source_offset_until_the_record_lands_there_
     // The next 25 Produce requests are refused: the DLQ writes, since
     // nothing else in this process (a test binary of its own, with its own
     // mock cluster) produces from now on.
-    kafka::on_mock(|cluster| {
-        let errors = vec![rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 25];
+    kafka::on_mock(move |cluster| {
+        let errors = vec![code; 25];
         cluster.request_errors(rdkafka::types::RDKafkaApiKey::Produce, &errors);
     });
     let spec = HandlerSpec::scenarios(&topic, &provider.base_url());
@@ -70,9 +97,9 @@ async fn an_unwritable_dlq_holds_the_source_offset_until_the_record_lands_there_
     }
     assert!(checks >= 3, "the DLQ refused the write for a while, and that was checked ({checks} checks)");
     wait_until("both committed", || kafka::committed(&spec.group_id, &topic, 1) == vec![Some(2)]).await;
-    let r = &running.stop().await[0];
-    assert!(r.dlq_refused >= 1, "the refused writes were counted as the topic's refusals: {r:?}");
+    let r = running.stop().await.remove(0);
     assert_eq!((r.dead_lettered, r.processed), (1, 1), "{r:?}");
     assert_eq!(kafka::read_all(&dlq).len(), 1, "once");
     db.drop_database().await;
+    r
 }
