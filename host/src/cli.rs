@@ -195,6 +195,14 @@ pub fn main() -> ExitCode {
 /// As [`main`], for a program that embeds idem with native handlers of its
 /// own (a config names one with `native = "<name>"`).
 pub fn main_with(natives: NativeHandlers) -> ExitCode {
+    // A compiling child of this very binary (see `runtime::compiler`).
+    if std::env::args().nth(1).as_deref() == Some(crate::runtime::compiler::CHILD_COMMAND) {
+        return crate::runtime::compiler::child_main();
+    }
+    match std::env::current_exe() {
+        Ok(exe) => crate::runtime::compiler::compile_in_children(exe),
+        Err(e) => eprintln!("idem: cannot name this executable ({e}): compiling components in this process"),
+    }
     let provider = match logging() {
         Ok(provider) => provider,
         Err(e) => {

@@ -294,6 +294,29 @@ pub async fn produce_with_headers(
     }
 }
 
+/// Writes one record as given: any key, a value or none, any headers.
+pub async fn produce_raw(
+    producer: &Producer,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    value: Option<&[u8]>,
+    headers: &[(&str, &[u8])],
+) -> i64 {
+    let mut owned = rdkafka::message::OwnedHeaders::new();
+    for (name, v) in headers {
+        owned = owned.insert(rdkafka::message::Header { key: name, value: Some(*v) });
+    }
+    let mut record = FutureRecord::<[u8], [u8]>::to(topic).partition(partition).key(key).headers(owned);
+    if let Some(value) = value {
+        record = record.payload(value);
+    }
+    match producer.inner.send(record, Duration::from_secs(10)).await {
+        Ok(delivery) => delivery.offset,
+        Err((e, _)) => panic!("produce to {topic}/{partition}: {e}"),
+    }
+}
+
 /// Deletes `topic` (Apache Kafka only), waiting until the broker's
 /// metadata no longer has it.
 pub async fn delete_topic(topic: &str) {

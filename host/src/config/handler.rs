@@ -57,6 +57,11 @@ pub struct HandlerConfig {
     /// Largest module an upload may have, in MiB.
     #[serde(default = "default_max_module_mib")]
     pub max_module_mib: usize,
+    /// CPU seconds compiling the handler's component may take (in a child
+    /// process, which is killed past them); an upload that needs more is
+    /// refused.
+    #[serde(default = "default_max_compile_seconds")]
+    pub max_compile_seconds: u64,
     /// The `eventType`s this handler accepts; any other is invalid.
     pub event_types: Vec<String>,
     /// JSON Schema (draft 2020-12) of the payload, relative to the config file.
@@ -259,6 +264,10 @@ fn default_max_attempts() -> u32 {
 fn default_timeout_ms() -> u64 {
     30_000
 }
+fn default_max_compile_seconds() -> u64 {
+    super::DEFAULT_MAX_COMPILE_SECONDS
+}
+
 fn default_max_module_mib() -> usize {
     32
 }
@@ -375,6 +384,7 @@ impl HandlerConfig {
             max_http_requests: self.limits.max_http_requests,
             stale_events: self.stale_events,
             dedup_retention: self.dedup_retention.0,
+            max_compile: Duration::from_secs(self.max_compile_seconds),
         }
     }
 }

@@ -26,6 +26,11 @@ pub use runtime::RuntimeConfig;
 
 use crate::kafka_client::check_properties;
 
+/// `[[handler]] max_compile_seconds` by default: over 3× what the largest
+/// component the suite builds takes (componentize-py's, 18 MB: 17.6 CPU
+/// seconds in a debug build on 2 cores; a release build takes less).
+pub const DEFAULT_MAX_COMPILE_SECONDS: u64 = 60;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {

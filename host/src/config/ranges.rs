@@ -112,6 +112,9 @@ fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
              0 would fail every statement that sorts)"
         );
     }
+    if !(1..=3_600).contains(&h.max_compile_seconds) {
+        bail!("{at}: max_compile_seconds must be 1 to 3600");
+    }
     if limits.max_db_statements == 0 {
         bail!("{at}: limits.max_db_statements = 0 would refuse every statement; a handler that needs none runs none");
     }

@@ -34,6 +34,8 @@ pub struct HandlerSettings {
     /// How long the handler's dedup rows are kept (for messages: the
     /// database holds the recorded value the claim applies).
     pub dedup_retention: Duration,
+    /// CPU time compiling its component may take (`max_compile_seconds`).
+    pub max_compile: Duration,
 }
 
 impl HandlerSettings {
@@ -48,6 +50,7 @@ impl HandlerSettings {
             max_http_requests: 16,
             stale_events: crate::config::StalePolicy::Dlq,
             dedup_retention: Duration::from_secs(7 * 86_400),
+            max_compile: Duration::from_secs(crate::config::DEFAULT_MAX_COMPILE_SECONDS),
         }
     }
 }
@@ -108,6 +111,8 @@ pub enum LoadError {
     WrongWorld { path: String, reason: String },
     #[error("{path} {reason}")]
     ForbiddenImport { path: String, reason: String },
+    #[error("{path} was refused: {reason}")]
+    TooCostly { path: String, reason: String },
 }
 
 /// A handler ready to run events.
@@ -155,9 +160,13 @@ impl Handler {
         settings: HandlerSettings,
     ) -> Result<Self, LoadError> {
         let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
-        let component = runtime
-            .compile(bytes, &sha256)
-            .map_err(|e| LoadError::NotAComponent { path: what.to_owned(), reason: format!("{e:#}") })?;
+        let component = runtime.compile(bytes, &sha256, settings.max_compile).map_err(|e| {
+            let reason = format!("{e:#}");
+            match reason.contains("max_compile_seconds") {
+                true => LoadError::TooCostly { path: what.to_owned(), reason },
+                false => LoadError::NotAComponent { path: what.to_owned(), reason },
+            }
+        })?;
         for (import, _) in component.component_type().imports(runtime.engine()) {
             super::imports::check(import)
                 .map_err(|reason| LoadError::ForbiddenImport { path: what.to_owned(), reason })?;

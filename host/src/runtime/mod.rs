@@ -4,6 +4,7 @@
 
 pub mod bindings;
 mod cache;
+pub mod compiler;
 mod handler;
 pub mod imports;
 mod limits;
@@ -60,9 +61,7 @@ impl Runtime {
 
     /// As [`Runtime::with_pool`], keeping compiled components in `cache`.
     pub fn with_pool_and_cache(pool: PoolSize, cache: Option<ArtifactCache>) -> anyhow::Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
+        let mut config = engine_config();
         config.allocation_strategy(pool.strategy());
         let engine = match Engine::new(&config) {
             Ok(engine) => engine,
@@ -96,18 +95,28 @@ impl Runtime {
         &self.inner.linker
     }
 
-    /// Compiles `bytes` (whose SHA-256 is `sha256`), or loads the result
-    /// of an earlier compilation from the cache.
-    pub(crate) fn compile(&self, bytes: &[u8], sha256: &str) -> wasmtime::Result<Component> {
+    /// Compiles `bytes` (whose SHA-256 is `sha256`) within `cpu` seconds
+    /// of CPU ([`compiler`]), or loads the result of an earlier
+    /// compilation from the cache.
+    pub(crate) fn compile(&self, bytes: &[u8], sha256: &str, cpu: std::time::Duration) -> anyhow::Result<Component> {
         let engine = &self.inner.engine;
-        let Some(cache) = &self.inner.cache else { return Component::new(engine, bytes) };
+        let Some(cache) = &self.inner.cache else { return compiler::compile(engine, bytes, cpu) };
         if let Some(component) = cache.load(engine, sha256) {
             return Ok(component);
         }
-        let component = Component::new(engine, bytes)?;
+        let component = compiler::compile(engine, bytes, cpu)?;
         cache.store(engine, sha256, &component);
         Ok(component)
     }
+}
+
+/// What every engine of idem compiles with: the compiling child's
+/// ([`compiler`]) and the runtime's, whose artifacts must be compatible.
+fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config
 }
 
 /// Advances the engine's epoch until the runtime is dropped.

@@ -15,6 +15,7 @@ mod batching;
 mod dead_letters;
 mod failures;
 mod guest_text;
+mod hostile_records;
 mod modules;
 mod observability;
 mod retention;

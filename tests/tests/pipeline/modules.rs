@@ -516,3 +516,35 @@ async fn another_handlers_locks_delay_neither_claims_nor_a_deploy_nor_a_rollback
     assert_eq!((billing.dead_lettered, billing.processed), (0, 25), "{billing:?}");
     env.finish().await;
 }
+
+/// Compiling an upload is capped: a component that needs more CPU than
+/// `max_compile_seconds` to compile (componentize-py's, with a cap of 1 s)
+/// is refused naming the cap, its compiler process is killed (the work
+/// stops, not only the wait), and events go on being committed meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upload_that_needs_more_compile_cpu_than_its_cap_is_refused_and_events_flow() {
+    let env = Env::new(1).await;
+    let mut spec = env.billing();
+    spec.extra = "max_module_mib = 64\nmax_compile_seconds = 1\n".into();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let token = "s3cret-token";
+    let child = host::spawn(&config, false, &[("IDEM_ADMIN_TOKEN", token)]);
+    let api = Api::of(&config).authorized(token);
+    api.ready("billing").await;
+    let python = std::fs::read(guests::python_component("python-notification")).expect("python component");
+    let upload = api.upload("billing", python);
+    let orders = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        env.send_orders(5).await;
+        idem_tests::wait_until_async("5 charges during the upload", || async { env.count(CHARGES).await == 5 }).await;
+    };
+    let ((status, body), ()) = tokio::join!(upload, orders);
+    assert_eq!(status, 422, "{body}");
+    let message = body["error"].as_str().unwrap_or_default();
+    assert!(message.contains("more than 1 CPU seconds (max_compile_seconds)"), "{message}");
+    let compilers = Command::new("pgrep").args(["-f", idem::runtime::compiler::CHILD_COMMAND]).output().expect("pgrep");
+    assert!(compilers.stdout.is_empty(), "a compiler process outlived its cap: {:?}", compilers.stdout);
+    assert_eq!(api.show("billing").await["active_version"], 1, "nothing was activated");
+    stop(child).await;
+    env.finish().await;
+}

@@ -1,0 +1,137 @@
+//! Compiling a component is host work whose cost its author chooses: an
+//! uploaded component can take minutes of CPU to compile. In the `idem`
+//! binary every compilation runs in a child process of its own (`idem
+//! __compile-component`), never on the threads that process events, under
+//! a limit of CPU seconds (`RLIMIT_CPU`, which counts every compiler
+//! thread, set by the child on itself before it reads a byte) and a
+//! wall-clock deadline twice as long; past either, the kernel or the parent
+//! kills it, so the work stops, not only the waiting. The child gets an
+//! empty environment (no secret reaches it) and the bytes on stdin, and
+//! writes the compiled artifact on stdout.
+//!
+//! A program that embeds idem as a library compiles in its own process
+//! unless it calls [`compile_in_children`] (as `cli::main` does).
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// The argument that makes `idem` a compiling child.
+pub const CHILD_COMMAND: &str = "__compile-component";
+
+static CHILD: OnceLock<PathBuf> = OnceLock::new();
+
+/// From now on, compile components in children running `exe` (the `idem`
+/// binary itself).
+pub fn compile_in_children(exe: PathBuf) {
+    let _ = CHILD.set(exe);
+}
+
+/// Compiles `bytes` for `engine`, within `cpu` seconds of CPU.
+pub(crate) fn compile(engine: &Engine, bytes: &[u8], cpu: Duration) -> anyhow::Result<Component> {
+    match CHILD.get() {
+        None => Ok(Component::new(engine, bytes)?),
+        Some(exe) => in_child(engine, exe, bytes, cpu),
+    }
+}
+
+fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyhow::Result<Component> {
+    let seconds = cpu.as_secs().max(1);
+    let mut child = Command::new(exe)
+        .arg(CHILD_COMMAND)
+        .arg(seconds.to_string())
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("failed to start a compiler process ({})", exe.display()))?;
+    let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
+        (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        bail!("the compiler process has no pipes");
+    };
+    let input = bytes.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let reader = std::thread::spawn(move || {
+        let mut artifact = Vec::new();
+        stdout.read_to_end(&mut artifact).map(|_| artifact)
+    });
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.take(16 << 10).read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + Duration::from_secs(seconds * 2 + 5);
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "compiling it took longer than {}s of wall-clock time (max_compile_seconds = {seconds})",
+                seconds * 2 + 5
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let _ = writer.join();
+    let artifact = reader.join().map_err(|_| anyhow::anyhow!("the compiler's output was lost"))??;
+    let said = errors.join().unwrap_or_default();
+    if !status.success() {
+        use std::os::unix::process::ExitStatusExt as _;
+        if matches!(status.signal(), Some(libc::SIGXCPU | libc::SIGKILL)) {
+            bail!("compiling it took more than {seconds} CPU seconds (max_compile_seconds)");
+        }
+        bail!("{}", said.trim());
+    }
+    #[expect(
+        unsafe_code,
+        reason = "deserialising runs compiled code as is; the artifact was produced a moment ago by this very \
+                  binary's compiler, for an engine of the same configuration, and came straight through a pipe"
+    )]
+    // SAFETY: the child is this executable, compiling with the same engine
+    // configuration (`super::engine_config`) and serialising with
+    // `Engine::precompile_component`; a mismatch is refused by wasmtime's
+    // own compatibility check. Trusting its output is trusting the
+    // compiler, as compiling in this process would.
+    let component = unsafe { Component::deserialize(engine, &artifact) };
+    component.map_err(|e| anyhow::anyhow!("the compiled component does not load: {e:#}"))
+}
+
+/// `idem __compile-component SECONDS`: the child's side.
+pub fn child_main() -> ExitCode {
+    match child() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn child() -> anyhow::Result<()> {
+    let seconds: u64 =
+        std::env::args().nth(2).and_then(|s| s.parse().ok()).context("usage: __compile-component SECONDS")?;
+    // Before anything else: the kernel stops this process at the limit.
+    let limit = rustix::process::Rlimit { current: Some(seconds), maximum: Some(seconds + 1) };
+    rustix::process::setrlimit(rustix::process::Resource::Cpu, limit)
+        .context("failed to limit the compiler's CPU time")?;
+    let mut bytes = Vec::new();
+    std::io::stdin().take(super::MAX_COMPONENT_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > super::MAX_COMPONENT_BYTES {
+        bail!("larger than {} bytes", super::MAX_COMPONENT_BYTES);
+    }
+    let engine = Engine::new(&super::engine_config()).map_err(anyhow::Error::from)?;
+    let artifact = engine.precompile_component(&bytes).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    std::io::stdout().write_all(&artifact)?;
+    Ok(())
+}
