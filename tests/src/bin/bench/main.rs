@@ -48,9 +48,11 @@ struct Row {
 enum Kind {
     /// `native`: the billing logic compiled into the host
     /// (`idem_tests::native`), not the component.
+    /// `noisy`: beside a hostile handler (see [`hostile`]).
     Idem {
         max_events: usize,
         native: bool,
+        noisy: bool,
     },
     Ceiling,
 }
@@ -61,10 +63,14 @@ struct Variant {
 }
 
 const VARIANTS: &[Variant] = &[
-    Variant { name: "a: idem, batched", kind: Kind::Idem { max_events: BATCH, native: false } },
-    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem { max_events: 1, native: false } },
-    Variant { name: "c: idem, native handler", kind: Kind::Idem { max_events: BATCH, native: true } },
+    Variant { name: "a: idem, batched", kind: Kind::Idem { max_events: BATCH, native: false, noisy: false } },
+    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem { max_events: 1, native: false, noisy: false } },
+    Variant { name: "c: idem, native handler", kind: Kind::Idem { max_events: BATCH, native: true, noisy: false } },
     Variant { name: "d: SQL ceiling", kind: Kind::Ceiling },
+    Variant {
+        name: "e: a, beside a hostile handler",
+        kind: Kind::Idem { max_events: BATCH, native: false, noisy: true },
+    },
 ];
 
 #[tokio::main]
@@ -78,8 +84,8 @@ async fn main() -> anyhow::Result<()> {
         for variant in VARIANTS {
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
             let row = match variant.kind {
-                Kind::Idem { max_events, native } => {
-                    idem_variant(variant.name, max_events, native, http, orders).await?
+                Kind::Idem { max_events, native, noisy } => {
+                    idem_variant(variant.name, max_events, native, noisy, http, orders).await?
                 }
                 Kind::Ceiling => ceiling_variant(variant.name, http, orders).await?,
             };
@@ -122,8 +128,34 @@ async fn fresh_database(name: &str, config: &Path) -> anyhow::Result<PgConnectio
     Ok(PgConnection::connect(&idem_tests::db::with_database(&server, name)).await?)
 }
 
+/// The noisy neighbour: a handler whose every event sends the largest
+/// statement the caps allow (a 60 KB ARRAY literal, the guard's most
+/// expensive kind) in a loop until its 1 s budget ends, then fails for
+/// good (one attempt) and is dead-lettered; enough of them to outlast
+/// billing's drain. Billing's throughput beside it is variant e.
+fn hostile(topic: &str, provider: &PaymentProvider, orders: i64) -> (HandlerSpec, Vec<Vec<u8>>) {
+    let mut spec = HandlerSpec::scenarios(topic, &provider.base_url());
+    spec.max_attempts = 1;
+    spec.extra = "timeout_ms = 1000\n".into();
+    let sql = format!("SELECT ARRAY[{}]", vec!["1"; 30_000].join(","));
+    // At 1 s each, enough to outlast billing's drain (10,000 events a
+    // second or less at this benchmark's settings) twice over.
+    let events = (0..(orders / 5_000).max(15))
+        .map(|_| {
+            serde_json::json!({
+                "eventId": uuid::Uuid::now_v7().to_string(), "eventType": "test.scenario.v1",
+                "occurredAt": "2026-11-30T12:00:00Z", "scenario": "statement-loop", "sql": sql,
+            })
+            .to_string()
+            .into_bytes()
+        })
+        .collect();
+    (spec, events)
+}
+
 /// A config for the billing handler; without HTTP, the example's switch;
-/// `native`: the native billing handler instead of the component.
+/// `native`: the native billing handler instead of the component;
+/// `beside`: another handler in the same host.
 fn config(
     topic: &str,
     provider: &PaymentProvider,
@@ -131,11 +163,12 @@ fn config(
     max_events: usize,
     native: bool,
     http: bool,
+    beside: Option<HandlerSpec>,
 ) -> PathBuf {
     let mut spec = HandlerSpec::billing(topic, &provider.base_url());
     spec.concurrency = CONCURRENCY;
     spec.batch = Some((max_events, 5));
-    let path = host::write_config(db_url, &[spec]);
+    let path = host::write_config(db_url, &std::iter::once(spec).chain(beside).collect::<Vec<_>>());
     // No `fetch.*` property: the broker is Apache Kafka, run with the
     // defaults users have.
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -176,6 +209,7 @@ async fn idem_variant(
     name: &'static str,
     max_events: usize,
     native: bool,
+    noisy: bool,
     http: bool,
     orders: i64,
 ) -> anyhow::Result<Row> {
@@ -183,9 +217,18 @@ async fn idem_variant(
     let topic = kafka::create_topic(PARTITIONS).await;
     let db = format!("idem_bench_{}", std::process::id());
     let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
-    let config = config(&topic, &provider, &db_url, max_events, native, http);
+    let hostile = match noisy {
+        true => Some(hostile(&kafka::create_topic(1).await, &provider, orders)),
+        false => None,
+    };
+    let beside = hostile.as_ref().map(|(spec, _)| spec.clone());
+    let config = config(&topic, &provider, &db_url, max_events, native, http, beside);
     let mut conn = fresh_database(&db, &config).await?;
     let records = workload(orders);
+    if let Some((spec, events)) = &hostile {
+        let events: Vec<(i32, Vec<u8>)> = events.iter().map(|e| (0, e.clone())).collect();
+        kafka::produce_all(&kafka::producer(), &spec.topic, &events).await;
+    }
     kafka::produce_all(&kafka::producer(), &topic, &records).await;
 
     let child = host::spawn(&config, true, &[("IDEM_LOG", "error")]);
@@ -288,7 +331,7 @@ async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow:
     let server = idem_tests::db::server_url();
     let db_url = idem_tests::db::with_database(&server, &db);
     // Only for `idem migrate` (the billing role, schema and grants).
-    let config = config("unused", &provider, &db_url, BATCH, false, http);
+    let config = config("unused", &provider, &db_url, BATCH, false, http, None);
     let mut conn = fresh_database(&db, &config).await?;
     // The claim checks the version it names against the active one.
     sqlx::query(
@@ -330,6 +373,7 @@ async fn admin_drop(db: &str) {
     if let Ok(mut admin) = PgConnection::connect(&idem_tests::db::server_url()).await {
         let _ = admin.execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str()).await;
         let _ = admin.execute(format!("DROP ROLE IF EXISTS {db}_billing").as_str()).await;
+        let _ = admin.execute(format!("DROP ROLE IF EXISTS {db}_scenario").as_str()).await;
     }
 }
 
@@ -356,13 +400,14 @@ fn render(rows: &[Row]) -> String {
         let rate = |prefix: &str| {
             rows.iter().find(|r| r.http == http && r.variant.starts_with(prefix)).map_or(f64::NAN, |r| r.events_per_s)
         };
-        let (a, b, c, d) = (rate("a"), rate("b"), rate("c"), rate("d"));
+        let (a, b, c, d, e) = (rate("a"), rate("b"), rate("c"), rate("d"), rate("e"));
         text.push_str(&format!(
-            "\n{}: a/b = {:.2}, a/c = {:.2}, a/d = {:.2}",
+            "\n{}: a/b = {:.2}, a/c = {:.2}, a/d = {:.2}, e/a = {:.2} (billing beside a hostile handler, goal ≥ 0.8)",
             if http { "with HTTP" } else { "without HTTP" },
             a / b,
             a / c,
-            a / d
+            a / d,
+            e / a
         ));
     }
     text.push('\n');

@@ -77,23 +77,54 @@ const CACHED_BYTES: usize = 4_096;
 
 /// [`check`] as the `db` capability runs it. A short statement (most are,
 /// and most are cached) is checked at once. A long one is parsed and
-/// walked on a blocking thread, never on the async workers that run every
-/// handler's events, and one at a time per handler: a guest sending the
-/// largest statements the caps allow in a loop occupies at most one
-/// blocking thread, and its invocation's deadline (the caller's timeout)
-/// ends its wait whatever the parser is doing.
+/// walked by the checker thread ([`checker`]), never on the async workers
+/// that run every handler's events, and one at a time per handler (its
+/// permit goes with the job, so a job cut off by its invocation's deadline
+/// still holds it until it ends): a guest sending the largest statements
+/// the caps allow in a loop has one job at a time queued, at the lowest
+/// CPU priority, and its invocation's deadline (the caller's timeout) ends
+/// its wait whatever the parser is doing.
 pub(crate) async fn check_for(handler: &str, sql: &str) -> Result<(), String> {
     if sql.len() <= CACHED_BYTES {
         return check(sql);
     }
-    let permit = permit_of(handler).acquire_owned().await;
-    let sql = sql.to_owned();
-    let checked = tokio::task::spawn_blocking(move || {
-        let _one_at_a_time = permit;
-        check_uncached(&sql)
-    })
-    .await;
-    checked.unwrap_or_else(|e| Err(format!("the statement check failed: {e}")))
+    let Ok(permit) = permit_of(handler).acquire_owned().await else {
+        return Err("the statement checker is gone".into());
+    };
+    let (reply, verdict) = tokio::sync::oneshot::channel();
+    let Some(checker) = checker() else { return check_uncached(sql) };
+    if checker.try_send(Job { sql: sql.to_owned(), reply, _permit: permit }).is_err() {
+        return Err("the statement checker is busy with other handlers' long statements: try again".into());
+    }
+    verdict.await.unwrap_or_else(|_| Err("the statement checker stopped".into()))
+}
+
+/// A long statement to check, its answer, and its handler's permit.
+struct Job {
+    sql: String,
+    reply: tokio::sync::oneshot::Sender<Result<(), String>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The thread that checks long statements, at nice 19: when the machine is
+/// busy, parsing a guest's large statement gets the CPU the event workers
+/// and PostgreSQL leave. Its queue holds one job per handler at most
+/// (the permits), bounded at 256 handlers. `None`: the thread could not be
+/// started (the caller checks inline).
+fn checker() -> Option<&'static std::sync::mpsc::SyncSender<Job>> {
+    static CHECKER: std::sync::LazyLock<Option<std::sync::mpsc::SyncSender<Job>>> = std::sync::LazyLock::new(|| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(256);
+        let started = std::thread::Builder::new().name("idem-guard".into()).spawn(move || {
+            if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
+                tracing::warn!("the statement checker runs at normal priority ({e})");
+            }
+            for job in rx {
+                let _ = job.reply.send(check_uncached(&job.sql));
+            }
+        });
+        started.ok().map(|_| tx)
+    });
+    CHECKER.as_ref()
 }
 
 /// One long-statement check at a time per handler.
