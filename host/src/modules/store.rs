@@ -166,20 +166,21 @@ pub async fn activate(pool: &PgPool, handler: &str, version: i32) -> Result<bool
 }
 
 /// Serialises changes to one handler's modules (the next version number,
-/// the switch of the active row). Every claim of a stored version holds the
-/// handler's row of `idem.handler_role` FOR KEY SHARE until its transaction
-/// ends (`idem_api.claim_events`); this takes it FOR UPDATE, so an
-/// activation waits for the transactions running the version it replaces,
-/// and claims made after it see the new version. No handler role can read
-/// or lock that table: no guest can hold this lock (an advisory lock, which
-/// it was, any role can take).
+/// the switch of the active row). Every claim of a stored version holds
+/// one of the handler's 64 rows of `idem.module_gate` FOR KEY SHARE until
+/// its transaction ends (`idem_api.claim_events`); this takes all of them
+/// FOR UPDATE, so an activation waits for the transactions running the
+/// version it replaces, and claims made after it see the new version. No
+/// handler role can read or lock that table: no guest can hold this lock
+/// (an advisory lock, which it was, any role could take).
 ///
 /// While an activation waits for the lock, new claims queue behind it: the
 /// wait is capped at [`LOCK_WAIT`], and retried, so that a long-running
 /// batch delays a deploy instead of stalling every claim of the handler.
 async fn lock(tx: &mut sqlx::PgConnection, handler: &str) -> Result<(), sqlx::Error> {
     sqlx::query(&format!("SET LOCAL lock_timeout = {}", LOCK_WAIT.as_millis())).execute(&mut *tx).await?;
-    sqlx::query("SELECT 1 FROM idem.handler_role WHERE handler = $1 FOR UPDATE")
+    sqlx::query("SELECT idem.ensure_module_gate($1)").bind(handler).execute(&mut *tx).await?;
+    sqlx::query("SELECT 1 FROM idem.module_gate WHERE handler = $1 ORDER BY slot FOR UPDATE")
         .bind(handler)
         .execute(&mut *tx)
         .await?;

@@ -213,6 +213,12 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
     .execute(&mut *tx)
     .await
     .with_context(|| format!("{at}: failed to map role {} to the handler", place.role))?;
+    // The rows claims and activations lock (see migration 20261201000003).
+    sqlx::query("SELECT idem.ensure_module_gate($1)")
+        .bind(&place.handler)
+        .execute(&mut *tx)
+        .await
+        .with_context(|| format!("{at}: failed to make its module gate"))?;
     tx.commit().await?;
     done.push(format!("role {} may use schema {} and claim as `{}`", place.role, place.schema, place.handler));
     Ok(done)
