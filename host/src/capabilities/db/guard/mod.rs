@@ -34,14 +34,15 @@
 //!
 //! Functions: a denylist, not an allowlist. Handlers need the ordinary
 //! built-ins (now(), coalesce, jsonb, string, math and window functions,
-//! gen_random_uuid(), pg_advisory_xact_lock()) and their own and extensions'
+//! gen_random_uuid()) and their own and extensions'
 //! functions; an allowlist of PostgreSQL's thousands of functions would be
 //! long, brittle across versions, and would refuse every function a handler
 //! migration creates. The denylist refuses, by exact name or prefix,
 //! case-insensitively and whatever the schema, the families that escape what
 //! this guard can see or what the transaction can undo: functions that run
-//! SQL text, files, large objects and raw storage, settings, session-level
-//! advisory locks, signalling and administration, and replication.
+//! SQL text, files, large objects and raw storage, settings, every
+//! advisory lock (their keys are one namespace for every role), signalling
+//! and administration, and replication.
 //!
 //! This is defence in depth, not a sandbox: a function not on the list, a
 //! view, a trigger or a parameter's value is not inspected. Per-handler
