@@ -235,6 +235,7 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
     let cases = [
         (set("topic", r#""""#), "topic ``"),
         (set("max_connections", "0"), "max_connections = 0"),
+        (set("max_connections", "1"), "max_connections = 1 is too few: a host needs at least 4"),
         (set("concurrency", "4294967296"), "concurrency = 4294967296"),
         (set("max_db_statements", "0"), "max_db_statements = 0"),
         (set("event_types", r#"[""]"#), "event_types has an empty entry"),

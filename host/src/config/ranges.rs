@@ -20,6 +20,9 @@ const MAX_MEMORY_MIB: usize = 16 * 1024;
 /// Per-invocation statement and request limits.
 const MAX_PER_INVOCATION: u32 = 1_000_000;
 /// idem's own pool.
+/// What one host holds of idem's own pool at once, at most: the module
+/// watcher's LISTEN, a retention pass's lock and its work, one more.
+const MIN_CONNECTIONS: u32 = 4;
 const MAX_CONNECTIONS: u32 = 1000;
 /// The admin listener's connections: each is a file descriptor, and the
 /// listener must never take those the consumers and pools need.
@@ -56,8 +59,15 @@ pub(super) fn check(config: &Config) -> anyhow::Result<()> {
         bail!("[database] url must be a postgres:// or postgresql:// URL (idem runs on PostgreSQL only)");
     }
     let max = config.database.max_connections;
-    if !(1..=MAX_CONNECTIONS).contains(&max) {
-        bail!("[database] max_connections = {max} must be between 1 and {MAX_CONNECTIONS}");
+    if max < MIN_CONNECTIONS {
+        bail!(
+            "[database] max_connections = {max} is too few: a host needs at least {MIN_CONNECTIONS} of its own \
+             (the module watcher's LISTEN holds one, a retention pass two, its lock and its work, and one serves \
+             the rest)"
+        );
+    }
+    if max > MAX_CONNECTIONS {
+        bail!("[database] max_connections = {max} must be between {MIN_CONNECTIONS} and {MAX_CONNECTIONS}");
     }
     admin(&config.admin)?;
     config.handlers.iter().try_for_each(handler)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use idem::pipeline::dlq_headers as h;
 use idem::pipeline::replay::header;
-use idem_tests::host::{self, HandlerSpec};
+use idem_tests::host::{self, HandlerSpec, order_payload};
 use idem_tests::{kafka, wait_until};
 use rdkafka::Message as _;
 
@@ -202,5 +202,44 @@ async fn a_dlq_topic_that_is_gone_holds_its_partition_loudly_until_it_is_back() 
     assert_eq!((report.dead_lettered, report.processed), (1, 1), "{report:?}");
     assert!(report.dlq_refused >= 1, "{report:?}");
     assert_eq!(kafka::read_all(&dlq).len(), 1, "the record, once");
+    env.finish().await;
+}
+
+/// A dry run answers what the replay would do (a far-future id fails again
+/// in both), and copies of one event in one replay run once, even under
+/// `--force` where no dedup row guards an event older than the retention.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_answers_like_the_replay_and_copies_of_one_event_run_once() {
+    let env = Env::new(1).await;
+    let config = host::write_config(&env.db.url, &[env.billing()]);
+    host::run_until_drained(&config).await;
+    let dlq = format!("{}.billing.dlq", env.topic);
+    let at = |days: i64| {
+        let secs = (chrono::Utc::now() + chrono::Duration::days(days)).timestamp() as u64;
+        uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, secs, 0))
+    };
+    let order = |id: uuid::Uuid, n: i64| {
+        let mut payload: serde_json::Value = serde_json::from_slice(&order_payload(n).1).expect("json");
+        payload["eventId"] = id.to_string().into();
+        payload.to_string().into_bytes()
+    };
+    // An id a year ahead, and one event (30 days old, past the 7-day
+    // retention) dead-lettered from two offsets.
+    dead_letter(&env, &dlq, &order(at(365), 1), 0).await;
+    let old = order(at(-30), 2);
+    dead_letter(&env, &dlq, &old, 1).await;
+    dead_letter(&env, &dlq, &old, 2).await;
+    let path = config.to_str().expect("path");
+    let dry = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--dry-run", "--force", "--json"]);
+    let real = idem_json(&["dlq", "replay", "--config", path, "--handler", "billing", "--force", "--json"]);
+    for (what, r) in [("dry run", &dry), ("replay", &real)] {
+        assert_eq!(
+            ["applied", "duplicates", "failed_again"].map(|k| r[k].as_u64()),
+            [Some(1), Some(1), Some(1)],
+            "{what}: the future id fails, the old event runs once: {r}"
+        );
+    }
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge WHERE order_id = 2").await, 1);
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge WHERE order_id = 1").await, 0);
     env.finish().await;
 }
