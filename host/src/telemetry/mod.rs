@@ -86,19 +86,21 @@ impl Telemetry {
     /// consumer has joined its group. The reasons are fixed phrases (they
     /// answer callers without a token); the database's own error is logged.
     pub async fn not_ready(&self) -> Vec<String> {
-        let mut reasons = Vec::new();
-        if let Some(problem) = self.database_problem().await {
-            reasons.push(problem.to_owned());
-        }
+        // The consumers' state as the request found it, before the database
+        // probe (which may take a connection's time): the answer describes
+        // one moment, not a join that completed while the probe ran.
         let handlers = self.handlers();
+        let mut consumers = Vec::new();
         if handlers.is_empty() {
-            reasons.push("no handler is consuming yet".to_owned());
+            consumers.push("no handler is consuming yet".to_owned());
         }
         for h in handlers {
             if !h.tap.joined() {
-                reasons.push(format!("handler `{}`: its consumer has not joined its group", h.name));
+                consumers.push(format!("handler `{}`: its consumer has not joined its group", h.name));
             }
         }
+        let mut reasons: Vec<String> = self.database_problem().await.map(str::to_owned).into_iter().collect();
+        reasons.extend(consumers);
         reasons
     }
 
