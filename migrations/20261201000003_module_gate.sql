@@ -1,8 +1,14 @@
--- The interlock of migration 20261201000001 locked one row per handler
--- from every claim: concurrent claims shared it, each making a new
--- multixact, which halved the batched throughput. The gate is now 64 rows
--- per handler in a table of idem's (no handler role can read or lock it):
--- a claim locks one, FOR KEY SHARE; an activation locks all 64 FOR UPDATE.
+-- The claim/activation interlock moves off advisory locks. Any role can
+-- take any advisory lock key, and a handler's key was computable from its
+-- name: a guest holding another handler's key for its time budget made that
+-- handler's claims time out (its events dead-lettered) and its activations
+-- fail. The interlock is now rows of idem's own table, which no handler
+-- role can read or lock: 64 per handler, a claim locking the one its
+-- backend picks (FOR KEY SHARE, inside this SECURITY DEFINER function), an
+-- activation all of them (FOR UPDATE, as idem's own role). One row per
+-- handler, locked by every claim, made a multixact per concurrent claim and
+-- halved the batched throughput. The function is migration 9's but for
+-- that statement.
 CREATE TABLE idem.module_gate (
     handler text     NOT NULL,
     slot    smallint NOT NULL CHECK (slot BETWEEN 0 AND 63),

@@ -68,9 +68,10 @@ pub enum Seed {
 
 pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) -> anyhow::Result<Prepared> {
     // Before anything connects: a DLQ without its key is a config error.
-    let dlq_keys = match config.handlers.iter().any(|h| h.retry.on_failure == OnFailure::Dlq) {
-        true => Some(std::sync::Arc::new(crate::pipeline::DlqKeys::load(&config.dlq)?)),
-        false => None,
+    let dlq_keys = if config.handlers.iter().any(|h| h.retry.on_failure == OnFailure::Dlq) {
+        Some(std::sync::Arc::new(crate::pipeline::DlqKeys::load(&config.dlq)?))
+    } else {
+        None
     };
     let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
     let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();

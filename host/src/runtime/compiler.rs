@@ -22,6 +22,11 @@ use anyhow::{Context as _, bail};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+/// A compilation stopped at its limit (the component's cost, not its form).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OverLimit(String);
+
 /// The argument that makes `idem` a compiling child.
 pub const CHILD_COMMAND: &str = "__compile-component";
 
@@ -89,7 +94,9 @@ fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyh
     if !status.success() {
         use std::os::unix::process::ExitStatusExt as _;
         if matches!(status.signal(), Some(libc::SIGXCPU | libc::SIGKILL)) {
-            bail!("compiling it took more than {seconds} CPU seconds (max_compile_seconds)");
+            return Err(
+                OverLimit(format!("compiling it took more than {seconds} CPU seconds (max_compile_seconds)")).into()
+            );
         }
         bail!("{}", said.trim());
     }

@@ -161,10 +161,11 @@ impl Handler {
     ) -> Result<Self, LoadError> {
         let sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
         let component = runtime.compile(bytes, &sha256, settings.max_compile).map_err(|e| {
-            let reason = format!("{e:#}");
-            match reason.contains("max_compile_seconds") {
-                true => LoadError::TooCostly { path: what.to_owned(), reason },
-                false => LoadError::NotAComponent { path: what.to_owned(), reason },
+            let (path, reason) = (what.to_owned(), format!("{e:#}"));
+            if e.is::<super::compiler::OverLimit>() {
+                LoadError::TooCostly { path, reason }
+            } else {
+                LoadError::NotAComponent { path, reason }
             }
         })?;
         for (import, _) in component.component_type().imports(runtime.engine()) {

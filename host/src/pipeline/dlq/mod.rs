@@ -164,10 +164,14 @@ impl DeadLetters {
         // with time-based retention an old event's copy would be deleted
         // soon after its source offset is committed.
         let Err((e, _)) = self.producer.send(record, Duration::from_secs(30)).await else { return Ok(()) };
+        let timed_out = e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::MessageTimedOut);
         Err(match refusal::classify(&self.topic, &e) {
             // A write that timed out to a topic that no longer exists is
-            // the topic's refusal, not an outage.
-            Refusal::Outage(m) if self.is_gone().await => Refusal::Topic(format!("{m} (the topic does not exist)")),
+            // the topic's refusal, not an outage (asked only then: the
+            // broker's answer costs a round trip).
+            Refusal::Outage(m) if timed_out && self.is_gone().await => {
+                Refusal::Topic(format!("{m} (the topic does not exist)"))
+            }
             other => other,
         })
     }
