@@ -47,6 +47,8 @@ pub struct Stats {
     /// HTTP requests guests sent, by host and status class (`2xx`, …,
     /// `error` when no response came).
     http: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// Requests re-sent by the host, by host and reason.
+    http_retries: Mutex<BTreeMap<(String, &'static str), u64>>,
     /// Milliseconds from each resolved record's timestamp to its resolution,
     /// for the report's percentiles.
     latencies: Mutex<Vec<u32>>,
@@ -80,6 +82,7 @@ impl Default for Stats {
             batch_size: Histogram::new(histogram::EVENTS),
             db_statements: AtomicU64::default(),
             http: Mutex::default(),
+            http_retries: Mutex::default(),
             latencies: Mutex::default(),
             resolved_count: AtomicU64::default(),
         }
@@ -132,6 +135,17 @@ impl Stats {
         *http.entry((host.to_owned(), class)).or_default() += 1;
     }
 
+    /// A request to `host` the host re-sent after a transient failure.
+    pub fn http_retry(&self, host: &str, reason: &'static str) {
+        let mut retries = self.http_retries.lock().unwrap_or_else(|e| e.into_inner());
+        *retries.entry((host.to_owned(), reason)).or_default() += 1;
+    }
+
+    /// Re-sends per (host, reason).
+    pub fn http_retries(&self) -> Vec<((String, &'static str), u64)> {
+        self.http_retries.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
     /// Requests per (host, status class).
     pub fn http_requests(&self) -> Vec<((String, &'static str), u64)> {
         self.http.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -176,6 +190,7 @@ impl Stats {
             retries: get(&self.retries),
             unavailable: get(&self.unavailable),
             dead_lettered: get(&self.dead_lettered),
+            http_retries: self.http_retries().iter().map(|(_, n)| n).sum(),
             enveloped: get(&self.enveloped),
             dlq_refused: get(&self.dlq_refused),
             blocked: get(&self.blocked),
@@ -218,6 +233,10 @@ pub struct HandlerReport {
     /// Records written to the dead-letter topic (invalid and failed).
     #[serde(default)]
     pub dead_lettered: u64,
+    /// HTTP requests the host re-sent after a transient failure (no
+    /// attempt spent: the event never failed).
+    #[serde(default)]
+    pub http_retries: u64,
     /// Of them, envelopes: the DLQ refused the record as it was (too
     /// large with idem's headers, say), so it holds a bounded description.
     #[serde(default)]

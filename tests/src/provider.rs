@@ -41,6 +41,12 @@ pub enum Fault {
     /// Answer `503 Service Unavailable` without charging, until the fault
     /// is changed: an outage.
     Unavailable,
+    /// Answer `503` without charging, with this `Retry-After` (if any), for
+    /// the next `n` requests: a short overload.
+    UnavailableTimes(u32, Option<&'static str>),
+    /// Charge, then reset the connection, for one POST in every `n`, until
+    /// the fault is changed: a provider dropping 1/n of its connections.
+    ResetEvery(u32),
 }
 
 #[derive(Default)]
@@ -51,6 +57,8 @@ struct State {
     fault: Fault,
     /// Added to every answer, to make a stream of events take a while.
     latency: Duration,
+    /// POSTs seen, for `ResetEvery`.
+    posts: u64,
 }
 
 /// A running provider; it stops when dropped.
@@ -120,7 +128,10 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
         s.seen.push(request.clone());
         let mut status = "200 OK";
-        if matches!(s.fault, Fault::Unavailable) {
+        if request.method == "POST" {
+            s.posts += 1;
+        }
+        if matches!(s.fault, Fault::Unavailable | Fault::UnavailableTimes(..)) {
             status = "503 Service Unavailable";
         } else if request.method == "POST" {
             match &request.idempotency_key {
@@ -131,12 +142,17 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
                 None => status = "400 Bad Request",
             }
         }
-        let fault = s.fault;
+        let mut fault = s.fault;
         s.fault = match fault {
             Fault::ResetAfterCharge(n) if n > 1 => Fault::ResetAfterCharge(n - 1),
-            Fault::Unavailable => Fault::Unavailable,
+            Fault::UnavailableTimes(n, after) if n > 1 => Fault::UnavailableTimes(n - 1, after),
+            Fault::Unavailable | Fault::ResetEvery(_) => fault,
             _ => Fault::None,
         };
+        if let Fault::ResetEvery(n) = fault {
+            let this_one = request.method == "POST" && s.posts.is_multiple_of(u64::from(n.max(1)));
+            fault = if this_one { Fault::ResetAfterCharge(1) } else { Fault::None };
+        }
         (fault, status, s.latency)
     };
     let (fault, status, mut latency) = fault;
@@ -160,7 +176,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     }
     let fault = (fault, status);
     match fault {
-        (Fault::ResetAfterCharge(_), _) => {
+        (Fault::ResetAfterCharge(_) | Fault::ResetEvery(_), _) => {
             // Linger 0 makes the close an RST: the client sees a reset, not
             // an answer. (The deprecation warns of blocking on drop, which a
             // zero linger never does.)
@@ -170,18 +186,21 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         }
         (Fault::DelayOnce(delay), status) => {
             tokio::time::sleep(delay).await;
-            let _ = respond(&mut stream, status).await;
+            let _ = respond(&mut stream, status, "").await;
         }
-        (Fault::None | Fault::Unavailable, status) => {
-            let _ = respond(&mut stream, status).await;
+        (Fault::UnavailableTimes(_, Some(after)), status) => {
+            let _ = respond(&mut stream, status, &format!("retry-after: {after}\r\n")).await;
+        }
+        (Fault::None | Fault::Unavailable | Fault::UnavailableTimes(..), status) => {
+            let _ = respond(&mut stream, status, "").await;
         }
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str) -> std::io::Result<()> {
+async fn respond(stream: &mut TcpStream, status: &str, extra_headers: &str) -> std::io::Result<()> {
     let body = r#"{"status":"charged"}"#;
     let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra_headers}connection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await?;

@@ -297,6 +297,44 @@ pub struct HandlerHttp {
     /// from the environment; the guest never sees them.
     #[serde(default, rename = "credential")]
     pub credentials: Vec<HttpCredential>,
+    /// Re-sending transient failures with the same key (on by default).
+    #[serde(default)]
+    pub retry: HttpRetry,
+}
+
+/// `[handler.http.retry]`: a request that meets a transient failure
+/// (connection refused or reset, a timeout, 429/502/503/504) is sent again
+/// with its `Idempotency-Key`, inside the invocation's budget.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpRetry {
+    /// Sends per request, the first included: 1 turns re-sending off.
+    #[serde(default = "default_http_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "default_http_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_http_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+impl Default for HttpRetry {
+    fn default() -> Self {
+        Self {
+            max_attempts: default_http_attempts(),
+            initial_backoff_ms: default_http_initial_backoff_ms(),
+            max_backoff_ms: default_http_max_backoff_ms(),
+        }
+    }
+}
+
+fn default_http_attempts() -> u32 {
+    3
+}
+fn default_http_initial_backoff_ms() -> u64 {
+    50
+}
+fn default_http_max_backoff_ms() -> u64 {
+    1_000
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -318,6 +356,7 @@ impl Default for HandlerHttp {
             key_prefix: None,
             allow_private: Vec::new(),
             credentials: Vec::new(),
+            retry: HttpRetry::default(),
         }
     }
 }
@@ -377,6 +416,11 @@ impl HandlerConfig {
                         value: std::env::var(&c.value_env).unwrap_or_default(),
                     })
                     .collect(),
+                retry: crate::capabilities::http::RetryPolicy {
+                    max_attempts: self.http.retry.max_attempts,
+                    initial_backoff: Duration::from_millis(self.http.retry.initial_backoff_ms),
+                    max_backoff: Duration::from_millis(self.http.retry.max_backoff_ms),
+                },
             },
             timeout: Duration::from_millis(self.timeout_ms),
             max_memory_bytes: self.max_memory_mib << 20,

@@ -136,6 +136,17 @@ fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
     {
         bail!("{at}: database.migrations {} is not a folder", migrations.display());
     }
+    let retry = &h.http.retry;
+    if !(1..=10).contains(&retry.max_attempts) {
+        bail!("{at}: http.retry.max_attempts = {} must be 1 (no re-send) to 10", retry.max_attempts);
+    }
+    if retry.initial_backoff_ms > retry.max_backoff_ms || retry.max_backoff_ms > 60_000 {
+        bail!(
+            "{at}: http.retry needs initial_backoff_ms ≤ max_backoff_ms ≤ 60000 (got {} and {})",
+            retry.initial_backoff_ms,
+            retry.max_backoff_ms
+        );
+    }
     for c in &h.http.credentials {
         let name = c.header.to_ascii_lowercase();
         if RESERVED_HEADERS.contains(&name.as_str()) || name.starts_with("proxy-") {

@@ -209,6 +209,7 @@ impl Executor {
             Arc::new(settings.http.clone()),
             event_id.clone(),
             settings.max_http_requests,
+            tx.deadline(),
         );
         let db = DbCapability::new(tx, settings.max_db_statements, batched);
         HostState::new(self.handler.new_state(), event_id, db, http)
@@ -249,6 +250,9 @@ impl Executor {
             stats.db_statements.fetch_add(u64::from(state.db.statements_run()), std::sync::atomic::Ordering::Relaxed);
             for (host, status) in &state.http.sent {
                 stats.http_request(host, *status);
+            }
+            for (host, reason) in &state.http.resent {
+                stats.http_retry(host, reason);
             }
         }
         state.log_output();

@@ -71,6 +71,8 @@ pub struct HttpPolicy {
     /// Headers the host adds to requests under a base URL; the guest never
     /// sees their values and cannot set those headers.
     pub credentials: Vec<Credential>,
+    /// Re-sending transient failures (`capabilities::http::retry`).
+    pub retry: crate::capabilities::http::RetryPolicy,
 }
 
 impl Default for HttpPolicy {
@@ -81,6 +83,7 @@ impl Default for HttpPolicy {
             key_prefix: None,
             allow_private: Vec::new(),
             credentials: Vec::new(),
+            retry: Default::default(),
         }
     }
 }

@@ -131,6 +131,16 @@ pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool, listener
             );
         }
     }
+    e.family(
+        "idem_http_retries_total",
+        "counter",
+        "HTTP requests the host re-sent after a transient failure (with the same Idempotency-Key), by host and reason.",
+    );
+    for h in handlers {
+        for ((host, reason), n) in h.stats.http_retries() {
+            e.sample("idem_http_retries_total", &[("handler", &h.name), ("host", &host), ("reason", reason)], n as f64);
+        }
+    }
     e.family("idem_module_version", "gauge", "The module version this host runs (0: a native handler).");
     for h in handlers {
         e.sample("idem_module_version", &[("handler", &h.name)], f64::from(h.slot.version().unwrap_or(0)));

@@ -123,6 +123,27 @@ async fn permanent_failures_and_invalid_records_reach_the_dlq_once_byte_for_byte
     env.finish().await;
 }
 
+/// The design notes' charge-then-reset, on 4% of connections: the host
+/// re-sends each with its key, so no event fails, no batch rolls back,
+/// nothing is charged twice. (Re-sends off, each would cost an attempt.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_dropping_connections_costs_re_sends_not_failures() {
+    let env = Env::new(3).await;
+    env.send_orders(300).await;
+    env.provider.set_fault(Fault::ResetEvery(25));
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.failed, r.retries, r.dead_lettered), (300, 0, 0, 0), "{r:?}");
+    assert_eq!(r.batch_splits, 0, "no batch rolled back: {r:?}");
+    assert_eq!(r.http_retries, 12, "one re-send per dropped connection (every 25th of 312 POSTs): {r:?}");
+    assert_eq!(env.provider.keys().len(), 312, "each drop was re-sent once");
+    assert_eq!(env.provider.charges(), 300, "one charge per key");
+    assert_eq!(env.count(CHARGES).await, 300);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 300);
+    env.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_outage_longer_than_the_old_retry_window_loses_nothing() {
     let env = Env::new(2).await;

@@ -195,10 +195,14 @@ async fn a_guest_that_writes_then_fails_or_traps_leaves_nothing() {
     s.finish().await;
 }
 
+/// With the host's re-sends off, a reset fails the event (retryable) and
+/// the pipeline's retry of the whole event reuses the key.
 #[tokio::test]
 async fn a_reset_after_the_charge_rolls_back_and_the_retry_reuses_the_key() {
     let s = Setup::new().await;
-    let billing = s.billing();
+    let mut settings = s.settings("billing");
+    settings.http.retry.max_attempts = 1;
+    let billing = s.executor("billing", settings);
     let e = order();
     s.provider.set_fault(Fault::ResetAfterCharge(1));
     let err = billing.execute(&e, 1).await.expect_err("the connection was reset");
@@ -211,6 +215,83 @@ async fn a_reset_after_the_charge_rolls_back_and_the_retry_reuses_the_key() {
     assert_eq!(s.provider.keys(), vec![key.clone(), key], "both attempts carried Idempotency-Key = eventId");
     assert_eq!(s.provider.charges(), 1, "the provider charged once");
     assert_eq!(s.count(CHARGES).await, 1);
+    s.finish().await;
+}
+
+/// By default the host re-sends a request reset after the charge, with its
+/// key, inside the same invocation: the event commits at its first attempt.
+#[tokio::test]
+async fn a_reset_after_the_charge_is_re_sent_with_the_key_and_the_event_commits_at_once() {
+    let s = Setup::new().await;
+    let billing = s.billing();
+    let e = order();
+    s.provider.set_fault(Fault::ResetAfterCharge(2));
+    assert_eq!(billing.execute(&e, 1).await.expect("re-sent twice"), Outcome::Processed);
+    let key = Some(e.id.to_string());
+    assert_eq!(s.provider.keys(), vec![key.clone(), key.clone(), key], "three sends, one key");
+    assert_eq!(s.provider.charges(), 1, "the provider charged once");
+    assert_eq!(s.count(CHARGES).await, 1);
+    assert_eq!(s.count(CLAIMS).await, 1);
+    s.finish().await;
+}
+
+/// 503 with `Retry-After`: honoured when it fits the budget, not waited for
+/// when it does not (the guest gets the 503 at once), ignored when garbage.
+#[tokio::test]
+async fn retry_after_is_honoured_within_the_budget_and_capped_by_it() {
+    let s = Setup::new().await;
+    let billing = s.executor("billing", {
+        let mut settings = s.settings("billing");
+        settings.timeout = Duration::from_secs(5);
+        settings
+    });
+    let posts = |s: &Setup| s.provider.seen().iter().filter(|r| r.method == "POST").count();
+
+    s.provider.set_fault(Fault::UnavailableTimes(1, Some("1")));
+    let began = std::time::Instant::now();
+    assert_eq!(billing.execute(&order(), 1).await.expect("after the wait"), Outcome::Processed);
+    assert!(began.elapsed() >= Duration::from_millis(950), "waited the second asked for: {:?}", began.elapsed());
+    assert_eq!(posts(&s), 2);
+
+    for huge in ["3600", "99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+        s.provider.set_fault(Fault::UnavailableTimes(1, Some(huge)));
+        let began = std::time::Instant::now();
+        let before = posts(&s);
+        let result = billing.execute(&order(), 1).await;
+        let sent = posts(&s) - before;
+        let err = result.expect_err(&format!("{huge}: the guest got the 503 ({sent} sent)"));
+        assert_eq!(err.class(), ErrorClass::Retryable, "{huge}: {err}");
+        assert!(began.elapsed() < Duration::from_secs(2), "{huge}: not waited for: {:?}", began.elapsed());
+        assert_eq!(posts(&s) - before, 1, "{huge}: sent once");
+    }
+
+    s.provider.set_fault(Fault::UnavailableTimes(2, Some("soon")));
+    assert_eq!(billing.execute(&order(), 1).await.expect("garbage ignored"), Outcome::Processed);
+    s.finish().await;
+}
+
+/// A provider that never recovers costs at most `max_attempts` sends and
+/// never holds the invocation past its budget.
+#[tokio::test]
+async fn re_sends_stop_at_the_cap_and_at_the_budget() {
+    let s = Setup::new().await;
+    s.provider.set_fault(Fault::Unavailable);
+    let billing = s.billing();
+    billing.execute(&order(), 1).await.expect_err("503 to the end");
+    assert_eq!(s.provider.seen().len(), 3, "three sends at most");
+
+    let slow = s.executor("billing", {
+        let mut settings = s.settings("billing");
+        settings.timeout = Duration::from_millis(800);
+        settings.http.timeout = Duration::from_millis(600);
+        settings.http.retry.max_attempts = 10;
+        settings
+    });
+    s.provider.set_fault(Fault::None);
+    s.provider.set_latency(Duration::from_secs(3));
+    let began = std::time::Instant::now();
+    slow.execute(&order(), 1).await.expect_err("the provider is too slow for the budget");
+    assert!(began.elapsed() < Duration::from_secs(2), "within budget + grace: {:?}", began.elapsed());
     s.finish().await;
 }
 
@@ -298,7 +379,11 @@ async fn labelled_requests_keep_their_keys_across_a_re_execution() {
 #[tokio::test]
 async fn a_resend_after_a_timeout_reuses_the_key() {
     let s = Setup::new().await;
-    let exec = s.scenarios_with(|settings| settings.http.timeout = Duration::from_millis(300));
+    // The guest re-sends by itself here, so the host's re-sends are off.
+    let exec = s.scenarios_with(|settings| {
+        settings.http.timeout = Duration::from_millis(300);
+        settings.http.retry.max_attempts = 1;
+    });
     s.provider.set_fault(Fault::DelayOnce(Duration::from_millis(1500)));
     let e = scenario("resend-after-timeout");
     assert_eq!(exec.execute(&e, 1).await.expect("resent"), Outcome::Processed);

@@ -12,7 +12,8 @@
 //!
 //! Only URLs under the handler's allowlist are reached, redirects are not
 //! followed (a redirect could leave the allowlist), and every request has a
-//! timeout.
+//! timeout. A transient failure is re-sent here, with the same key, inside
+//! the invocation's budget (see `retry`): the guest sees the final answer.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
@@ -22,12 +23,15 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use tracing::Instrument as _;
 
+mod retry;
 mod target;
 
 use super::Allowance;
 use crate::runtime::bindings::http::{self, HttpError, Request, Response};
 use crate::runtime::{HostState, HttpPolicy};
 use crate::telemetry::traces::TARGET as TRACE;
+pub use retry::RetryPolicy;
+use retry::Transient;
 
 /// Largest response body handed to a guest.
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
@@ -45,14 +49,26 @@ pub(crate) struct HttpCapability {
     used: HashMap<String, u64>,
     /// Requests this invocation may still send.
     requests: Allowance,
-    /// Requests sent: host, and status (`None`: no response).
+    /// Requests sent: host, and status (`None`: no response); a re-sent
+    /// request once per send.
     pub(crate) sent: Vec<(String, Option<u16>)>,
+    /// Re-sends: host, and why (a `Transient` label).
+    pub(crate) resent: Vec<(String, &'static str)>,
+    /// The end of the invocation's budget: no re-send waits past it.
+    deadline: tokio::time::Instant,
 }
 
 impl HttpCapability {
-    pub(crate) fn new(client: reqwest::Client, policy: Arc<HttpPolicy>, event_id: String, max_requests: u32) -> Self {
+    pub(crate) fn new(
+        client: reqwest::Client,
+        policy: Arc<HttpPolicy>,
+        event_id: String,
+        max_requests: u32,
+        deadline: tokio::time::Instant,
+    ) -> Self {
         let requests = Allowance::new(max_requests, "max_http_requests");
-        Self { client, policy, event_id, used: HashMap::new(), requests, sent: Vec::new() }
+        let (used, sent, resent) = (HashMap::new(), Vec::new(), Vec::new());
+        Self { client, policy, event_id, used, requests, sent, resent, deadline }
     }
 
     /// The key for an unsafe request with `label`.
@@ -119,7 +135,7 @@ impl HostState {
             .iter()
             .filter(|c| target::matching_entry(std::slice::from_ref(&c.base), &url).is_some())
             .collect();
-        let mut builder = self.http.client.request(method.clone(), url.clone()).timeout(self.http.policy.timeout);
+        let mut builder = self.http.client.request(method.clone(), url.clone());
         for (name, value) in &request.headers {
             let reserved = RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
                 || injected.iter().any(|c| c.header.eq_ignore_ascii_case(name));
@@ -157,43 +173,95 @@ impl HostState {
             builder = builder.body(body);
         }
         let host = url.host_str().unwrap_or_default().to_owned();
-        // The provider's trace joins this one: the request carries the
-        // `idem.http` span's context (nothing when tracing is off).
-        let span = tracing::trace_span!(target: TRACE, "idem.http", http.method = %method, server.address = %host);
-        for (name, value) in crate::telemetry::traces::propagation_headers(&span) {
-            builder = builder.header(name, value);
-        }
-        let response = match builder.send().instrument(span).await {
-            Ok(response) => response,
-            Err(e) => {
-                self.http.sent.push((host, None));
-                return Err(transport_error(e));
+        self.send_with_retries(builder, &method, host).await
+    }
+
+    /// Sends `builder` until an answer that is not transient, or the retry
+    /// policy or the budget says stop; the last answer or error is the
+    /// guest's.
+    async fn send_with_retries(
+        &mut self,
+        builder: reqwest::RequestBuilder,
+        method: &Method,
+        host: String,
+    ) -> Result<Response, HttpError> {
+        let mut attempt = 1;
+        loop {
+            // A body of bytes is always cloneable; `None` would be a stream.
+            let Some(mut this) = builder.try_clone() else {
+                return Err(HttpError::InvalidRequest("the request body cannot be re-sent".into()));
+            };
+            let left = self.http.deadline.saturating_duration_since(tokio::time::Instant::now());
+            this = this.timeout(self.http.policy.timeout.min(left.max(retry::MIN_ATTEMPT)));
+            // The provider's trace joins this one: each send carries its own
+            // `idem.http` span's context (nothing when tracing is off).
+            let span = tracing::trace_span!(
+                target: TRACE, "idem.http", http.method = %method, server.address = %host,
+                http.request.resend_count = attempt - 1
+            );
+            for (name, value) in crate::telemetry::traces::propagation_headers(&span) {
+                this = this.header(name, value);
             }
-        };
-        let status = response.status().as_u16();
-        self.http.sent.push((host, Some(status)));
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect();
-        let body = read_body(response).await?;
-        Ok(Response { status, headers, body })
+            let (status, answer) = send_once(this).instrument(span).await;
+            self.http.sent.push((host.clone(), status));
+            let why = match &answer {
+                Ok((response, retry_after)) => retry::transient_status(
+                    reqwest::StatusCode::from_u16(response.status).unwrap_or_default(),
+                    retry_after.as_deref(),
+                ),
+                Err((_, why)) => *why,
+            };
+            let Some((why, wait)) =
+                why.and_then(|why| Some((why, self.http.policy.retry.wait(attempt, why, self.http.deadline)?)))
+            else {
+                return answer.map(|(response, _)| response).map_err(|(error, _)| error);
+            };
+            tracing::debug!(host = %host, attempt, reason = why.label(), ?wait, "a transient failure: the request is sent again");
+            self.http.resent.push((host.clone(), why.label()));
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
     }
 }
 
-async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, HttpError> {
+/// One send: the status (`None`: no answer) and the answer with its
+/// `Retry-After`, or the error and whether it is transient.
+async fn send_once(
+    request: reqwest::RequestBuilder,
+) -> (Option<u16>, Result<(Response, Option<String>), (HttpError, Option<Transient>)>) {
+    let response = match request.send().await {
+        Ok(response) => response,
+        Err(e) => return (None, Err(transport_error(e))),
+    };
+    let status = response.status().as_u16();
+    let headers: Vec<(String, String)> = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let retry_after = headers.iter().find(|(n, _)| n == "retry-after").map(|(_, v)| v.clone());
+    match read_body(response).await {
+        Ok(body) => (Some(status), Ok((Response { status, headers, body }, retry_after))),
+        Err(failure) => (Some(status), Err(failure)),
+    }
+}
+
+/// The body, or why not: a connection lost mid-body is transient, a body
+/// over [`MAX_RESPONSE_BYTES`] is not.
+async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, (HttpError, Option<Transient>)> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(transport_error)? {
         if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
-            return Err(HttpError::Connection(format!("response body larger than {MAX_RESPONSE_BYTES} bytes")));
+            let error = HttpError::Connection(format!("response body larger than {MAX_RESPONSE_BYTES} bytes"));
+            return Err((error, None));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
 }
 
-fn transport_error(e: reqwest::Error) -> HttpError {
+/// A transport failure as the guest sees it, and whether it is transient.
+fn transport_error(e: reqwest::Error) -> (HttpError, Option<Transient>) {
     let mut message = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
@@ -202,12 +270,12 @@ fn transport_error(e: reqwest::Error) -> HttpError {
         source = s.source();
     }
     if e.is_timeout() {
-        HttpError::Timeout(message)
+        (HttpError::Timeout(message), Some(Transient::Timeout))
     } else if e.is_builder() {
         // The request could not be built: retrying would not change that.
-        HttpError::InvalidRequest(message)
+        (HttpError::InvalidRequest(message), None)
     } else {
-        HttpError::Connection(message)
+        (HttpError::Connection(message), Some(Transient::Connection))
     }
 }
 

@@ -49,10 +49,13 @@ enum Kind {
     /// `native`: the billing logic compiled into the host
     /// (`idem_tests::native`), not the component.
     /// `noisy`: beside a hostile handler (see [`hostile`]).
+    /// `drops`: the provider resets one connection in 25 after charging
+    /// (only with HTTP).
     Idem {
         max_events: usize,
         native: bool,
         noisy: bool,
+        drops: bool,
     },
     Ceiling,
 }
@@ -63,13 +66,26 @@ struct Variant {
 }
 
 const VARIANTS: &[Variant] = &[
-    Variant { name: "a: idem, batched", kind: Kind::Idem { max_events: BATCH, native: false, noisy: false } },
-    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem { max_events: 1, native: false, noisy: false } },
-    Variant { name: "c: idem, native handler", kind: Kind::Idem { max_events: BATCH, native: true, noisy: false } },
+    Variant {
+        name: "a: idem, batched",
+        kind: Kind::Idem { max_events: BATCH, native: false, noisy: false, drops: false },
+    },
+    Variant {
+        name: "b: idem, max_events = 1",
+        kind: Kind::Idem { max_events: 1, native: false, noisy: false, drops: false },
+    },
+    Variant {
+        name: "c: idem, native handler",
+        kind: Kind::Idem { max_events: BATCH, native: true, noisy: false, drops: false },
+    },
     Variant { name: "d: SQL ceiling", kind: Kind::Ceiling },
     Variant {
         name: "e: a, beside a hostile handler",
-        kind: Kind::Idem { max_events: BATCH, native: false, noisy: true },
+        kind: Kind::Idem { max_events: BATCH, native: false, noisy: true, drops: false },
+    },
+    Variant {
+        name: "f: a, provider dropping 4% of connections",
+        kind: Kind::Idem { max_events: BATCH, native: false, noisy: false, drops: true },
     },
 ];
 
@@ -82,10 +98,13 @@ async fn main() -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for http in [false, true] {
         for variant in VARIANTS {
+            if matches!(variant.kind, Kind::Idem { drops: true, .. }) && !http {
+                continue;
+            }
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
             let row = match variant.kind {
-                Kind::Idem { max_events, native, noisy } => {
-                    idem_variant(variant.name, max_events, native, noisy, http, orders).await?
+                Kind::Idem { max_events, native, noisy, drops } => {
+                    idem_variant(variant.name, Shape { max_events, native, noisy, drops }, http, orders).await?
                 }
                 Kind::Ceiling => ceiling_variant(variant.name, http, orders).await?,
             };
@@ -205,15 +224,20 @@ async fn check(conn: &mut PgConnection, provider: &PaymentProvider, orders: i64,
     Ok(span)
 }
 
-async fn idem_variant(
-    name: &'static str,
+/// What an idem variant runs (see [`Kind::Idem`]).
+struct Shape {
     max_events: usize,
     native: bool,
     noisy: bool,
-    http: bool,
-    orders: i64,
-) -> anyhow::Result<Row> {
+    drops: bool,
+}
+
+async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64) -> anyhow::Result<Row> {
+    let Shape { max_events, native, noisy, drops } = shape;
     let provider = PaymentProvider::start().await;
+    if drops {
+        provider.set_fault(idem_tests::provider::Fault::ResetEvery(25));
+    }
     let topic = kafka::create_topic(PARTITIONS).await;
     let db = format!("idem_bench_{}", std::process::id());
     let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
@@ -409,6 +433,9 @@ fn render(rows: &[Row]) -> String {
             a / d,
             e / a
         ));
+        if http {
+            text.push_str(&format!(", f/a = {:.2} (a provider dropping 4% of connections, goal ≥ 0.5)", rate("f") / a));
+        }
     }
     text.push('\n');
     text
