@@ -243,6 +243,12 @@ fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into());
+    // rust-rdkafka's consumer drop closes the queue a second time after
+    // idem's bounded close (`pipeline::shutdown`) and logs the refusal.
+    let filter = match "rdkafka::consumer::base_consumer=off".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs = if std::env::var("IDEM_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
         fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).boxed()
@@ -262,8 +268,10 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::Run { config, exit_when_drained } => {
             crate::fd_limit::raise();
             let prepared = crate::startup::prepare_with(&config, natives).await?;
-            let options = crate::pipeline::RunOptions { exit_when_drained };
-            let reports = crate::pipeline::run(prepared, options, shutdown_signal()).await?;
+            let options = crate::pipeline::RunOptions { exit_when_drained, ..Default::default() };
+            let bound = prepared.config.shutdown.timeout.0;
+            let stopping = shutdown_signal(options.leave.clone(), bound);
+            let reports = crate::pipeline::run(prepared, options, stopping).await?;
             // One JSON line on stdout: what happened to every record.
             println!("{}", serde_json::json!({ "handlers": reports }));
             Ok(())
@@ -422,12 +430,17 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!("cannot listen for SIGTERM ({e}); only SIGINT stops idem");
+/// Resolves on SIGINT or SIGTERM (a restart is expected: static members
+/// keep their partitions) or SIGUSR1 (scale-in: `leave` is set, the host
+/// leaves its groups). From then on a watchdog ends the process at `bound`
+/// whatever is still running: the shutdown itself ends a little before.
+async fn shutdown_signal(leave: std::sync::Arc<std::sync::atomic::AtomicBool>, bound: std::time::Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (term, usr1) = (signal(SignalKind::terminate()), signal(SignalKind::user_defined1()));
+    let (mut term, mut usr1) = match (term, usr1) {
+        (Ok(term), Ok(usr1)) => (term, usr1),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!("cannot listen for SIGTERM or SIGUSR1 ({e}); only SIGINT stops idem");
             let _ = tokio::signal::ctrl_c().await;
             return;
         }
@@ -435,5 +448,20 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        _ = usr1.recv() => {
+            tracing::info!("SIGUSR1: leaving the consumer groups (scale-in)");
+            leave.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let watchdog = std::thread::Builder::new().name("idem-shutdown-watchdog".into()).spawn(move || {
+        std::thread::sleep(bound);
+        tracing::error!(
+            "shutdown did not finish within {bound:?} ([shutdown] timeout): exiting now; records whose commit \
+             was not confirmed are redelivered and skipped as duplicates"
+        );
+        std::process::exit(1);
+    });
+    if let Err(e) = watchdog {
+        tracing::error!("cannot start the shutdown watchdog: {e}");
     }
 }

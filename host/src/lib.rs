@@ -31,6 +31,7 @@ pub mod event;
 pub mod executor;
 pub mod fd_limit;
 pub mod files;
+pub mod identity;
 pub mod kafka_client;
 pub mod migrate;
 pub mod modules;

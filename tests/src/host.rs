@@ -238,7 +238,7 @@ pub async fn run_in_process(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Vec<HandlerReport> {
     let prepared = idem::startup::prepare(config).await.unwrap_or_else(|e| panic!("start-up checks: {e:#}"));
-    let options = idem::pipeline::RunOptions { exit_when_drained };
+    let options = idem::pipeline::RunOptions { exit_when_drained, ..Default::default() };
     idem::pipeline::run(prepared, options, shutdown).await.unwrap_or_else(|e| panic!("run: {e:#}"))
 }
 

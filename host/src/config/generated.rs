@@ -10,6 +10,7 @@ use super::Config;
 
 const BASE: &str = r#"[kafka]
 brokers = "127.0.0.1:9092"
+instance_id = "host-1"
 [kafka.properties]
 "security.protocol" = "PLAINTEXT"
 "session.timeout.ms" = "6000"
@@ -26,6 +27,9 @@ header_timeout = "10s"
 body_timeout = "60s"
 max_connections = 64
 max_connections_per_peer = 16
+
+[shutdown]
+timeout = "10s"
 
 [retention]
 mode = "partition"

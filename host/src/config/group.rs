@@ -46,6 +46,7 @@ const OWNED: &[(&str, &str)] = &[
     ("group.protocol", "group_protocol"),
     ("group.remote.assignor", "assignor"),
     ("partition.assignment.strategy", "assignor"),
+    ("group.instance.id", "[kafka] instance_id"),
 ];
 
 /// Classic-protocol properties that librdkafka refuses under the
@@ -68,7 +69,8 @@ pub(super) fn check(
     for (table, properties) in layers {
         for key in properties.keys() {
             if let Some((_, ours)) = OWNED.iter().find(|(k, _)| k == key) {
-                bail!("{at}: {table} `{key}` is refused: set the handler's `{ours}` instead");
+                let whose = if ours.starts_with('[') { "" } else { "the handler's " };
+                bail!("{at}: {table} `{key}` is refused: set {whose}`{ours}` instead");
             }
             if protocol == GroupProtocol::Consumer
                 && let Some((_, instead)) = CLASSIC_ONLY.iter().find(|(k, _)| k == key)

@@ -44,6 +44,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     #[serde(default)]
     pub dlq: DlqConfig,
+    #[serde(default)]
+    pub shutdown: ShutdownConfig,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -63,6 +65,36 @@ pub struct KafkaConfig {
     /// client is created and never printed.
     #[serde(default)]
     pub properties_env: BTreeMap<String, String>,
+    /// The host's identity in its groups (static membership, see
+    /// `identity`): a stable name unique among live hosts, `"auto"`
+    /// (default: hostname and a local slot) or `"off"`. `IDEM_INSTANCE_ID`
+    /// overrides.
+    #[serde(default = "default_instance_id")]
+    pub instance_id: String,
+}
+
+fn default_instance_id() -> String {
+    "auto".into()
+}
+
+/// `[shutdown]`: how `idem run` ends on SIGTERM (see `pipeline::shutdown`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// From the signal to the process's exit, whatever the group is doing
+    /// (1s to 10m; default 10s, inside Kubernetes' 30 s grace period).
+    #[serde(default = "default_shutdown_timeout")]
+    pub timeout: Span,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self { timeout: default_shutdown_timeout() }
+    }
+}
+
+fn default_shutdown_timeout() -> Span {
+    Span(std::time::Duration::from_secs(10))
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -131,6 +163,13 @@ impl Config {
         }
         self.admin.address()?;
         self.retention.check()?;
+        let timeout = self.shutdown.timeout.0;
+        if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(600)).contains(&timeout) {
+            bail!("[shutdown] timeout = \"{}\" must be between 1s and 10m", self.shutdown.timeout);
+        }
+        if !matches!(self.kafka.instance_id.as_str(), "auto" | "off") {
+            crate::identity::check(&self.kafka.instance_id).context("[kafka] instance_id")?;
+        }
         ranges::check(self)?;
         check_properties("[kafka.properties]", &self.kafka.properties, &self.kafka.properties_env)?;
         let (mut names, mut groups, mut schemas, mut roles) =

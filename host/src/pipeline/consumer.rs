@@ -80,6 +80,8 @@ pub(crate) struct IdemContext {
     /// Every partition ever assigned, with its high watermark as the last
     /// statistics said (-1 unknown): metrics report revoked ones as such.
     pub(crate) watermarks: Mutex<std::collections::BTreeMap<(String, i32), i64>>,
+    /// Shutting down: an assignment that arrives now starts no worker.
+    pub(crate) closing: AtomicBool,
 }
 
 impl IdemContext {
@@ -101,6 +103,7 @@ impl IdemContext {
             lookups_pending,
             joined: AtomicBool::new(false),
             watermarks: Mutex::default(),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -113,7 +116,23 @@ impl IdemContext {
         self.partitions().values().cloned().collect()
     }
 
+    /// Forgets the assignment, at shutdown once its positions are
+    /// committed: the revocation the consumer's close causes then has
+    /// nothing to wait for or commit.
+    pub(crate) fn release_all(&self) {
+        self.partitions().clear();
+    }
+
+    /// Stops the host: `message` is the fatal error's account.
+    pub(crate) fn fatal(&self, message: String) {
+        self.shared.fatal(message);
+    }
+
     fn assign(&self, tpl: &TopicPartitionList) {
+        if self.closing.load(Ordering::SeqCst) {
+            tracing::debug!(handler = %self.shared.name, partitions = ?keys(tpl), "assigned while shutting down: not started");
+            return;
+        }
         Stats::add(&self.shared.stats.rebalances);
         let mut map = self.partitions();
         for element in tpl.elements() {
@@ -228,6 +247,7 @@ pub(crate) fn commit(
             }
             true
         }
+        Err(e) if nothing_new(&e) => true,
         // Not fatal: the next commit carries the same positions, and anything
         // redelivered meanwhile is a duplicate the claim skips.
         Err(e) => {
@@ -235,6 +255,11 @@ pub(crate) fn commit(
             false
         }
     }
+}
+
+/// librdkafka's answer to a commit of offsets it has committed already.
+fn nothing_new(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::NoOffset)
 }
 
 impl ClientContext for IdemContext {
@@ -306,6 +331,8 @@ impl ConsumerContext for IdemContext {
     /// again with the periodic re-commit and at shutdown
     /// (`Positions::All`), which does not rely on this report arriving.
     fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        // Every offset was committed already: nothing was needed.
+        let result = result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) });
         if let Err(e) = result {
             tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}");
         }

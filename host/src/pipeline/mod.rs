@@ -11,6 +11,7 @@ mod faults;
 mod final_failure;
 mod partition;
 pub mod replay;
+mod shutdown;
 
 pub(crate) use dlq::DeadLetters;
 pub use dlq::headers as dlq_headers;
@@ -90,6 +91,10 @@ pub struct RunOptions {
     /// Stop by itself once every assigned partition is consumed to its end
     /// and committed (the demo and tests use it).
     pub exit_when_drained: bool,
+    /// Set before `shutdown` resolves: leave the consumer groups rather
+    /// than keep the static membership for a restart (scale-in; `idem run`
+    /// sets it on SIGUSR1). A drained run always leaves.
+    pub leave: Arc<AtomicBool>,
 }
 
 /// What one handler's pipeline shares between its polling thread and its
@@ -178,6 +183,8 @@ pub async fn run(
     let maintenance = crate::retention::Maintenance::new(prepared.pool.clone(), prepared.config.retention.clone());
     services.push(tokio::spawn(maintenance.run_after(prepared.config.retention.interval.0, stop_rx.clone())));
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    // Held until every consumer is closed: an automatic identity's slot.
+    let identity = crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?;
     // Every consumer is created and subscribed before any thread starts, so
     // a failure here leaves nothing running behind.
     let mut all_stats = Vec::new();
@@ -198,7 +205,10 @@ pub async fn run(
             idem_pool: prepared.pool.clone(),
             unproven: tokio::sync::Mutex::new(()),
         });
-        let consumer = build_consumer(&prepared.config, &config, shared.clone())?;
+        // See `identity`: an automatic identity only under the classic protocol.
+        let kip848 = config.group_protocol == crate::config::GroupProtocol::Consumer;
+        let instance = if kip848 && identity.automatic() { None } else { identity.instance_id(&config.name) };
+        let consumer = build_consumer(&prepared.config, &config, instance.as_deref(), shared.clone())?;
         telemetry.register(crate::telemetry::HandlerTelemetry {
             name: config.name.clone(),
             stats: shared.stats.clone(),
@@ -209,11 +219,14 @@ pub async fn run(
             .subscribe(&[config.topic.as_str()])
             .with_context(|| format!("failed to subscribe to {}", config.topic))?;
         let probe = if options.exit_when_drained { Some(probe_client(&prepared.config, Some(&config))?) } else { None };
-        tracing::info!(handler = %config.name, topic = %config.topic, group = %config.group_id, "consuming");
-        pipelines.push((config, consumer, probe));
+        tracing::info!(
+            handler = %config.name, topic = %config.topic, group = %config.group_id, instance = ?instance, "consuming"
+        );
+        pipelines.push((config, consumer, probe, instance));
     }
+    let prepared_shutdown = prepared.config.shutdown.timeout.0;
     let mut threads = Vec::new();
-    for (config, consumer, probe) in pipelines {
+    for (config, consumer, probe, instance) in pipelines {
         let drained = Arc::new(AtomicBool::new(false));
         if let Some(probe) = probe {
             let (context, drained, stop) = (consumer.context().clone(), drained.clone(), stop_rx.clone());
@@ -226,7 +239,13 @@ pub async fn run(
             }
         }
         let stop = stop_rx.clone();
-        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained)));
+        let how = Stopping {
+            // A little under the whole: the process exits after the loops.
+            timeout: prepared_shutdown.saturating_sub(Duration::from_millis(300)),
+            leave: options.leave.clone(),
+            instance,
+        };
+        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained, how)));
     }
     drop(fatal_tx);
 
@@ -256,8 +275,13 @@ pub async fn run(
         }
     };
     let _ = stop_tx.send(true);
-    for service in services {
-        let _ = service.await;
+    drop(identity);
+    // The services stop on `stop_tx` too; one still busy (a retention pass
+    // mid-statement) is cut off rather than let hold the exit.
+    for mut service in services {
+        if tokio::time::timeout(Duration::from_secs(1), &mut service).await.is_err() {
+            service.abort();
+        }
     }
     for result in joined {
         result.context("a polling thread panicked")?;
@@ -314,6 +338,7 @@ pub(crate) fn probe_client(
 fn build_consumer(
     config: &Config,
     handler: &HandlerConfig,
+    instance: Option<&str>,
     shared: Arc<Shared>,
 ) -> anyhow::Result<BaseConsumer<IdemContext>> {
     let mut client =
@@ -324,6 +349,11 @@ fn build_consumer(
         .set("group.protocol", handler.group_protocol.as_str())
         .set("auto.offset.reset", &handler.auto_offset_reset)
         .set("enable.partition.eof", "false");
+    // Static membership (see `identity`): a restart within the session
+    // timeout gets its partitions back without a rebalance.
+    if let Some(instance) = instance {
+        client.set("group.instance.id", instance);
+    }
     let assignor = handler.assignor.as_deref().or(handler.group_protocol.default_assignor());
     match (handler.group_protocol, assignor) {
         (crate::config::GroupProtocol::Classic, Some(a)) => client.set("partition.assignment.strategy", a),
@@ -352,17 +382,29 @@ const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
 /// application, and must not leave its position uncommitted for good.
 const RECOMMIT_INTERVAL: Duration = Duration::from_secs(5);
 
-/// How long shutdown keeps trying to commit the final positions while the
-/// group rebalances.
-const FINAL_COMMIT_PATIENCE: Duration = Duration::from_secs(15);
+/// How a polling thread ends: within `timeout` of being stopped, leaving
+/// the group if `leave` is set by then.
+struct Stopping {
+    timeout: Duration,
+    leave: Arc<AtomicBool>,
+    /// The consumer's `group.instance.id`, for a fatal error's account.
+    instance: Option<String>,
+}
 
-fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool) {
-    let ctx = consumer.context();
+fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool, how: Stopping) {
+    let ctx = consumer.context().clone();
     let mut last_commit = Instant::now();
     let mut last_recommit = Instant::now();
     while !*stop.borrow() {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => ctx.route(consumer::record(&message)),
+            Some(Err(rdkafka::error::KafkaError::MessageConsumptionFatal(code))) => {
+                let reason = consumer.client().fatal_error().map_or_else(|| code.to_string(), |(_, r)| r);
+                let message = fatal_account(&reason, how.instance.as_deref());
+                tracing::error!("{message}");
+                ctx.fatal(message);
+                break;
+            }
             Some(Err(e)) => tracing::warn!("consumer error: {e}"),
             None => {}
         }
@@ -377,26 +419,28 @@ fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, d
         }
         if drained.load(Ordering::SeqCst) {
             tracing::info!("drained: every assigned partition is consumed to its end");
+            how.leave.store(true, Ordering::SeqCst);
             break;
         }
     }
-    // Stop taking records, let in-flight events finish, commit what is done.
-    let states = ctx.states();
-    if !consumer::settle(&states, Duration::from_secs(30)) {
-        tracing::warn!("in-flight events did not finish within 30 s: abandoned, not committed");
+    let leave = how.leave.load(Ordering::SeqCst);
+    shutdown::finish(consumer, &shutdown::Ending { deadline: Instant::now() + how.timeout, leave });
+}
+
+/// A fatal consumer error in words an operator can act on: a fenced
+/// static member names its identity (two live hosts share it), an
+/// unreleased one the broker's session timeout.
+fn fatal_account(reason: &str, instance: Option<&str>) -> String {
+    let lower = reason.to_ascii_lowercase();
+    match instance {
+        Some(id) if lower.contains("unreleased") => format!(
+            "the broker still holds group instance `{id}` for a previous process (KIP-848 releases it after the \
+             broker's group.consumer.session.timeout.ms): start again after that ({reason})"
+        ),
+        Some(id) if lower.contains("fenced") => format!(
+            "this host was fenced: another live host joined the group as instance `{id}`. Two live hosts must \
+             never share an instance id: give each its own [kafka] instance_id or IDEM_INSTANCE_ID ({reason})"
+        ),
+        _ => format!("the Kafka consumer failed for good: {reason}"),
     }
-    // Synchronously, every position; a group in the middle of a rebalance
-    // refuses commits, so keep polling (which lets it settle) and retry.
-    let deadline = Instant::now() + FINAL_COMMIT_PATIENCE;
-    while !consumer::commit(&consumer, &states, CommitMode::Sync, Positions::All) {
-        if Instant::now() >= deadline {
-            tracing::error!(
-                "the final offset commit failed for {FINAL_COMMIT_PATIENCE:?}: uncommitted records will be redelivered and skipped as duplicates"
-            );
-            break;
-        }
-        let _ = consumer.poll(Duration::from_millis(200));
-    }
-    // Dropping the consumer leaves the group (its revoke hook finds nothing
-    // left to commit).
 }

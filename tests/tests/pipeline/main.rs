@@ -18,6 +18,7 @@ mod guest_text;
 mod hostile_records;
 mod modules;
 mod observability;
+mod restarts;
 mod retention;
 mod revocation;
 mod security;

@@ -1,0 +1,158 @@
+//! The host's identity in its consumer groups: Kafka's static membership
+//! (`group.instance.id`, KIP-345, and its KIP-848 counterpart).
+//!
+//! A consumer with a `group.instance.id` that dies or restarts keeps its
+//! place in the group: when a process with the same identity comes back
+//! within the session timeout, the broker hands it the same partitions at
+//! once, instead of waiting the session out for the dead member and then
+//! rebalancing everyone. The identity must therefore be *stable* across a
+//! host's restarts and *unique* among live hosts: two live hosts with one
+//! identity fence each other.
+//!
+//! `[kafka] instance_id` (or `IDEM_INSTANCE_ID`, which wins):
+//! - a name: used as it is (an orchestrator's stable name: a StatefulSet's
+//!   pod name, a systemd instance, a VM's name);
+//! - `"auto"` (the default): `<hostname>-<slot>`, where the slot is the
+//!   lowest number whose lock file under the temporary directory no live
+//!   process holds. A process that dies releases its lock, so its restart
+//!   on the same machine (or in the same container) takes the same slot,
+//!   and two hosts on one machine take different ones. Without a usable
+//!   hostname (`localhost`, empty) there is no automatic identity;
+//! - `"off"`: dynamic membership, as Kafka's clients default to.
+//!
+//! Each handler's consumer joins as `<identity>.<handler>` (its own group,
+//! or a group shared with other handlers, alike).
+//!
+//! Under KIP-848 (`group_protocol = "consumer"`) an automatic identity is
+//! not used: there the broker refuses a returning identity whose previous
+//! process died until the broker's session timeout ends, and librdkafka
+//! makes that refusal (UNRELEASED_INSTANCE_ID) fatal; a named identity is
+//! used as configured, and the refusal stops the host naming it.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+
+/// Slots tried for an automatic identity: more hosts than this on one
+/// machine run without static membership.
+const SLOTS: u32 = 64;
+
+/// The host's identity, and the lock that keeps an automatic one ours.
+#[derive(Debug)]
+pub struct Identity {
+    pub name: Option<String>,
+    /// Held for the process's life (an automatic identity's slot).
+    _lock: Option<File>,
+}
+
+impl Identity {
+    /// No static membership.
+    pub fn none() -> Self {
+        Self { name: None, _lock: None }
+    }
+
+    /// Resolves `configured` (`[kafka] instance_id`, overridden by
+    /// `IDEM_INSTANCE_ID`).
+    pub fn resolve(configured: &str) -> anyhow::Result<Self> {
+        let wanted = std::env::var("IDEM_INSTANCE_ID").unwrap_or_else(|_| configured.to_owned());
+        match wanted.as_str() {
+            "off" => Ok(Self::none()),
+            "auto" => Ok(automatic()),
+            name => {
+                check(name).context("IDEM_INSTANCE_ID or [kafka] instance_id")?;
+                Ok(Self { name: Some(name.to_owned()), _lock: None })
+            }
+        }
+    }
+
+    /// Whether the identity was chosen automatically (see the module doc).
+    pub fn automatic(&self) -> bool {
+        self._lock.is_some()
+    }
+
+    /// The `group.instance.id` of `handler`'s consumer.
+    pub fn instance_id(&self, handler: &str) -> Option<String> {
+        let handler: String = handler
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+            .collect();
+        self.name.as_ref().map(|name| format!("{name}.{handler}"))
+    }
+}
+
+/// An identity as Kafka takes it: 1 to 200 of letters, digits, `.`, `_`,
+/// `-` (the broker's rule for ids, with room left for the handler's name).
+pub fn check(name: &str) -> anyhow::Result<()> {
+    if name.is_empty()
+        || name.len() > 200
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        bail!(
+            "instance id `{}` must be 1 to 200 of letters, digits, `.`, `_`, `-` (or \"auto\", or \"off\")",
+            name.escape_debug()
+        );
+    }
+    Ok(())
+}
+
+/// `<hostname>-<slot>`, or none (logged) when no slot can be had.
+fn automatic() -> Identity {
+    let host = hostname();
+    let usable = host.as_deref().filter(|h| !h.is_empty() && *h != "localhost" && check(h).is_ok());
+    let Some(host) = usable else {
+        tracing::warn!(
+            hostname = ?host,
+            "no usable hostname for an automatic instance id: static group membership is off (set [kafka] \
+             instance_id or IDEM_INSTANCE_ID for restarts that resume in seconds)"
+        );
+        return Identity::none();
+    };
+    for slot in 0..SLOTS {
+        let path = lock_path(host, slot);
+        let Ok(file) = File::options().create(true).truncate(false).write(true).open(&path) else { continue };
+        if file.try_lock().is_ok() {
+            let name = format!("{host}-{slot}");
+            tracing::info!(instance_id = %name, lock = %path.display(), "static group membership");
+            return Identity { name: Some(name), _lock: Some(file) };
+        }
+    }
+    tracing::warn!("{SLOTS} idem hosts hold instance slots on this machine already: static group membership is off");
+    Identity::none()
+}
+
+fn lock_path(host: &str, slot: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("idem-instance.{host}.{slot}.lock"))
+}
+
+/// The kernel's host name (a container's is its own).
+fn hostname() -> Option<String> {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| std::env::var("HOSTNAME").ok())?;
+    Some(raw.trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_handlers_appended() {
+        assert!(check("billing-0").is_ok());
+        for bad in ["", "a b", "x\ny", "ü", &"x".repeat(201)] {
+            assert!(check(bad).is_err(), "{bad:?}");
+        }
+        let id = Identity { name: Some("host-1".into()), _lock: None };
+        assert_eq!(id.instance_id("billing eu").as_deref(), Some("host-1.billing_eu"));
+        assert_eq!(Identity::none().instance_id("billing"), None);
+    }
+
+    #[test]
+    fn two_automatic_identities_on_one_machine_differ_and_a_released_slot_is_taken_again() {
+        let (a, b) = (automatic(), automatic());
+        let (Some(na), Some(nb)) = (a.name.clone(), b.name.clone()) else { return }; // no usable hostname here
+        assert_ne!(na, nb);
+        drop(a);
+        let c = automatic();
+        assert_eq!(c.name, Some(na), "the lowest free slot, released by the first");
+    }
+}

@@ -1,0 +1,147 @@
+//! Restarts and shutdowns through the real binary on the real broker:
+//! static membership brings a restarted host's partitions back in seconds,
+//! SIGTERM is bounded whatever the group is doing, and a rolling restart
+//! under load has no duplicate effect. Sessions are 30 s here, so that
+//! anything waiting on the group's session timeout shows as a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use idem_tests::host::{self, order_payload};
+use idem_tests::kafka;
+
+use crate::{CHARGES, DISTINCT_ORDERS, Env};
+
+const SESSION: &str = "30000";
+
+/// The billing config with 30 s sessions.
+fn long_sessions(env: &Env) -> PathBuf {
+    let path = host::write_config(&env.db.url, &[env.billing()]);
+    let text = std::fs::read_to_string(&path).expect("config");
+    let text = text.replace("\"session.timeout.ms\" = \"6000\"", &format!("\"session.timeout.ms\" = \"{SESSION}\""));
+    std::fs::write(&path, text).expect("config");
+    path
+}
+
+fn start(config: &Path, id: &str) -> Child {
+    host::spawn(config, false, &[("IDEM_INSTANCE_ID", id)])
+}
+
+/// Orders `from..from + n` round-robin over the partitions.
+async fn send(env: &Env, from: i64, n: i64) {
+    let records: Vec<(i32, Vec<u8>)> =
+        (from..from + n).map(|i| ((i % i64::from(env.partitions)) as i32, order_payload(i).1)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+}
+
+async fn charged(env: &Env, n: i64) {
+    idem_tests::wait_until_async(&format!("{n} charged"), || async { env.count(CHARGES).await >= n }).await;
+}
+
+/// SIGTERMs `child` and returns how long it took to exit, and whether it
+/// exited 0 with its report.
+async fn terminate(child: Child, signal: &'static str) -> (Duration, bool) {
+    let began = Instant::now();
+    host::signal(&child, signal);
+    let (status, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await.expect("wait");
+    (began.elapsed(), status.success() && !reports.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_killed_and_restarted_gets_its_partitions_back_in_seconds() {
+    let env = Env::new(3).await;
+    let config = long_sessions(&env);
+    let id = idem_tests::unique_name("restart");
+    let first = start(&config, &id);
+    send(&env, 1, 30).await;
+    charged(&env, 30).await;
+    host::signal(&first, "KILL");
+    let _ = tokio::task::spawn_blocking(move || host::wait_report(first)).await;
+
+    let began = Instant::now();
+    let second = start(&config, &id);
+    send(&env, 31, 30).await;
+    charged(&env, 60).await;
+    let resumed = began.elapsed();
+    // A dynamic member would be assigned nothing until the dead one's 30 s
+    // session ran out.
+    assert!(resumed < Duration::from_secs(10), "every partition processing again {resumed:?} after the restart");
+    let (took, clean) = terminate(second, "TERM").await;
+    assert!(clean && took < Duration::from_secs(10), "SIGTERM: exit 0 with a report in {took:?}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 60);
+    assert_eq!(env.provider.charges(), 60);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_in_the_middle_of_a_rebalance_exits_within_the_bound() {
+    let env = Env::new(4).await;
+    // One config per host: each has its own admin port.
+    let (config, other) = (long_sessions(&env), long_sessions(&env));
+    let (a_id, b_id) = (idem_tests::unique_name("a"), idem_tests::unique_name("b"));
+    let a = start(&config, &a_id);
+    send(&env, 1, 40).await;
+    charged(&env, 40).await;
+    let b = start(&other, &b_id);
+    send(&env, 41, 200).await;
+    // B joins and takes half; then A leaves (SIGUSR1, a scale-in) and B is
+    // terminated while the group rebalances A's partitions to it.
+    // Its start-up and join: it then holds half the partitions.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let leaving = tokio::spawn(terminate(a, "USR1"));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (b_took, b_clean) = terminate(b, "TERM").await;
+    let (a_took, a_clean) = leaving.await.expect("a");
+    assert!(a_clean && a_took < Duration::from_secs(10), "A (leaving): exit 0 with a report in {a_took:?}");
+    assert!(b_clean && b_took < Duration::from_secs(10), "B (mid-rebalance): exit 0 with a report in {b_took:?}");
+
+    // Whatever was left uncommitted is redelivered and skipped.
+    let (status, reports) = host::wait_report(host::spawn(&config, true, &[("IDEM_INSTANCE_ID", "off")]));
+    assert!(status.success(), "{reports:?}");
+    assert_eq!(env.count(CHARGES).await, 240);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 240, "no order charged twice");
+    assert_eq!(env.provider.charges(), 240);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
+    let env = Env::new(4).await;
+    // One config per host: each has its own admin port.
+    let configs = [long_sessions(&env), long_sessions(&env)];
+    let ids = [idem_tests::unique_name("roll-a"), idem_tests::unique_name("roll-b")];
+    let mut hosts = vec![start(&configs[0], &ids[0]), start(&configs[1], &ids[1])];
+    let load = {
+        let (producer, topic, partitions) = (kafka::producer(), env.topic.clone(), env.partitions);
+        tokio::spawn(async move {
+            for batch in 0..40_i64 {
+                let records: Vec<(i32, Vec<u8>)> = (0..15)
+                    .map(|i| batch * 15 + i + 1)
+                    .map(|i| ((i % i64::from(partitions)) as i32, order_payload(i).1))
+                    .collect();
+                kafka::produce_all(&producer, &topic, &records).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    charged(&env, 30).await;
+    // One host at a time, as a rolling deploy does.
+    for (i, id) in ids.iter().enumerate() {
+        let old = hosts.remove(i);
+        let (took, clean) = terminate(old, "TERM").await;
+        assert!(clean && took < Duration::from_secs(10), "host {i}: exit 0 with a report in {took:?}");
+        hosts.insert(i, start(&configs[i], id));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    load.await.expect("load");
+    charged(&env, 600).await;
+    for child in hosts {
+        let (took, clean) = terminate(child, "TERM").await;
+        assert!(clean && took < Duration::from_secs(10), "exit 0 with a report in {took:?}");
+    }
+    assert_eq!(env.count(CHARGES).await, 600);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 600, "no order charged twice");
+    assert_eq!(env.provider.charges(), 600, "and none twice at the provider");
+    env.finish().await;
+}
