@@ -154,6 +154,11 @@ async fn readyz_follows_the_group_join_and_the_database() {
     let env = Env::new(1).await;
     let (proxy, via_proxy) = env.database_proxy().await;
     let config = host::write_config(&via_proxy, std::slice::from_ref(&env.billing()));
+    // Dynamic membership: a static member of this process rejoining a group
+    // can be assigned before the listener's first answer.
+    let text =
+        std::fs::read_to_string(&config).expect("config").replace("[kafka]\n", "[kafka]\ninstance_id = \"off\"\n");
+    std::fs::write(&config, text).expect("config");
     let admin = host::admin_url(&config);
     let running = host::InProcess::start(&config);
     // From the moment the listener answers: not ready until the group join.
