@@ -43,13 +43,13 @@ const SLOTS: u32 = 64;
 pub struct Identity {
     pub name: Option<String>,
     /// Held for the process's life (an automatic identity's slot).
-    _lock: Option<File>,
+    lock: Option<File>,
 }
 
 impl Identity {
     /// No static membership.
     pub fn none() -> Self {
-        Self { name: None, _lock: None }
+        Self { name: None, lock: None }
     }
 
     /// Resolves `configured` (`[kafka] instance_id`, overridden by
@@ -61,14 +61,14 @@ impl Identity {
             "auto" => Ok(automatic()),
             name => {
                 check(name).context("IDEM_INSTANCE_ID or [kafka] instance_id")?;
-                Ok(Self { name: Some(name.to_owned()), _lock: None })
+                Ok(Self { name: Some(name.to_owned()), lock: None })
             }
         }
     }
 
     /// Whether the identity was chosen automatically (see the module doc).
     pub fn automatic(&self) -> bool {
-        self._lock.is_some()
+        self.lock.is_some()
     }
 
     /// The `group.instance.id` of `handler`'s consumer.
@@ -108,17 +108,26 @@ fn automatic() -> Identity {
         );
         return Identity::none();
     };
+    slot_of(host).unwrap_or_else(|| {
+        tracing::warn!(
+            "{SLOTS} idem hosts hold instance slots on this machine already: static group membership is off"
+        );
+        Identity::none()
+    })
+}
+
+/// `<host>-<slot>` for the lowest slot no live process holds.
+fn slot_of(host: &str) -> Option<Identity> {
     for slot in 0..SLOTS {
         let path = lock_path(host, slot);
         let Ok(file) = File::options().create(true).truncate(false).write(true).open(&path) else { continue };
         if file.try_lock().is_ok() {
             let name = format!("{host}-{slot}");
             tracing::info!(instance_id = %name, lock = %path.display(), "static group membership");
-            return Identity { name: Some(name), _lock: Some(file) };
+            return Some(Identity { name: Some(name), lock: Some(file) });
         }
     }
-    tracing::warn!("{SLOTS} idem hosts hold instance slots on this machine already: static group membership is off");
-    Identity::none()
+    None
 }
 
 fn lock_path(host: &str, slot: u32) -> PathBuf {
@@ -141,18 +150,27 @@ mod tests {
         for bad in ["", "a b", "x\ny", "ü", &"x".repeat(201)] {
             assert!(check(bad).is_err(), "{bad:?}");
         }
-        let id = Identity { name: Some("host-1".into()), _lock: None };
+        let id = Identity { name: Some("host-1".into()), lock: None };
         assert_eq!(id.instance_id("billing eu").as_deref(), Some("host-1.billing_eu"));
         assert_eq!(Identity::none().instance_id("billing"), None);
     }
 
     #[test]
-    fn two_automatic_identities_on_one_machine_differ_and_a_released_slot_is_taken_again() {
-        let (a, b) = (automatic(), automatic());
-        let (Some(na), Some(nb)) = (a.name.clone(), b.name.clone()) else { return }; // no usable hostname here
-        assert_ne!(na, nb);
+    fn two_identities_on_one_machine_differ_and_a_released_slot_is_taken_again() {
+        let host = format!("idem-test-{}", uuid::Uuid::now_v7().simple());
+        let a = slot_of(&host).expect("a slot");
+        let b = slot_of(&host).expect("another slot");
+        assert_eq!(a.name.as_deref(), Some(format!("{host}-0").as_str()));
+        assert_eq!(b.name.as_deref(), Some(format!("{host}-1").as_str()), "a held slot is not shared");
         drop(a);
-        let c = automatic();
-        assert_eq!(c.name, Some(na), "the lowest free slot, released by the first");
+        let c = slot_of(&host).expect("the released slot");
+        assert_eq!(
+            c.name.as_deref(),
+            Some(format!("{host}-0").as_str()),
+            "the lowest free slot, released by the first"
+        );
+        for slot in 0..2 {
+            let _ = std::fs::remove_file(lock_path(&host, slot));
+        }
     }
 }

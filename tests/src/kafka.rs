@@ -548,11 +548,18 @@ impl TlsListeners {
 /// protocol (the assignor) when it is a classic group, the error when the
 /// broker has no classic group of that name (a KIP-848 group is not one).
 pub fn describe_classic_group(group: &str) -> Result<(String, String), String> {
+    classic_group(group, |g| (g.state().to_owned(), g.protocol().to_owned()))
+}
+
+/// The state of classic `group` (`Stable`, `PreparingRebalance`, …) and
+/// how many members it has.
+pub fn classic_group_members(group: &str) -> Result<(String, usize), String> {
+    classic_group(group, |g| (g.state().to_owned(), g.members().len()))
+}
+
+fn classic_group<T>(group: &str, read: impl FnOnce(&rdkafka::groups::GroupInfo) -> T) -> Result<T, String> {
     let consumer: BaseConsumer =
         ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap_or_else(|e| panic!("consumer: {e}"));
     let list = consumer.fetch_group_list(Some(group), Duration::from_secs(10)).map_err(|e| e.to_string())?;
-    match list.groups().first() {
-        Some(g) => Ok((g.state().to_owned(), g.protocol().to_owned())),
-        None => Err("no such group".into()),
-    }
+    list.groups().first().map(read).ok_or_else(|| "no such group".into())
 }

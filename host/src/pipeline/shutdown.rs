@@ -114,8 +114,8 @@ fn close(consumer: BaseConsumer<IdemContext>, deadline: Instant) {
     }
     loop {
         if consumer.closed() {
-            // Its drop would close the queue a second time.
-            drop_closed(consumer);
+            // Its drop closes the queue a second time and logs the refusal
+            // (`BrokerDestroy`), which `cli` silences: it says nothing here.
             return;
         }
         let now = Instant::now();
@@ -127,12 +127,4 @@ fn close(consumer: BaseConsumer<IdemContext>, deadline: Instant) {
         }
         let _ = consumer.poll(Duration::from_millis(50).min(deadline - now));
     }
-}
-
-/// Drops a closed consumer. rust-rdkafka's drop closes the queue again and
-/// logs the refusal (`BrokerDestroy`) at error level: `cli` silences that
-/// logger (`rdkafka::consumer::base_consumer`), whose line says nothing
-/// once idem closed the consumer itself.
-fn drop_closed(consumer: BaseConsumer<IdemContext>) {
-    drop(consumer);
 }

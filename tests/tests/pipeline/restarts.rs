@@ -8,16 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use idem_tests::host::{self, order_payload};
+use idem_tests::host::{self, HandlerSpec, order_payload};
 use idem_tests::kafka;
 
 use crate::{CHARGES, DISTINCT_ORDERS, Env};
 
 const SESSION: &str = "30000";
 
-/// The billing config with 30 s sessions.
-fn long_sessions(env: &Env) -> PathBuf {
-    let path = host::write_config(&env.db.url, &[env.billing()]);
+/// A config of `spec` with 30 s sessions (one per host: each has its own
+/// admin port; one spec, so one group).
+fn long_sessions(env: &Env, spec: &HandlerSpec) -> PathBuf {
+    let path = host::write_config(&env.db.url, std::slice::from_ref(spec));
     let text = std::fs::read_to_string(&path).expect("config");
     let text = text.replace("\"session.timeout.ms\" = \"6000\"", &format!("\"session.timeout.ms\" = \"{SESSION}\""));
     std::fs::write(&path, text).expect("config");
@@ -51,7 +52,7 @@ async fn terminate(child: Child, signal: &'static str) -> (Duration, bool) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_killed_and_restarted_gets_its_partitions_back_in_seconds() {
     let env = Env::new(3).await;
-    let config = long_sessions(&env);
+    let config = long_sessions(&env, &env.billing());
     let id = idem_tests::unique_name("restart");
     let first = start(&config, &id);
     send(&env, 1, 30).await;
@@ -74,25 +75,28 @@ async fn a_host_killed_and_restarted_gets_its_partitions_back_in_seconds() {
     env.finish().await;
 }
 
+/// The case seen on the mock cluster, on the real broker: of two hosts in
+/// a group, one leaves (SIGUSR1, a scale-in) and the other gets SIGTERM the
+/// moment the first has exited, while the group rebalances the leaver's
+/// partitions to it. Both exit in time, and nothing is applied twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_in_the_middle_of_a_rebalance_exits_within_the_bound() {
     let env = Env::new(4).await;
-    // One config per host: each has its own admin port.
-    let (config, other) = (long_sessions(&env), long_sessions(&env));
+    let spec = env.billing();
+    let (config, other) = (long_sessions(&env, &spec), long_sessions(&env, &spec));
+    let group = spec.group_id.clone();
     let (a_id, b_id) = (idem_tests::unique_name("a"), idem_tests::unique_name("b"));
     let a = start(&config, &a_id);
     send(&env, 1, 40).await;
     charged(&env, 40).await;
     let b = start(&other, &b_id);
+    idem_tests::wait_until("A and B in one stable group", || {
+        kafka::classic_group_members(&group).is_ok_and(|(state, members)| state == "Stable" && members == 2)
+    })
+    .await;
     send(&env, 41, 200).await;
-    // B joins and takes half; then A leaves (SIGUSR1, a scale-in) and B is
-    // terminated while the group rebalances A's partitions to it.
-    // Its start-up and join: it then holds half the partitions.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let leaving = tokio::spawn(terminate(a, "USR1"));
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (a_took, a_clean) = terminate(a, "USR1").await;
     let (b_took, b_clean) = terminate(b, "TERM").await;
-    let (a_took, a_clean) = leaving.await.expect("a");
     assert!(a_clean && a_took < Duration::from_secs(10), "A (leaving): exit 0 with a report in {a_took:?}");
     assert!(b_clean && b_took < Duration::from_secs(10), "B (mid-rebalance): exit 0 with a report in {b_took:?}");
 
@@ -108,8 +112,8 @@ async fn sigterm_in_the_middle_of_a_rebalance_exits_within_the_bound() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
     let env = Env::new(4).await;
-    // One config per host: each has its own admin port.
-    let configs = [long_sessions(&env), long_sessions(&env)];
+    let spec = env.billing();
+    let configs = [long_sessions(&env, &spec), long_sessions(&env, &spec)];
     let ids = [idem_tests::unique_name("roll-a"), idem_tests::unique_name("roll-b")];
     let mut hosts = vec![start(&configs[0], &ids[0]), start(&configs[1], &ids[1])];
     let load = {

@@ -205,10 +205,7 @@ impl HostState {
             let (status, answer) = send_once(this).instrument(span).await;
             self.http.sent.push((host.clone(), status));
             let why = match &answer {
-                Ok((response, retry_after)) => retry::transient_status(
-                    reqwest::StatusCode::from_u16(response.status).unwrap_or_default(),
-                    retry_after.as_deref(),
-                ),
+                Ok((response, retry_after)) => retry::transient_status(response.status, retry_after.as_deref()),
                 Err((_, why)) => *why,
             };
             let Some((why, wait)) =
