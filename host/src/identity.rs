@@ -58,7 +58,7 @@ impl Identity {
         let wanted = std::env::var("IDEM_INSTANCE_ID").unwrap_or_else(|_| configured.to_owned());
         match wanted.as_str() {
             "off" => Ok(Self::none()),
-            "auto" => Ok(automatic()),
+            "auto" => Ok(from_hostname()),
             name => {
                 check(name).context("IDEM_INSTANCE_ID or [kafka] instance_id")?;
                 Ok(Self { name: Some(name.to_owned()), lock: None })
@@ -97,7 +97,7 @@ pub fn check(name: &str) -> anyhow::Result<()> {
 }
 
 /// `<hostname>-<slot>`, or none (logged) when no slot can be had.
-fn automatic() -> Identity {
+fn from_hostname() -> Identity {
     let host = hostname();
     let usable = host.as_deref().filter(|h| !h.is_empty() && *h != "localhost" && check(h).is_ok());
     let Some(host) = usable else {

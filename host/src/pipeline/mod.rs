@@ -224,7 +224,7 @@ pub async fn run(
         );
         pipelines.push((config, consumer, probe, instance));
     }
-    let prepared_shutdown = prepared.config.shutdown.timeout.0;
+    let shutdown_bound = prepared.config.shutdown.timeout.0;
     let mut threads = Vec::new();
     for (config, consumer, probe, instance) in pipelines {
         let drained = Arc::new(AtomicBool::new(false));
@@ -241,7 +241,7 @@ pub async fn run(
         let stop = stop_rx.clone();
         let how = Stopping {
             // A little under the whole: the process exits after the loops.
-            timeout: prepared_shutdown.saturating_sub(Duration::from_millis(300)),
+            timeout: shutdown_bound.saturating_sub(Duration::from_millis(300)),
             leave: options.leave.clone(),
             instance,
         };

@@ -35,7 +35,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 3, initial_backoff: Duration::from_millis(50), max_backoff: Duration::from_secs(1) }
+        Self { max_attempts: 3, initial_backoff: Duration::from_millis(10), max_backoff: Duration::from_secs(1) }
     }
 }
 

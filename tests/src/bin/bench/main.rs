@@ -14,6 +14,7 @@
 
 mod ceiling;
 mod measure;
+mod restarts;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,10 +96,13 @@ async fn main() -> anyhow::Result<()> {
     let orders: i64 = args.next().map(|s| s.parse()).transpose().context("N: a number of orders")?.unwrap_or(100_000);
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
+    // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefg".into());
+    let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     let mut rows = Vec::new();
     for http in [false, true] {
         for variant in VARIANTS {
-            if matches!(variant.kind, Kind::Idem { drops: true, .. }) && !http {
+            if (matches!(variant.kind, Kind::Idem { drops: true, .. }) && !http) || !chosen(variant.name) {
                 continue;
             }
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
@@ -112,7 +116,13 @@ async fn main() -> anyhow::Result<()> {
             rows.push(row);
         }
     }
-    let report = render(&rows);
+    let mut report = render(&rows);
+    if chosen("g") {
+        eprintln!("bench: g: restarts");
+        let figures = restarts::run(&PaymentProvider::start().await).await?;
+        report.push_str(&restarts::render(&figures));
+        std::fs::write(out.join("restarts.json"), serde_json::to_string_pretty(&figures)?)?;
+    }
     println!("{report}");
     std::fs::write(out.join("bench.md"), &report)?;
     std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
@@ -187,7 +197,12 @@ fn config(
     let mut spec = HandlerSpec::billing(topic, &provider.base_url());
     spec.concurrency = CONCURRENCY;
     spec.batch = Some((max_events, 5));
-    let path = host::write_config(db_url, &std::iter::once(spec).chain(beside).collect::<Vec<_>>());
+    config_of(&std::iter::once(spec).chain(beside).collect::<Vec<_>>(), db_url, native, http)
+}
+
+/// A config of `handlers` (the first the billing one), as [`config`] tunes it.
+fn config_of(handlers: &[HandlerSpec], db_url: &str, native: bool, http: bool) -> PathBuf {
+    let path = host::write_config(db_url, handlers);
     // No `fetch.*` property: the broker is Apache Kafka, run with the
     // defaults users have.
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
