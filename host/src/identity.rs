@@ -25,9 +25,10 @@
 //!
 //! Under KIP-848 (`group_protocol = "consumer"`) an automatic identity is
 //! not used: there the broker refuses a returning identity whose previous
-//! process died until the broker's session timeout ends, and librdkafka
-//! makes that refusal (UNRELEASED_INSTANCE_ID) fatal; a named identity is
-//! used as configured, and the refusal stops the host naming it.
+//! process died until the broker's session timeout ends (librdkafka makes
+//! that refusal, UNRELEASED_INSTANCE_ID, fatal; `pipeline::polling` waits it
+//! out), so a slot taken over from a dead process on the same machine would
+//! cost that timeout; a named identity is used as configured.
 
 use std::fs::File;
 use std::path::PathBuf;

@@ -167,7 +167,7 @@ impl IdemContext {
 
     /// Stops the revoked partitions, gives in-flight events [`REVOKE_GRACE`]
     /// to finish and commits what is done before the partitions are released.
-    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+    fn revoke(&self, consumer: &HandlerConsumer, tpl: &TopicPartitionList) {
         let revoked: Vec<Arc<PartitionState>> = {
             let mut map = self.partitions();
             tpl.elements().iter().filter_map(|e| map.remove(&(e.topic().to_owned(), e.partition()))).collect()
@@ -217,7 +217,7 @@ pub(crate) enum Positions {
 /// Commits the resolved positions of `states`. Returns whether the broker
 /// accepted them (an asynchronous commit: whether it was queued).
 pub(crate) fn commit(
-    consumer: &BaseConsumer<IdemContext>,
+    consumer: &HandlerConsumer,
     states: &[Arc<PartitionState>],
     mode: CommitMode,
     which: Positions,
@@ -262,8 +262,48 @@ fn nothing_new(e: &KafkaError) -> bool {
     e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::NoOffset)
 }
 
-impl ClientContext for IdemContext {
+/// A consumer's rdkafka context: a handle on its handler's [`IdemContext`].
+/// A consumer rebuilt after a fatal error (KIP-848's unreleased instance
+/// id, `poll_loop`) gets a new handle on the same state, so partitions,
+/// counters and the metrics' tap carry over.
+pub(crate) struct Ctx(pub(crate) Arc<IdemContext>);
+
+/// A handler's Kafka consumer.
+pub(crate) type HandlerConsumer = BaseConsumer<Ctx>;
+
+impl std::ops::Deref for Ctx {
+    type Target = IdemContext;
+    fn deref(&self) -> &IdemContext {
+        &self.0
+    }
+}
+
+impl ClientContext for Ctx {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        self.0.on_log(level, fac, message);
+    }
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.0.on_stats(statistics);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}");
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
+        self.0.on_pre_rebalance(consumer, rebalance);
+    }
+    fn post_rebalance(&self, _consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
+        self.0.on_post_rebalance(rebalance);
+    }
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        self.0.on_commit(result);
+    }
+}
+
+impl IdemContext {
+    fn on_log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         crate::kafka_client::log(level, fac, message);
         if fac == "OFFSET" {
             self.note_offset_reset(message);
@@ -274,7 +314,7 @@ impl ClientContext for IdemContext {
     /// partition's high watermark, for the consumer-lag metric.
     /// Membership too: a consumer whose group state is not `up` (it lost
     /// its session, was fenced) is not joined, whatever it was assigned.
-    fn stats(&self, statistics: rdkafka::Statistics) {
+    fn on_stats(&self, statistics: rdkafka::Statistics) {
         if let Some(group) = &statistics.cgrp
             && self.joined.load(Ordering::SeqCst)
             && group.state != "up"
@@ -296,15 +336,7 @@ impl ClientContext for IdemContext {
         }
     }
 
-    /// Client-level errors (a broker unreachable, TLS or SASL refused):
-    /// librdkafka retries them itself; the operator must see them.
-    fn error(&self, error: KafkaError, reason: &str) {
-        tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}");
-    }
-}
-
-impl ConsumerContext for IdemContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn on_pre_rebalance(&self, consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => self.revoke(consumer, tpl),
             Rebalance::Error(e) => {
@@ -315,7 +347,7 @@ impl ConsumerContext for IdemContext {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn on_post_rebalance(&self, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
             self.assign(tpl);
             let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
@@ -330,7 +362,7 @@ impl ConsumerContext for IdemContext {
     /// A failed asynchronous commit is only logged: its positions go out
     /// again with the periodic re-commit and at shutdown
     /// (`Positions::All`), which does not rely on this report arriving.
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+    fn on_commit(&self, result: KafkaResult<()>) {
         // Every offset was committed already: nothing was needed.
         let result = result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) });
         if let Err(e) = result {
@@ -415,7 +447,7 @@ impl IdemContext {
 
     /// Looks up the committed offsets of partitions assigned since the last
     /// call; a partition without one starts at `auto.offset.reset`.
-    pub(crate) fn look_up_starts(&self, consumer: &BaseConsumer<Self>) {
+    pub(crate) fn look_up_starts(&self, consumer: &HandlerConsumer) {
         if !self.lookups_pending.swap(false, Ordering::SeqCst) {
             return;
         }
@@ -447,7 +479,7 @@ impl IdemContext {
     }
 
     /// Pauses partitions whose queue is long, resumes drained ones.
-    pub(crate) fn flow_control(&self, consumer: &BaseConsumer<Self>) {
+    pub(crate) fn flow_control(&self, consumer: &HandlerConsumer) {
         for state in self.states() {
             let queued = state.queued.load(Ordering::SeqCst);
             let bytes = state.queued_bytes.load(Ordering::SeqCst);

@@ -10,6 +10,7 @@ pub mod dlq;
 mod faults;
 mod final_failure;
 mod partition;
+mod polling;
 pub mod replay;
 mod shutdown;
 
@@ -19,10 +20,10 @@ pub use dlq::seal::Keys as DlqKeys;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::consumer::BaseConsumer;
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::config::{Config, HandlerConfig};
@@ -32,7 +33,6 @@ use crate::startup::Prepared;
 use crate::stats::{HandlerReport, Stats};
 use crate::validate::Validator;
 use consumer::IdemContext;
-use consumer::Positions;
 
 /// A read-only view of one handler's consumer, for metrics and readiness.
 #[derive(Clone)]
@@ -208,28 +208,27 @@ pub async fn run(
         // See `identity`: an automatic identity only under the classic protocol.
         let kip848 = config.group_protocol == crate::config::GroupProtocol::Consumer;
         let instance = if kip848 && identity.automatic() { None } else { identity.instance_id(&config.name) };
-        let consumer = build_consumer(&prepared.config, &config, instance.as_deref(), shared.clone())?;
+        let recipe = polling::Recipe::new(&prepared.config, &config, instance, shared.clone())?;
+        let consumer = recipe.make()?;
         telemetry.register(crate::telemetry::HandlerTelemetry {
             name: config.name.clone(),
             stats: shared.stats.clone(),
             slot,
-            tap: HandlerTap { context: consumer.context().clone() },
+            tap: HandlerTap { context: recipe.context.clone() },
         });
-        consumer
-            .subscribe(&[config.topic.as_str()])
-            .with_context(|| format!("failed to subscribe to {}", config.topic))?;
         let probe = if options.exit_when_drained { Some(probe_client(&prepared.config, Some(&config))?) } else { None };
         tracing::info!(
-            handler = %config.name, topic = %config.topic, group = %config.group_id, instance = ?instance, "consuming"
+            handler = %config.name, topic = %config.topic, group = %config.group_id, instance = ?recipe.instance,
+            "consuming"
         );
-        pipelines.push((config, consumer, probe, instance));
+        pipelines.push((config, recipe, consumer, probe));
     }
     let shutdown_bound = prepared.config.shutdown.timeout.0;
     let mut threads = Vec::new();
-    for (config, consumer, probe, instance) in pipelines {
+    for (config, recipe, consumer, probe) in pipelines {
         let drained = Arc::new(AtomicBool::new(false));
         if let Some(probe) = probe {
-            let (context, drained, stop) = (consumer.context().clone(), drained.clone(), stop_rx.clone());
+            let (context, drained, stop) = (recipe.context.clone(), drained.clone(), stop_rx.clone());
             let watcher = std::thread::Builder::new()
                 .name(format!("idem-drain-{}", config.name))
                 .spawn(move || watch_drained(&context, &probe, &drained, &stop));
@@ -239,13 +238,12 @@ pub async fn run(
             }
         }
         let stop = stop_rx.clone();
-        let how = Stopping {
+        let how = polling::Stopping {
             // A little under the whole: the process exits after the loops.
             timeout: shutdown_bound.saturating_sub(Duration::from_millis(300)),
             leave: options.leave.clone(),
-            instance,
         };
-        threads.push(tokio::task::spawn_blocking(move || poll_loop(consumer, stop, &drained, how)));
+        threads.push(tokio::task::spawn_blocking(move || polling::poll_loop(&recipe, consumer, stop, &drained, how)));
     }
     drop(fatal_tx);
 
@@ -333,114 +331,4 @@ pub(crate) fn probe_client(
 ) -> anyhow::Result<BaseConsumer<ProbeContext>> {
     let client = crate::kafka_client::client_config(config, handler, crate::kafka_client::ClientKind::Consumer)?;
     crate::kafka_client::create(&client, ProbeContext::default(), "a Kafka client")
-}
-
-fn build_consumer(
-    config: &Config,
-    handler: &HandlerConfig,
-    instance: Option<&str>,
-    shared: Arc<Shared>,
-) -> anyhow::Result<BaseConsumer<IdemContext>> {
-    let mut client =
-        crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
-    client
-        .set("group.id", &handler.group_id)
-        .set("client.id", format!("idem-{}", handler.name))
-        .set("group.protocol", handler.group_protocol.as_str())
-        .set("auto.offset.reset", &handler.auto_offset_reset)
-        .set("enable.partition.eof", "false");
-    // Static membership (see `identity`): a restart within the session
-    // timeout gets its partitions back without a rebalance.
-    if let Some(instance) = instance {
-        client.set("group.instance.id", instance);
-    }
-    let assignor = handler.assignor.as_deref().or(handler.group_protocol.default_assignor());
-    match (handler.group_protocol, assignor) {
-        (crate::config::GroupProtocol::Classic, Some(a)) => client.set("partition.assignment.strategy", a),
-        (crate::config::GroupProtocol::Consumer, Some(a)) => client.set("group.remote.assignor", a),
-        (_, None) => &mut client,
-    };
-    // Each partition's high watermark reaches the lag metric this way.
-    if client.get("statistics.interval.ms").is_none() {
-        client.set("statistics.interval.ms", "1000");
-    }
-    // Last, so nothing above can turn them back on (the config check refuses
-    // it anyway): librdkafka's default stores an offset as soon as poll hands
-    // the message out, and auto-commit would then commit unprocessed records.
-    client.set("enable.auto.commit", "false").set("enable.auto.offset.store", "false");
-    let revoke_grace = consumer::REVOKE_GRACE.min(Duration::from_millis(handler.timeout_ms));
-    let context =
-        IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_grace, handler.auto_offset_reset.clone());
-    crate::kafka_client::create(&client, context, &format!("the Kafka consumer of handler {}", handler.name))
-}
-
-/// Offsets resolved since the last commit are committed this often.
-const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
-
-/// Every position is committed again this often: an asynchronous commit
-/// refused during a rebalance may fail without a word reaching the
-/// application, and must not leave its position uncommitted for good.
-const RECOMMIT_INTERVAL: Duration = Duration::from_secs(5);
-
-/// How a polling thread ends: within `timeout` of being stopped, leaving
-/// the group if `leave` is set by then.
-struct Stopping {
-    timeout: Duration,
-    leave: Arc<AtomicBool>,
-    /// The consumer's `group.instance.id`, for a fatal error's account.
-    instance: Option<String>,
-}
-
-fn poll_loop(consumer: BaseConsumer<IdemContext>, stop: watch::Receiver<bool>, drained: &AtomicBool, how: Stopping) {
-    let ctx = consumer.context().clone();
-    let mut last_commit = Instant::now();
-    let mut last_recommit = Instant::now();
-    while !*stop.borrow() {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => ctx.route(consumer::record(&message)),
-            Some(Err(rdkafka::error::KafkaError::MessageConsumptionFatal(code))) => {
-                let reason = consumer.client().fatal_error().map_or_else(|| code.to_string(), |(_, r)| r);
-                let message = fatal_account(&reason, how.instance.as_deref());
-                tracing::error!("{message}");
-                ctx.fatal(message);
-                break;
-            }
-            Some(Err(e)) => tracing::warn!("consumer error: {e}"),
-            None => {}
-        }
-        ctx.look_up_starts(&consumer);
-        ctx.flow_control(&consumer);
-        if last_recommit.elapsed() >= RECOMMIT_INTERVAL {
-            consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::All);
-            (last_commit, last_recommit) = (Instant::now(), Instant::now());
-        } else if last_commit.elapsed() >= COMMIT_INTERVAL {
-            consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::Moved);
-            last_commit = Instant::now();
-        }
-        if drained.load(Ordering::SeqCst) {
-            tracing::info!("drained: every assigned partition is consumed to its end");
-            how.leave.store(true, Ordering::SeqCst);
-            break;
-        }
-    }
-    let leave = how.leave.load(Ordering::SeqCst);
-    shutdown::finish(consumer, &shutdown::Ending { deadline: Instant::now() + how.timeout, leave });
-}
-
-/// A fatal consumer error in words an operator can act on: a fenced
-/// static member names its identity (two live hosts share it), an
-/// unreleased one the broker's session timeout.
-fn fatal_account(reason: &str, instance: Option<&str>) -> String {
-    let lower = reason.to_ascii_lowercase();
-    match instance {
-        Some(id) if lower.contains("unreleased") => format!(
-            "the broker still holds group instance `{id}` for a previous process (KIP-848 releases it after the \
-             broker's group.consumer.session.timeout.ms): start again after that ({reason})"
-        ),
-        Some(id) if lower.contains("fenced") => format!(
-            "this host was fenced: another live host joined the group as instance `{id}`. Two live hosts must \
-             never share an instance id: give each its own [kafka] instance_id or IDEM_INSTANCE_ID ({reason})"
-        ),
-        _ => format!("the Kafka consumer failed for good: {reason}"),
-    }
 }

@@ -21,10 +21,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
+use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::consumer::{self, IdemContext, Positions};
+use super::consumer::{self, HandlerConsumer, Positions};
 
 /// How the consumer ends.
 pub(super) struct Ending {
@@ -35,8 +35,8 @@ pub(super) struct Ending {
     pub leave: bool,
 }
 
-pub(super) fn finish(consumer: BaseConsumer<IdemContext>, ending: &Ending) {
-    let ctx = consumer.context().clone();
+pub(super) fn finish(consumer: HandlerConsumer, ending: &Ending) {
+    let ctx = consumer.context().0.clone();
     ctx.closing.store(true, Ordering::SeqCst);
     let states = ctx.states();
     let left = ending.deadline.saturating_duration_since(Instant::now());
@@ -62,7 +62,7 @@ pub(super) fn finish(consumer: BaseConsumer<IdemContext>, ending: &Ending) {
 /// the positions: rust-rdkafka reports no asynchronous commit's answer
 /// here, and a synchronous commit has no bound).
 fn final_commit(
-    consumer: &BaseConsumer<IdemContext>,
+    consumer: &HandlerConsumer,
     states: &[std::sync::Arc<super::partition::PartitionState>],
     by: Instant,
 ) -> bool {
@@ -106,7 +106,7 @@ fn final_commit(
 
 /// Closes the consumer, serving its queue until closed or `deadline`; one
 /// that cannot close in time is abandoned to the process's exit.
-fn close(consumer: BaseConsumer<IdemContext>, deadline: Instant) {
+pub(super) fn close(consumer: HandlerConsumer, deadline: Instant) {
     if let Err(e) = consumer.close_queue() {
         tracing::warn!("closing the consumer failed: {e}");
         std::mem::forget(consumer);

@@ -149,3 +149,30 @@ async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
     assert_eq!(env.provider.charges(), 600, "and none twice at the provider");
     env.finish().await;
 }
+
+/// Under KIP-848 the broker refuses a returning identity whose process died
+/// until its session timeout (6 s on the test broker) runs out, and
+/// librdkafka makes that fatal: the host joins again until it is let in,
+/// instead of stopping.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_kip_848_a_restarted_host_waits_out_its_unreleased_identity() {
+    let env = Env::new(2).await;
+    let spec = env.billing().with_consumer_protocol();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let id = idem_tests::unique_name("kip848");
+    let first = start(&config, &id);
+    send(&env, 1, 20).await;
+    charged(&env, 20).await;
+    host::signal(&first, "KILL");
+    let _ = tokio::task::spawn_blocking(move || host::wait_report(first)).await;
+
+    let mut second = start(&config, &id);
+    send(&env, 21, 20).await;
+    charged(&env, 40).await;
+    assert!(second.try_wait().expect("wait").is_none(), "the restarted host kept running");
+    let (took, clean) = terminate(second, "TERM").await;
+    assert!(clean && took < Duration::from_secs(10), "exit 0 with a report in {took:?}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 40);
+    assert_eq!(env.provider.charges(), 40);
+    env.finish().await;
+}
