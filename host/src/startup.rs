@@ -116,7 +116,10 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     check_broker(&config)?;
     // `idem run` logs these from a task of its own (see `pipeline::run`):
     // a broker without DescribeConfigs makes them wait for a timeout.
-    let warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
+    let mut warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
+    if seed == Seed::No {
+        warnings.extend(crate::identity::in_use(&config));
+    }
 
     let database = config.database_name()?;
     let schemas: Vec<String> = config.handlers.iter().map(|h| h.schema_name()).collect();

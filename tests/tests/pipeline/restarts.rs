@@ -176,3 +176,63 @@ async fn under_kip_848_a_restarted_host_waits_out_its_unreleased_identity() {
     assert_eq!(env.provider.charges(), 40);
     env.finish().await;
 }
+
+/// `idem check` with an identity a live member of the group holds already
+/// warns naming it; with another identity it does not.
+#[tokio::test(flavor = "multi_thread")]
+async fn check_warns_of_an_identity_a_live_member_holds() {
+    let env = Env::new(1).await;
+    let spec = env.billing();
+    let (config, other) = (long_sessions(&env, &spec), long_sessions(&env, &spec));
+    let id = idem_tests::unique_name("dup");
+    let running = start(&config, &id);
+    send(&env, 1, 5).await;
+    charged(&env, 5).await;
+    let check = |id: &str| {
+        let out = std::process::Command::new(idem_tests::idem_bin())
+            .args(["check", "--config", other.to_str().expect("path")])
+            .env("IDEM_INSTANCE_ID", id)
+            .output()
+            .expect("idem check");
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, out) = check(&id);
+    assert!(ok, "a warning, not a refusal: {out}");
+    assert!(out.contains(&format!("instance id `{id}.billing` already")), "{out}");
+    let (ok, out) = check(&idem_tests::unique_name("other"));
+    assert!(ok && !out.contains("instance id"), "{out}");
+    let (took, clean) = terminate(running, "TERM").await;
+    assert!(clean && took < Duration::from_secs(10), "{took:?}");
+    env.finish().await;
+}
+
+/// Two live hosts with one identity: the broker fences the older, which
+/// stops at error level naming the identity (the newer keeps processing).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_fenced_by_a_duplicate_identity_stops_naming_it() {
+    let env = Env::new(2).await;
+    let spec = env.billing();
+    let (config, other) = (long_sessions(&env, &spec), long_sessions(&env, &spec));
+    let id = idem_tests::unique_name("twin");
+    let older = std::process::Command::new(idem_tests::idem_bin())
+        .args(["run", "--config", config.to_str().expect("path")])
+        .env("IDEM_INSTANCE_ID", &id)
+        .env("IDEM_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    send(&env, 1, 10).await;
+    charged(&env, 10).await;
+    let newer = start(&other, &id);
+    let out = tokio::task::spawn_blocking(move || older.wait_with_output()).await.expect("join").expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the fenced host stops: {stderr}");
+    assert!(stderr.contains(&format!("instance `{id}.billing`")) && stderr.contains("fenced"), "{stderr}");
+    send(&env, 11, 10).await;
+    charged(&env, 20).await;
+    let (took, clean) = terminate(newer, "TERM").await;
+    assert!(clean && took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 20);
+    env.finish().await;
+}
