@@ -57,15 +57,11 @@ impl Identity {
     /// Resolves `configured` (`[kafka] instance_id`, overridden by
     /// `IDEM_INSTANCE_ID`).
     pub fn resolve(configured: &str) -> anyhow::Result<Self> {
-        let wanted = std::env::var("IDEM_INSTANCE_ID").unwrap_or_else(|_| configured.to_owned());
-        match wanted.as_str() {
-            "off" => Ok(Self::none()),
-            "auto" => Ok(from_hostname()),
-            name => {
-                check(name).context("IDEM_INSTANCE_ID or [kafka] instance_id")?;
-                Ok(Self { name: Some(name.to_owned()), lock: None })
-            }
-        }
+        Ok(match chosen(configured)? {
+            Choice::Off => Self::none(),
+            Choice::Auto => from_hostname(),
+            Choice::Named(name) => Self { name: Some(name), lock: None },
+        })
     }
 
     /// Whether the identity was chosen automatically (see the module doc).
@@ -75,10 +71,7 @@ impl Identity {
 
     /// The `group.instance.id` of `handler`'s consumer.
     pub fn instance_id(&self, handler: &str) -> Option<String> {
-        let handler: String = handler
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
-            .collect();
+        let handler: String = handler.chars().map(|c| if id_char(c) { c } else { '_' }).collect();
         self.name.as_ref().map(|name| format!("{name}.{handler}"))
     }
 }
@@ -89,12 +82,9 @@ impl Identity {
 /// timed out) or another live host sharing the identity; `check` cannot
 /// tell which, so it warns, naming the member's client host. An automatic
 /// identity is not looked up: the slot lock keeps it unique on its machine.
-pub fn in_use(config: &crate::config::Config) -> Vec<String> {
-    let wanted = std::env::var("IDEM_INSTANCE_ID").unwrap_or_else(|_| config.kafka.instance_id.clone());
-    if matches!(wanted.as_str(), "auto" | "off") {
-        return Vec::new();
-    }
-    let identity = Identity { name: Some(wanted), lock: None };
+pub fn in_use(config: &crate::config::Config) -> anyhow::Result<Vec<String>> {
+    let Choice::Named(name) = chosen(&config.kafka.instance_id)? else { return Ok(Vec::new()) };
+    let identity = Identity { name: Some(name), lock: None };
     let mut warnings = Vec::new();
     for handler in &config.handlers {
         let Some(instance) = identity.instance_id(&handler.name) else { continue };
@@ -115,16 +105,37 @@ pub fn in_use(config: &crate::config::Config) -> Vec<String> {
             ));
         }
     }
-    warnings
+    Ok(warnings)
+}
+
+/// What `[kafka] instance_id` (or `IDEM_INSTANCE_ID`, which wins) asks for.
+enum Choice {
+    Off,
+    Auto,
+    Named(String),
+}
+
+fn chosen(configured: &str) -> anyhow::Result<Choice> {
+    let wanted = std::env::var("IDEM_INSTANCE_ID").unwrap_or_else(|_| configured.to_owned());
+    Ok(match wanted.as_str() {
+        "off" => Choice::Off,
+        "auto" => Choice::Auto,
+        name => {
+            check(name).context("IDEM_INSTANCE_ID or [kafka] instance_id")?;
+            Choice::Named(wanted)
+        }
+    })
+}
+
+/// A character Kafka takes in an id.
+fn id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
 /// An identity as Kafka takes it: 1 to 200 of letters, digits, `.`, `_`,
 /// `-` (the broker's rule for ids, with room left for the handler's name).
 pub fn check(name: &str) -> anyhow::Result<()> {
-    if name.is_empty()
-        || name.len() > 200
-        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    {
+    if name.is_empty() || name.len() > 200 || !name.chars().all(id_char) {
         bail!(
             "instance id `{}` must be 1 to 200 of letters, digits, `.`, `_`, `-` (or \"auto\", or \"off\")",
             name.escape_debug()

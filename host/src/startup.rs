@@ -118,7 +118,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     // a broker without DescribeConfigs makes them wait for a timeout.
     let mut warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
     if seed == Seed::No {
-        warnings.extend(crate::identity::in_use(&config));
+        warnings.extend(crate::identity::in_use(&config)?);
     }
 
     let database = config.database_name()?;

@@ -79,6 +79,10 @@ allow = ["http://127.0.0.1:18080"]
 timeout_ms = 5000
 key_prefix = "billing"
 allow_private = ["http://127.0.0.1:18080"]
+[handler.http.retry]
+max_attempts = 3
+initial_backoff_ms = 10
+max_backoff_ms = 1000
 [[handler.http.credential]]
 base = "http://127.0.0.1:18080"
 header = "Authorization"

@@ -58,6 +58,8 @@ async fn metrics_match_the_run_lag_drains_to_zero_and_the_dashboard_queries_exis
         env.send(1, payload).await;
     }
     env.send(2, b"not json").await;
+    // Two charges reset before their answer: each re-sent by the host.
+    env.provider.set_fault(idem_tests::provider::Fault::ResetAfterCharge(2));
     let config = host::write_config(&env.db.url, std::slice::from_ref(&env.billing()));
     let admin = host::admin_url(&config);
     let running = host::InProcess::start(&config);
@@ -98,6 +100,10 @@ async fn metrics_match_the_run_lag_drains_to_zero_and_the_dashboard_queries_exis
     assert_eq!(count(&s, "idem_batch_size_events", "billing") as f64, transactions);
     let http = value(&s, "idem_http_requests_total", &[("handler", "billing"), ("status_class", "2xx")]);
     assert_eq!(http, Some(30.0), "one charge per processed event");
+    let reset = value(&s, "idem_http_requests_total", &[("handler", "billing"), ("status_class", "error")]);
+    assert_eq!(reset, Some(2.0), "the two resets, each a send without an answer");
+    let resent = value(&s, "idem_http_retries_total", &[("handler", "billing"), ("reason", "connection")]);
+    assert_eq!(resent, Some(2.0), "each re-sent once");
     assert!(value(&s, "idem_db_statements_total", &billing).is_some_and(|n| n >= 30.0));
     for p in 0..3 {
         let at = [("handler", "billing"), ("partition", &*p.to_string())];

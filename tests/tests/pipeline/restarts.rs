@@ -194,13 +194,16 @@ async fn check_warns_of_an_identity_a_live_member_holds() {
             .env("IDEM_INSTANCE_ID", id)
             .output()
             .expect("idem check");
-        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
     };
     let (ok, out) = check(&id);
     assert!(ok, "a warning, not a refusal: {out}");
     assert!(out.contains(&format!("instance id `{id}.billing` already")), "{out}");
     let (ok, out) = check(&idem_tests::unique_name("other"));
     assert!(ok && !out.contains("instance id"), "{out}");
+    let (ok, out) = check("two words");
+    assert!(!ok && out.contains("IDEM_INSTANCE_ID") && out.contains("must be 1 to 200"), "refused at check: {out}");
     let (took, clean) = terminate(running, "TERM").await;
     assert!(clean && took < Duration::from_secs(10), "{took:?}");
     env.finish().await;
