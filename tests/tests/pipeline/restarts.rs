@@ -36,6 +36,15 @@ async fn send(env: &Env, from: i64, n: i64) {
     kafka::produce_all(&env.producer, &env.topic, &records).await;
 }
 
+/// Until the host of `config` answers `/readyz` with 200.
+async fn ready(config: &Path) {
+    let url = format!("{}/readyz", host::admin_url(config));
+    idem_tests::wait_until_async("the restarted host ready", || async {
+        reqwest::get(&url).await.is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+    })
+    .await;
+}
+
 async fn charged(env: &Env, n: i64) {
     idem_tests::wait_until_async(&format!("{n} charged"), || async { env.count(CHARGES).await >= n }).await;
 }
@@ -136,7 +145,10 @@ async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
         let (took, clean) = terminate(old, "TERM").await;
         assert!(clean && took < Duration::from_secs(10), "host {i}: exit 0 with a report in {took:?}");
         hosts.insert(i, start(&configs[i], id));
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // As an orchestrator does: the next host stops only once this one
+        // is ready (joined). A static member stopped while the group
+        // rebalances is waited for until its session times out.
+        ready(&configs[i]).await;
     }
     load.await.expect("load");
     charged(&env, 600).await;
