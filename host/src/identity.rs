@@ -34,7 +34,6 @@ use std::fs::File;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use rdkafka::consumer::Consumer as _;
 
 /// Slots tried for an automatic identity: more hosts than this on one
 /// machine run without static membership.
@@ -76,36 +75,13 @@ impl Identity {
     }
 }
 
-/// What `idem check` can see of a named identity (`IDEM_INSTANCE_ID` or
-/// `[kafka] instance_id`): a member of a handler's classic group that holds
-/// it already. It is this host's own previous process (crashed, not yet
-/// timed out) or another live host sharing the identity; `check` cannot
-/// tell which, so it warns, naming the member's client host. An automatic
-/// identity is not looked up: the slot lock keeps it unique on its machine.
-pub fn in_use(config: &crate::config::Config) -> anyhow::Result<Vec<String>> {
-    let Choice::Named(name) = chosen(&config.kafka.instance_id)? else { return Ok(Vec::new()) };
-    let identity = Identity { name: Some(name), lock: None };
-    let mut warnings = Vec::new();
-    for handler in &config.handlers {
-        let Some(instance) = identity.instance_id(&handler.name) else { continue };
-        let Ok(probe) = crate::pipeline::probe_client(config, Some(handler)) else { continue };
-        let Ok(list) = probe.fetch_group_list(Some(&handler.group_id), std::time::Duration::from_secs(5)) else {
-            continue;
-        };
-        let holders =
-            list.groups().iter().flat_map(|g| g.members()).filter(|m| m.id().starts_with(&format!("{instance}-")));
-        for member in holders {
-            warnings.push(format!(
-                "handler `{}`: group `{}` has a member with instance id `{instance}` already (client host {}): \
-                 unless it is this host's previous process, another live host shares this identity, and the two \
-                 will fence each other; give each host its own IDEM_INSTANCE_ID",
-                handler.name,
-                handler.group_id,
-                member.client_host()
-            ));
-        }
-    }
-    Ok(warnings)
+/// The identity `configured` names (`IDEM_INSTANCE_ID` first), without
+/// taking a slot: `None` for `"auto"` and `"off"`. For `idem check`.
+pub fn named(configured: &str) -> anyhow::Result<Option<Identity>> {
+    Ok(match chosen(configured)? {
+        Choice::Named(name) => Some(Identity { name: Some(name), lock: None }),
+        Choice::Off | Choice::Auto => None,
+    })
 }
 
 /// What `[kafka] instance_id` (or `IDEM_INSTANCE_ID`, which wins) asks for.

@@ -118,7 +118,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     // a broker without DescribeConfigs makes them wait for a timeout.
     let mut warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
     if seed == Seed::No {
-        warnings.extend(crate::identity::in_use(&config)?);
+        warnings.extend(identity_in_use(&config)?);
     }
 
     let database = config.database_name()?;
@@ -307,4 +307,32 @@ pub fn redact(url: &str) -> String {
         }
         _ => url.to_owned(),
     }
+}
+
+/// What `idem check` can see of a named identity: a member of a handler's
+/// classic group that holds it already. It is this host's own previous
+/// process (crashed, not yet timed out) or another live host sharing the
+/// identity; `check` cannot tell which, so it warns, naming the member's
+/// client host. An automatic identity is not looked up: its slot lock keeps
+/// it unique on its machine.
+fn identity_in_use(config: &Config) -> anyhow::Result<Vec<String>> {
+    let Some(identity) = crate::identity::named(&config.kafka.instance_id)? else { return Ok(Vec::new()) };
+    let mut warnings = Vec::new();
+    for handler in &config.handlers {
+        let Some(instance) = identity.instance_id(&handler.name) else { continue };
+        let Ok(probe) = crate::pipeline::probe_client(config, Some(handler)) else { continue };
+        let Ok(list) = probe.fetch_group_list(Some(&handler.group_id), Duration::from_secs(5)) else { continue };
+        let prefix = format!("{instance}-");
+        for member in list.groups().iter().flat_map(|g| g.members()).filter(|m| m.id().starts_with(&prefix)) {
+            warnings.push(format!(
+                "handler `{}`: group `{}` has a member with instance id `{instance}` already (client host {}): \
+                 unless it is this host's previous process, another live host shares this identity, and the two \
+                 will fence each other; give each host its own IDEM_INSTANCE_ID",
+                handler.name,
+                handler.group_id,
+                member.client_host()
+            ));
+        }
+    }
+    Ok(warnings)
 }
