@@ -49,7 +49,10 @@
 //! login roles, with no rights on the host's schemas, are the isolation
 //! boundary.
 
+mod checker;
 mod functions;
+
+pub(crate) use checker::check_for;
 
 use pg_query::NodeEnum;
 use serde_json::{Map, Value};
@@ -74,68 +77,9 @@ const ALLOWED_STATEMENTS: &[&str] = &["SelectStmt", "InsertStmt", "UpdateStmt", 
 static VERDICTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, Result<(), String>>>> =
     std::sync::LazyLock::new(Default::default);
 const CACHED: usize = 4_096;
+/// Statements up to this long are checked at once (and cached); longer
+/// ones by [`checker`].
 const CACHED_BYTES: usize = 4_096;
-
-/// [`check`] as the `db` capability runs it. A short statement (most are,
-/// and most are cached) is checked at once. A long one is parsed and
-/// walked by the checker thread ([`checker`]), never on the async workers
-/// that run every handler's events, and one at a time per handler (its
-/// permit goes with the job, so a job cut off by its invocation's deadline
-/// still holds it until it ends): a guest sending the largest statements
-/// the caps allow in a loop has one job at a time queued, at the lowest
-/// CPU priority, and its invocation's deadline (the caller's timeout) ends
-/// its wait whatever the parser is doing.
-pub(crate) async fn check_for(handler: &str, sql: &str) -> Result<(), String> {
-    if sql.len() <= CACHED_BYTES {
-        return check(sql);
-    }
-    let Ok(permit) = permit_of(handler).acquire_owned().await else {
-        return Err("the statement checker is gone".into());
-    };
-    let (reply, verdict) = tokio::sync::oneshot::channel();
-    let Some(checker) = checker() else { return check_uncached(sql) };
-    if checker.try_send(Job { sql: sql.to_owned(), reply, _permit: permit }).is_err() {
-        return Err("the statement checker is busy with other handlers' long statements: try again".into());
-    }
-    verdict.await.unwrap_or_else(|_| Err("the statement checker stopped".into()))
-}
-
-/// A long statement to check, its answer, and its handler's permit.
-struct Job {
-    sql: String,
-    reply: tokio::sync::oneshot::Sender<Result<(), String>>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-/// The thread that checks long statements, at nice 19: when the machine is
-/// busy, parsing a guest's large statement gets the CPU the event workers
-/// and PostgreSQL leave. Its queue holds one job per handler at most
-/// (the permits), bounded at 256 handlers. `None`: the thread could not be
-/// started (the caller checks inline).
-fn checker() -> Option<&'static std::sync::mpsc::SyncSender<Job>> {
-    static CHECKER: std::sync::LazyLock<Option<std::sync::mpsc::SyncSender<Job>>> = std::sync::LazyLock::new(|| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(256);
-        let started = std::thread::Builder::new().name("idem-guard".into()).spawn(move || {
-            if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19) {
-                tracing::warn!("the statement checker runs at normal priority ({e})");
-            }
-            for job in rx {
-                let _ = job.reply.send(check_uncached(&job.sql));
-            }
-        });
-        started.ok().map(|_| tx)
-    });
-    CHECKER.as_ref()
-}
-
-/// One long-statement check at a time per handler.
-fn permit_of(handler: &str) -> std::sync::Arc<tokio::sync::Semaphore> {
-    static PERMITS: std::sync::LazyLock<
-        std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
-    > = std::sync::LazyLock::new(Default::default);
-    let mut permits = PERMITS.lock().unwrap_or_else(|e| e.into_inner());
-    permits.entry(handler.to_owned()).or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(1))).clone()
-}
 
 /// Returns why `sql` is refused, or `Ok` if a handler may run it.
 pub(crate) fn check(sql: &str) -> Result<(), String> {
@@ -155,7 +99,7 @@ pub(crate) fn check(sql: &str) -> Result<(), String> {
     verdict
 }
 
-fn check_uncached(sql: &str) -> Result<(), String> {
+pub(super) fn check_uncached(sql: &str) -> Result<(), String> {
     let parsed = pg_query::parse(sql, 0).map_err(|e| format!("not valid SQL: {e}"))?;
     let statements = &parsed.protobuf.stmts;
     if statements.len() != 1 {
