@@ -126,7 +126,8 @@ pub fn write_config_with(
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("config dir: {e}"));
     // The suite's DLQ key, in a file as a mounted secret would be.
     std::fs::write(dir.join("dlq.key"), crate::DLQ_KEY).unwrap_or_else(|e| panic!("dlq key: {e}"));
-    let mut text = format!("[dlq]\nkey_file = \"dlq.key\"\n[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n");
+    let dlq = if crate::seals_dead_letters() { "[dlq]\nkey_file = \"dlq.key\"\n" } else { "" };
+    let mut text = format!("{dlq}[kafka]\nbrokers = \"{brokers}\"\n[kafka.properties]\n");
     // Short sessions for the classic protocol; under KIP-848 they are the
     // broker's (scripts/kafka/server.properties sets them as short).
     if handlers.iter().all(|h| h.group_protocol == "classic") {

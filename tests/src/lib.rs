@@ -68,9 +68,31 @@ pub fn event(id: uuid::Uuid, mut payload: serde_json::Value, topic: &str, offset
     }
 }
 
+/// The binary [`idem_bin`] answers instead of the one next to the running
+/// program, and whether it seals dead letters: the benchmark's comparison
+/// runs an earlier build with it.
+static IDEM_BIN: std::sync::RwLock<Option<(std::path::PathBuf, bool)>> = std::sync::RwLock::new(None);
+
+/// From now on the harness spawns `path` as the `idem` command line
+/// (`None`: the one built with this package again). `sealed: false`: a
+/// build from before sealed dead letters, which refuses `[dlq] key_file`,
+/// so the configs the harness writes leave it out.
+pub fn use_idem_bin(path: Option<std::path::PathBuf>, sealed: bool) {
+    *IDEM_BIN.write().unwrap_or_else(|e| e.into_inner()) = path.map(|p| (p, sealed));
+}
+
+/// Whether the binary under test seals dead letters (see [`use_idem_bin`]).
+pub fn seals_dead_letters() -> bool {
+    IDEM_BIN.read().unwrap_or_else(|e| e.into_inner()).as_ref().is_none_or(|(_, sealed)| *sealed)
+}
+
 /// The `idem` command line as built by `cargo test` (or `cargo build`) of
-/// this package, next to the running test or binary.
+/// this package, next to the running test or binary (or the one
+/// [`use_idem_bin`] named).
 pub fn idem_bin() -> std::path::PathBuf {
+    if let Some((path, _)) = IDEM_BIN.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        return path;
+    }
     let exe = std::env::current_exe().unwrap_or_default();
     // Binaries live in <target>/<profile>/, integration tests in <target>/<profile>/deps/.
     exe.ancestors()

@@ -13,6 +13,7 @@
 //! charges = distinct orders, provider charges = distinct keys.
 
 mod ceiling;
+mod compare;
 mod measure;
 mod restarts;
 
@@ -92,7 +93,11 @@ const VARIANTS: &[Variant] = &[
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
+    if args.peek().is_some_and(|a| a == "compare") {
+        args.next();
+        return compare_main(args).await;
+    }
     let orders: i64 = args.next().map(|s| s.parse()).transpose().context("N: a number of orders")?.unwrap_or(100_000);
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
@@ -127,6 +132,27 @@ async fn main() -> anyhow::Result<()> {
     std::fs::write(out.join("bench.md"), &report)?;
     std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
     eprintln!("bench: wrote {0}/bench.md and {0}/bench.json", out.display());
+    Ok(())
+}
+
+/// `bench compare BASE_BIN LABEL SEALED N ROUNDS OUT` (scripts/bench-compare);
+/// `BENCH_VARIANTS` picks the variants as for the whole run (a by default).
+async fn compare_main(mut args: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let mut next = |what: &str| args.next().with_context(|| format!("compare: {what} missing"));
+    let bin = PathBuf::from(next("the base binary")?);
+    let label = next("the base's label")?;
+    let sealed = next("whether the base seals dead letters")? == "sealed";
+    let orders: i64 = next("N")?.parse().context("N: a number of orders")?;
+    let rounds: usize = next("ROUNDS")?.parse().context("ROUNDS: a number")?;
+    let out = PathBuf::from(next("OUT")?);
+    std::fs::create_dir_all(&out)?;
+    let letters = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "a".into());
+    let comparison = compare::run(&compare::Base { label, bin, sealed }, &letters, orders, rounds).await?;
+    let report = compare::render(&comparison);
+    println!("{report}");
+    std::fs::write(out.join("compare.md"), &report)?;
+    std::fs::write(out.join("compare.json"), serde_json::to_string_pretty(&comparison)?)?;
+    eprintln!("bench: wrote {0}/compare.md and {0}/compare.json", out.display());
     Ok(())
 }
 
@@ -240,6 +266,7 @@ async fn check(conn: &mut PgConnection, provider: &PaymentProvider, orders: i64,
 }
 
 /// What an idem variant runs (see [`Kind::Idem`]).
+#[derive(Clone, Copy)]
 struct Shape {
     max_events: usize,
     native: bool,

@@ -1,0 +1,132 @@
+//! `scripts/bench-compare`: idem's variants (a by default) on this build
+//! against an earlier build's binary, side by side in one command (README,
+//! "Benchmark").
+//!
+//! Both builds run the same harness: the same workload, the same topic
+//! layout, the same config (less what the earlier binary would refuse, see
+//! [`idem_tests::use_idem_bin`]), the same checks of the answer. Rounds
+//! alternate the order (base first, then this build first, …) so that a
+//! drift of the machine over the run (page cache, PostgreSQL's autovacuum,
+//! a warming broker) falls on both sides alike; each side's figure is the
+//! median of its rounds.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::{Kind, Row, Shape, VARIANTS, idem_variant};
+
+/// The build to compare against.
+pub struct Base {
+    pub label: String,
+    pub bin: PathBuf,
+    /// Whether it seals dead letters (builds before that refuse
+    /// `[dlq] key_file`).
+    pub sealed: bool,
+}
+
+#[derive(Serialize)]
+pub struct Comparison {
+    pub base: String,
+    pub rounds: Vec<(usize, String, Row)>,
+    pub medians: Vec<Median>,
+}
+
+/// One variant's medians on both builds.
+#[derive(Serialize)]
+pub struct Median {
+    pub variant: &'static str,
+    pub http: bool,
+    pub base: f64,
+    pub this: f64,
+}
+
+const THIS: &str = "this build";
+
+/// The idem variants whose letter is in `letters`, with and without HTTP
+/// (f with it only), `rounds` times per build.
+pub async fn run(base: &Base, letters: &str, orders: i64, rounds: usize) -> anyhow::Result<Comparison> {
+    let variants: Vec<_> = VARIANTS
+        .iter()
+        .filter_map(|v| match v.kind {
+            Kind::Idem { max_events, native, noisy, drops }
+                if v.name.chars().next().is_some_and(|c| letters.contains(c)) =>
+            {
+                Some((v.name, Shape { max_events, native, noisy, drops }))
+            }
+            _ => None,
+        })
+        .collect();
+    anyhow::ensure!(!variants.is_empty(), "compare: no idem variant among {letters:?} (the ceiling d runs no idem)");
+    let mut runs = Vec::new();
+    for round in 1..=rounds {
+        let order: [bool; 2] = if round % 2 == 1 { [true, false] } else { [false, true] };
+        for is_base in order {
+            let label = if is_base { base.label.clone() } else { THIS.to_owned() };
+            idem_tests::use_idem_bin(is_base.then(|| base.bin.clone()), !is_base || base.sealed);
+            for http in [false, true] {
+                for (name, shape) in variants.iter().filter(|(_, s)| http || !s.drops) {
+                    eprintln!(
+                        "bench: round {round}: {name} on {label} ({})",
+                        if http { "with HTTP" } else { "no HTTP" }
+                    );
+                    let row = idem_variant(name, *shape, http, orders).await?;
+                    eprintln!("bench:   {:.0} records/s", row.events_per_s);
+                    runs.push((round, label.clone(), row));
+                }
+            }
+        }
+    }
+    idem_tests::use_idem_bin(None, true);
+    let median_of = |label: &str, variant: &str, http: bool| {
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .filter(|(_, l, r)| l == label && r.variant == variant && r.http == http)
+            .map(|(_, _, r)| r.events_per_s)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        rates.get(rates.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let mut medians = Vec::new();
+    for http in [false, true] {
+        for (variant, _) in variants.iter().filter(|(_, s)| http || !s.drops) {
+            let (old, new) = (median_of(&base.label, variant, http), median_of(THIS, variant, http));
+            medians.push(Median { variant, http, base: old, this: new });
+        }
+    }
+    Ok(Comparison { base: base.label.clone(), rounds: runs, medians })
+}
+
+/// The rounds and the medians, in Markdown.
+pub fn render(c: &Comparison) -> String {
+    let mut text = String::from(
+        "| round | build | variant | HTTP | records/s | p50 ms | p99 ms | CPU s |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let http = |yes: bool| if yes { "yes" } else { "no" };
+    for (round, label, r) in &c.rounds {
+        text.push_str(&format!(
+            "| {round} | {label} | {} | {} | {:.0} | {} | {} | {:.1} |\n",
+            r.variant,
+            http(r.http),
+            r.events_per_s,
+            r.p50_ms.unwrap_or(0),
+            r.p99_ms.unwrap_or(0),
+            r.cpu_s,
+        ));
+    }
+    text.push_str(&format!(
+        "\n| variant | HTTP | median records/s on {} | on this build | this / base |\n|---|---|---|---|---|\n",
+        c.base
+    ));
+    for m in &c.medians {
+        text.push_str(&format!(
+            "| {} | {} | {:.0} | {:.0} | {:.3} |\n",
+            m.variant,
+            http(m.http),
+            m.base,
+            m.this,
+            m.this / m.base
+        ));
+    }
+    text
+}
