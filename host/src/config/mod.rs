@@ -12,19 +12,20 @@ mod admin;
 mod dlq;
 mod group;
 mod handler;
+mod properties;
 mod ranges;
 mod retention;
 mod runtime;
+
 pub use admin::AdminConfig;
 pub use dlq::DlqConfig;
 pub use group::GroupProtocol;
 pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, OnFailure,
 };
+use properties::check_properties;
 pub use retention::{RetentionConfig, RetentionMode, Span, StalePolicy};
 pub use runtime::RuntimeConfig;
-
-use crate::kafka_client::check_properties;
 
 /// `[[handler]] max_compile_seconds` by default: over 3× what the largest
 /// component the suite builds takes (componentize-py's, 18 MB: 17.6 CPU
