@@ -46,6 +46,13 @@ fn to_values(params: &[&dyn ToValue]) -> Vec<Value> {
     params.iter().map(|p| p.to_value()).collect()
 }
 
+impl From<DbError> for Error {
+    fn from(e: DbError) -> Self {
+        let retryable = matches!(e, DbError::Transient(_));
+        Error::classified(retryable, format!("database: {}", describe(&e)))
+    }
+}
+
 /// A one-line account of `e` (the generated `Display` is only `Debug`).
 pub(crate) fn describe(e: &DbError) -> String {
     match e {

@@ -1,8 +1,6 @@
 use std::fmt;
 
 use crate::bindings::idem::handler::types::HandlerError;
-use crate::db::DbError;
-use crate::http::HttpError;
 
 /// What a handler returns.
 pub type Result<T = (), E = Error> = std::result::Result<T, E>;
@@ -10,9 +8,10 @@ pub type Result<T = (), E = Error> = std::result::Result<T, E>;
 /// A handler failure, classified: the host rolls back either way, then
 /// retries a retryable failure and gives up on a permanent one.
 ///
-/// Every SDK error converts with `?`: database and HTTP errors that can pass
-/// (deadlocks, timeouts, resets, 5xx) become retryable, the rest permanent,
-/// and a payload that does not fit its type is permanent.
+/// Every SDK error converts with `?` (each module converts its own): database
+/// and HTTP errors that can pass (deadlocks, timeouts, resets, 5xx) become
+/// retryable, the rest permanent, and a payload that does not fit its type is
+/// permanent.
 ///
 /// ```
 /// use idem_guest::Error;
@@ -36,6 +35,11 @@ pub struct Error {
 }
 
 impl Error {
+    /// `retryable` or permanent, as a conversion from an SDK error decides.
+    pub(crate) fn classified(retryable: bool, message: String) -> Self {
+        Self { retryable, message }
+    }
+
     /// A failure that may pass if the event is executed again later.
     pub fn retryable(message: impl Into<String>) -> Self {
         Self { retryable: true, message: message.into() }
@@ -67,20 +71,6 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
-
-impl From<DbError> for Error {
-    fn from(e: DbError) -> Self {
-        let retryable = matches!(e, DbError::Transient(_));
-        Self { retryable, message: format!("database: {}", crate::db::describe(&e)) }
-    }
-}
-
-impl From<HttpError> for Error {
-    fn from(e: HttpError) -> Self {
-        let retryable = matches!(e, HttpError::Timeout(_) | HttpError::Connection(_));
-        Self { retryable, message: format!("http: {}", crate::http::describe(&e)) }
-    }
-}
 
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {

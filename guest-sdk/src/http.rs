@@ -142,6 +142,13 @@ impl Response {
     }
 }
 
+impl From<HttpError> for Error {
+    fn from(e: HttpError) -> Self {
+        let retryable = matches!(e, HttpError::Timeout(_) | HttpError::Connection(_));
+        Error::classified(retryable, format!("http: {}", describe(&e)))
+    }
+}
+
 /// A one-line account of `e` (the generated `Display` is only `Debug`).
 pub(crate) fn describe(e: &HttpError) -> String {
     match e {

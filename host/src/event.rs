@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use crate::runtime::bindings::types;
+use crate::wit::types;
 
 /// A validated event: its payload is JSON and carries these fields.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -92,7 +92,7 @@ enum Choice {
 }
 
 fn chosen(configured: &str) -> anyhow::Result<Choice> {
-    let wanted = std::env::var("IDEM_INSTANCE_ID").unwrap_or_else(|_| configured.to_owned());
+    let wanted = crate::env::get(crate::env::INSTANCE_ID).unwrap_or_else(|| configured.to_owned());
     Ok(match wanted.as_str() {
         "off" => Choice::Off,
         "auto" => Choice::Auto,
@@ -160,7 +160,8 @@ fn lock_path(host: &str, slot: u32) -> PathBuf {
 
 /// The kernel's host name (a container's is its own).
 fn hostname() -> Option<String> {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| std::env::var("HOSTNAME").ok())?;
+    let raw =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| crate::env::get(crate::env::HOSTNAME))?;
     Some(raw.trim().to_owned())
 }
 

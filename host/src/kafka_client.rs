@@ -139,7 +139,7 @@ pub fn client_config(
             client.set(key, value);
         }
         for (key, variable) in from_env.iter().filter(|(key, _)| !foreign(kind, key)) {
-            let Ok(value) = std::env::var(variable) else {
+            let Some(value) = crate::env::get(variable) else {
                 bail!("Kafka property `{key}`: the environment variable {variable} is not set");
             };
             client.set(key, value);
@@ -206,6 +206,16 @@ impl ClientContext for ProbeContext {
 }
 
 impl rdkafka::consumer::ConsumerContext for ProbeContext {}
+
+/// A group-less client for metadata look-ups off the polling thread, with
+/// the handler's own properties (its credentials) when one is given.
+pub fn probe(
+    config: &Config,
+    handler: Option<&HandlerConfig>,
+) -> anyhow::Result<rdkafka::consumer::BaseConsumer<ProbeContext>> {
+    let client = client_config(config, handler, ClientKind::Consumer)?;
+    create(&client, ProbeContext::default(), "a Kafka client")
+}
 
 /// librdkafka's log lines, into idem's log.
 pub fn log(level: RDKafkaLogLevel, fac: &str, message: &str) {

@@ -8,7 +8,10 @@
 //! the validated event and two capabilities bound to that transaction.
 //!
 //! - [`runtime`]: the wasmtime engine, loading and invoking components;
-//! - `capabilities` (private): what a guest can call (`db`, `http`, `config`, `log`);
+//! - `capabilities` (private): what a guest can call (`db`, `http`, `config`, `log`),
+//!   each owning its state and serving its `wit` interface on a view;
+//! - [`wit`]: the bindings generated from `wit/`; [`transaction`]: the event's
+//!   transaction, the resource the executor hands to the capabilities;
 //! - [`executor`]: one event, one transaction: claim, handler, commit;
 //! - [`dedup`]: the claim in `idem.processed_event`;
 //! - [`migrate`]: idem's own schema;
@@ -22,10 +25,11 @@
 //! - [`kafka_client`]: brokers, librdkafka properties, secrets from the environment.
 
 pub mod admin;
+pub mod app;
 mod capabilities;
-pub mod cli;
 pub mod config;
 pub mod dedup;
+pub mod env;
 pub mod error;
 pub mod event;
 pub mod executor;
@@ -40,13 +44,18 @@ pub mod pipeline;
 pub mod retention;
 pub mod runtime;
 pub mod sandbox;
-pub mod startup;
 pub mod stats;
 mod strict_json;
 pub mod telemetry;
 pub mod text;
+pub mod transaction;
 pub mod validate;
+pub mod wit;
 
+#[cfg(test)]
+mod structure_tests;
+
+pub use app::{cli, startup};
 pub use capabilities::HostFault;
 pub use capabilities::http::client as http_client;
 pub use error::{ErrorClass, ExecError};

@@ -1,5 +1,5 @@
 //! Running the host under test: a config file written for the test, then
-//! either `idem::pipeline::run` in this process or the `idem` binary as a
+//! either `idem::app::run` in this process or the `idem` binary as a
 //! child process (for SIGKILL and SIGTERM).
 
 use std::path::{Path, PathBuf};
@@ -239,8 +239,8 @@ pub async fn run_in_process(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Vec<HandlerReport> {
     let prepared = idem::startup::prepare(config).await.unwrap_or_else(|e| panic!("start-up checks: {e:#}"));
-    let options = idem::pipeline::RunOptions { exit_when_drained, ..Default::default() };
-    idem::pipeline::run(prepared, options, shutdown).await.unwrap_or_else(|e| panic!("run: {e:#}"))
+    let options = idem::app::RunOptions { exit_when_drained, ..Default::default() };
+    idem::app::run(prepared, options, shutdown).await.unwrap_or_else(|e| panic!("run: {e:#}"))
 }
 
 /// A host running in this process until [`InProcess::stop`].

@@ -45,7 +45,7 @@ pub async fn deploy(target: &Target, handler: &str, path: &Path, note: Option<&s
         .with_context(|| format!("failed to read {}", path.display()))?;
     let by = format!(
         "{}@{} (idem deploy)",
-        std::env::var("USER").unwrap_or_else(|_| "unknown".into()),
+        crate::env::get(crate::env::USER).unwrap_or_else(|| "unknown".into()),
         std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_default()
     );
     let mut request =

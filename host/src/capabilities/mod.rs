@@ -1,52 +1,68 @@
-//! What a handler can reach, one module per import of the world. Each
-//! implements its interface's `Host` trait on the store state.
+//! What a handler can reach, one module per interface of the world
+//! (`wit/`). As in wasmtime-wasi, a capability owns its state (one per
+//! invocation) and implements its interface's `Host` trait on that state,
+//! or on a view of it with what the invocation shares (the transaction):
+//! it never names the store's type. [`Capabilities`] is one invocation's
+//! set, built by the executor; [`add_to_linker`] links each interface with
+//! a projection from any store state that holds a set
+//! ([`HasCapabilities`]).
+//!
+//! Adding a capability: its interface in `wit/` (and `import` it in
+//! `world.wit`); its module here, with its state and `Host` impl; its
+//! field, its line in [`add_to_linker`] and its name in [`INTERFACES`]
+//! below; and its state's construction in `executor::Executor::capabilities`.
 
+mod allowance;
+pub(crate) mod config;
 pub(crate) mod db;
-mod host_info;
+mod fault;
 pub(crate) mod http;
+pub(crate) mod log;
 
-/// A failure of the host itself while serving a guest call. It traps the
-/// guest; the executor finds it in the trap and classifies the event's
-/// failure by it (a lost database connection is worth a retry, a guest bug
-/// is not).
-#[derive(Debug, thiserror::Error)]
-pub enum HostFault {
-    #[error("the database failed while running a handler statement: {0}")]
-    Database(#[source] sqlx::Error),
-    /// A statement failed in a batch, where statements run without a
-    /// savepoint of their own: the transaction is aborted, so the guest
-    /// cannot be told and go on. The executor runs the event again alone,
-    /// where the guest gets the error as usual.
-    #[error("a handler statement failed inside a batch: {0}")]
-    InBatch(String),
+pub use fault::HostFault;
+
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::transaction::EventTx;
+use crate::wit;
+
+/// The `idem:handler` interfaces served here: what a component may import
+/// of idem's world (`runtime::imports`, module uploads).
+pub(crate) const INTERFACES: &[&str] = &["types", "db", "http", "config", "log"];
+
+/// One invocation's capabilities, and the transaction they share.
+pub(crate) struct Capabilities {
+    /// The event's transaction, lent for the invocation: the executor
+    /// hands it in here and takes it back after.
+    pub(crate) tx: EventTx,
+    pub(crate) db: db::DbCapability,
+    pub(crate) http: http::HttpCapability,
+    pub(crate) config: config::ConfigCapability,
+    pub(crate) log: log::LogCapability,
 }
 
-/// How many calls of one kind an invocation may still make
-/// (`[handler.limits]`).
-#[derive(Debug)]
-pub(crate) struct Allowance {
-    left: u32,
-    limit: u32,
-    /// The setting that sets it, for the refusal's message.
-    setting: &'static str,
-}
-
-impl Allowance {
-    pub(crate) fn new(limit: u32, setting: &'static str) -> Self {
-        Self { left: limit, limit, setting }
-    }
-
-    /// Calls spent so far.
-    pub(crate) fn spent(&self) -> u32 {
-        self.limit - self.left
-    }
-
-    /// Spends one call, or says why there is none left.
-    pub(crate) fn spend(&mut self, what: &str) -> Result<(), String> {
-        if self.left == 0 {
-            return Err(format!("more than {} {what} in one invocation (limits.{})", self.limit, self.setting));
-        }
-        self.left -= 1;
-        Ok(())
+impl Capabilities {
+    /// The `db` interface's view: its state, and the transaction.
+    pub(crate) fn db(&mut self) -> db::DbView<'_> {
+        db::DbView { ctx: &mut self.db, tx: &mut self.tx }
     }
 }
+
+/// A store's state that holds an invocation's [`Capabilities`].
+pub(crate) trait HasCapabilities: Send + 'static {
+    fn capabilities(&mut self) -> &mut Capabilities;
+}
+
+/// Links every interface of [`INTERFACES`], each on its capability's own
+/// state or view, projected from `T`.
+pub(crate) fn add_to_linker<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+    wit::types::add_to_linker::<T, HasSelf<Capabilities>>(linker, |t| t.capabilities())?;
+    wit::db::add_to_linker::<T, db::Db>(linker, |t| t.capabilities().db())?;
+    wit::http::add_to_linker::<T, HasSelf<http::HttpCapability>>(linker, |t| &mut t.capabilities().http)?;
+    wit::config::add_to_linker::<T, HasSelf<config::ConfigCapability>>(linker, |t| &mut t.capabilities().config)?;
+    wit::log::add_to_linker::<T, HasSelf<log::LogCapability>>(linker, |t| &mut t.capabilities().log)?;
+    Ok(())
+}
+
+/// The `types` interface only defines types; its `Host` trait is empty.
+impl wit::types::Host for Capabilities {}

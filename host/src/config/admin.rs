@@ -92,7 +92,7 @@ impl AdminConfig {
 
     /// The bearer token, read from the environment now; never printed.
     pub fn token(&self) -> Option<String> {
-        std::env::var(&self.token_env).ok().filter(|t| !t.is_empty())
+        crate::env::get(&self.token_env).filter(|t| !t.is_empty())
     }
 }
 

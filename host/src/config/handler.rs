@@ -3,12 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::retention::{self, Span, StalePolicy};
-use crate::runtime::{HandlerSettings, HttpPolicy};
 
 /// A handler's place in the database: its schema, the migrations that
 /// create its tables, and the login role its connections use.
@@ -397,41 +395,6 @@ impl HandlerConfig {
             role.truncate(63);
             role
         })
-    }
-
-    pub fn settings(&self) -> HandlerSettings {
-        HandlerSettings {
-            name: self.name.clone(),
-            config: self.config.clone(),
-            http: HttpPolicy {
-                allow: self.http.allow.clone(),
-                timeout: Duration::from_millis(self.http.timeout_ms),
-                key_prefix: self.http.key_prefix.clone(),
-                allow_private: self.http.allow_private.clone(),
-                credentials: self
-                    .http
-                    .credentials
-                    .iter()
-                    .map(|c| crate::runtime::Credential {
-                        base: c.base.clone(),
-                        header: c.header.clone(),
-                        value: std::env::var(&c.value_env).unwrap_or_default(),
-                    })
-                    .collect(),
-                retry: crate::capabilities::http::RetryPolicy {
-                    max_attempts: self.http.retry.max_attempts,
-                    initial_backoff: Duration::from_millis(self.http.retry.initial_backoff_ms),
-                    max_backoff: Duration::from_millis(self.http.retry.max_backoff_ms),
-                },
-            },
-            timeout: Duration::from_millis(self.timeout_ms),
-            max_memory_bytes: self.max_memory_mib << 20,
-            max_db_statements: self.limits.max_db_statements,
-            max_http_requests: self.limits.max_http_requests,
-            stale_events: self.stale_events,
-            dedup_retention: self.dedup_retention.0,
-            max_compile: Duration::from_secs(self.max_compile_seconds),
-        }
     }
 }
 

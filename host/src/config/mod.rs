@@ -135,10 +135,10 @@ impl Config {
             let at = e.span().map(|span| where_in(&text, span.start)).unwrap_or_default();
             anyhow::anyhow!("invalid config {}{at}: {}", path.display(), e.message().trim_end())
         })?;
-        if let Ok(brokers) = std::env::var("IDEM_KAFKA_BROKERS") {
+        if let Some(brokers) = crate::env::get(crate::env::KAFKA_BROKERS) {
             config.kafka.brokers = brokers;
         }
-        if let Ok(url) = std::env::var("IDEM_DATABASE_URL") {
+        if let Some(url) = crate::env::get(crate::env::DATABASE_URL) {
             config.database.url = url;
         }
         let base = path.parent().unwrap_or(Path::new("."));
@@ -294,7 +294,7 @@ impl Config {
                 if reqwest::header::HeaderName::from_bytes(c.header.as_bytes()).is_err() {
                     bail!("{at}: http.credential header `{}` is not a header name", c.header);
                 }
-                if std::env::var(&c.value_env).is_err() {
+                if crate::env::get(&c.value_env).is_none() {
                     bail!(
                         "{at}: http.credential value_env {:?} (for `{}`) names a variable that is not set",
                         c.value_env,

@@ -46,9 +46,9 @@ pub(super) fn check_properties(
         if properties.contains_key(key) {
             bail!("{at}: `{key}` is set both in properties and in properties_env");
         }
-        match std::env::var(variable) {
-            Ok(value) => check_owned(at, key, &value)?,
-            Err(_) => bail!("{at}: properties_env `{key}` reads the environment variable {variable}, which is not set"),
+        match crate::env::get(variable) {
+            Some(value) => check_owned(at, key, &value)?,
+            None => bail!("{at}: properties_env `{key}` reads the environment variable {variable}, which is not set"),
         }
     }
     Ok(())

@@ -20,10 +20,12 @@ impl RuntimeConfig {
         match self.cache_dir.as_deref() {
             Some("off") => None,
             Some(dir) => Some(PathBuf::from(dir)),
-            None => std::env::var_os("XDG_CACHE_HOME")
+            None => crate::env::get(crate::env::XDG_CACHE_HOME)
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
+                .or_else(|| {
+                    crate::env::get(crate::env::HOME).filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache"))
+                })
                 .map(|base| base.join("idem").join("components")),
         }
     }

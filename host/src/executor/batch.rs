@@ -25,43 +25,44 @@
 
 use tracing::Instrument as _;
 
-use super::transaction::within;
 use super::{Executor, Outcome};
 use crate::dedup::{self, Claim};
 use crate::error::{ErrorClass, ExecError};
 use crate::event::Event;
 use crate::telemetry::traces::TARGET as TRACE;
+use crate::transaction::within;
 
 /// Why a batch did not commit.
 #[derive(Debug)]
-pub struct BatchFailure {
-    /// The events before it may run again as a batch; it must be resolved
-    /// alone before any event after it runs.
-    pub index: usize,
-    /// Its failure when the failure is its own (its handler failed,
-    /// trapped or overran, or idem's tables are unusable): that was its
-    /// first attempt. `None`: not the event's doing (a statement that
-    /// failed without a savepoint, a conflicting claim, the database); it
-    /// runs again from attempt 1.
-    pub own: Option<ExecError>,
+pub enum BatchFailure {
     /// Rolled back because `stop` asked: nothing to resolve.
-    pub stopped: bool,
-    /// The failure names no event (BEGIN, the claim, COMMIT failed).
-    pub whole: bool,
+    Stopped,
     /// The claim found the module version no longer active: switch to the
     /// active one and run the batch again.
-    pub stale: bool,
+    StaleModule,
+    /// The failure names no event (BEGIN, the claim, COMMIT failed). The
+    /// error when it is fatal (idem's tables are unusable): the first event
+    /// meets it as its own.
+    Whole(Option<ExecError>),
+    /// The event at `index` failed: the events before it may run again as
+    /// a batch; it must be resolved alone before any event after it runs.
+    /// `own`: its failure when the failure is its own (its handler failed,
+    /// trapped or overran): that was its first attempt. `None`: not the
+    /// event's doing (a statement that failed without a savepoint, a
+    /// conflicting claim, the database); it runs again from attempt 1.
+    At { index: usize, own: Option<ExecError> },
 }
 
 impl BatchFailure {
     fn whole(error: ExecError) -> Self {
-        let stale = matches!(error, ExecError::StaleModule(_));
-        let own = (error.class() == ErrorClass::Fatal).then_some(error);
-        Self { index: 0, own, stopped: false, whole: !stale, stale }
+        match error {
+            ExecError::StaleModule(_) => Self::StaleModule,
+            error => Self::Whole((error.class() == ErrorClass::Fatal).then_some(error)),
+        }
     }
 
     fn at(index: usize, own: Option<ExecError>) -> Self {
-        Self { index, own, stopped: false, whole: false, stale: false }
+        Self::At { index, own }
     }
 }
 
@@ -101,7 +102,7 @@ impl Executor {
         for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
             if index > 0 && stop(index) {
                 tx.rollback().await;
-                return Err(BatchFailure { stopped: true, ..BatchFailure::at(0, None) });
+                return Err(BatchFailure::Stopped);
             }
             match claim {
                 Claim::Claimed => {}

@@ -2,15 +2,16 @@
 //! connection of the handler's own pool (logged in as its role).
 
 mod batch;
-mod transaction;
 
 use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::capabilities::HostFault;
+use crate::capabilities::config::ConfigCapability;
 use crate::capabilities::db::DbCapability;
 use crate::capabilities::http::HttpCapability;
+use crate::capabilities::log::LogCapability;
+use crate::capabilities::{Capabilities, HostFault};
 use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
@@ -22,9 +23,9 @@ use crate::telemetry::traces::TARGET as TRACE;
 /// The most of a guest's own text (an error message, a trap, its stderr)
 /// an error carries.
 const GUEST_TEXT: usize = 2_000;
+pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
 use tracing::Instrument as _;
-pub use transaction::{EventTx, GRACE, Pins};
 
 /// What became of an event that did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +190,7 @@ impl Executor {
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
         let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string(), false)).await;
-        state.db.into_transaction().rollback().await;
+        state.caps.tx.rollback().await;
         match result {
             Ok(()) => Ok(Ok(())),
             // The host's shortage says nothing about the component.
@@ -200,19 +201,29 @@ impl Executor {
         }
     }
 
-    /// A store's state for one event of this handler, holding `tx`
-    /// (`batched`: see `DbCapability`).
+    /// A store's state for one event of this handler: its limits and
+    /// the capabilities of the invocation, holding `tx`.
     fn state(&self, tx: EventTx, event_id: String, batched: bool) -> HostState {
+        HostState::new(self.handler.limits(), self.capabilities(tx, event_id, batched))
+    }
+
+    /// One invocation's capabilities (`batched`: see `DbCapability`).
+    fn capabilities(&self, tx: EventTx, event_id: String, batched: bool) -> Capabilities {
         let settings = self.handler.settings();
         let http = HttpCapability::new(
             self.http.clone(),
-            Arc::new(settings.http.clone()),
+            self.handler.http_policy(),
             event_id.clone(),
             settings.max_http_requests,
             tx.deadline(),
         );
-        let db = DbCapability::new(tx, settings.max_db_statements, batched);
-        HostState::new(self.handler.new_state(), event_id, db, http)
+        Capabilities {
+            db: DbCapability::new(settings.name.clone(), settings.max_db_statements, batched),
+            http,
+            config: ConfigCapability::new(self.handler.config_values()),
+            log: LogCapability::new(settings.name.clone(), event_id),
+            tx,
+        }
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
@@ -221,7 +232,7 @@ impl Executor {
         let deadline = tx.statement_deadline();
         let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
         let span = tracing::trace_span!(target: TRACE, "idem.claim");
-        match transaction::within(deadline, "claim", claim).instrument(span).await {
+        match crate::transaction::within(deadline, "claim", claim).instrument(span).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Unguarded) => self.unguarded(event),
             Ok(Claim::Duplicate) => return (tx, Ok(Outcome::Duplicate)),
@@ -247,18 +258,19 @@ impl Executor {
         let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).instrument(span).await;
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(started.elapsed());
-            stats.db_statements.fetch_add(u64::from(state.db.statements_run()), std::sync::atomic::Ordering::Relaxed);
-            for (host, status) in &state.http.sent {
+            let caps = &state.caps;
+            stats.db_statements.fetch_add(u64::from(caps.db.statements_run()), std::sync::atomic::Ordering::Relaxed);
+            for (host, status) in &caps.http.sent {
                 stats.http_request(host, *status);
             }
-            for (host, reason) in &state.http.resent {
+            for (host, reason) in &caps.http.resent {
                 stats.http_retry(host, reason);
             }
         }
         state.log_output();
         let stderr = state.stderr_tail();
-        let infrastructure = state.db.infrastructure_failure().map(str::to_owned);
-        let tx = state.db.into_transaction();
+        let infrastructure = state.caps.db.infrastructure_failure().map(str::to_owned);
+        let tx = state.caps.tx;
         let result = match invocation {
             // Whatever the guest made of it, a transaction in which the
             // infrastructure failed is not committed.

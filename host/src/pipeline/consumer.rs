@@ -21,7 +21,7 @@ use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::Shared;
-use super::partition::{self, PartitionState, Reset};
+use super::partition::{PartitionState, Reset};
 use crate::stats::Stats;
 use crate::validate::Record;
 
@@ -144,7 +144,8 @@ impl IdemContext {
                 generation,
                 "partition worker started"
             );
-            let worker = self.runtime.spawn(partition::work(self.shared.clone(), state.clone(), queue));
+            let worker =
+                self.runtime.spawn(super::worker::Worker::new(self.shared.clone(), state.clone(), queue).work());
             // A worker that panics must not leave a partition silently dead
             // while the consumer keeps fetching into its queue: the handler
             // stops, loudly, and nothing past the record is committed.

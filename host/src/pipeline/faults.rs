@@ -13,7 +13,9 @@
 //!   after the event whose payload contains the text ran (its statements and
 //!   requests done), before the next event and the batch's COMMIT; only
 //!   where a next event follows it in the batch (never on a batch's last
-//!   event, nor on a record run alone).
+//!   event, nor on a record run alone);
+//! - `IDEM_TEST_NO_MODULE_WATCH`: no module watcher, so the host hears of
+//!   no activation, as one whose notifications and polls were lost would.
 
 #[cfg(feature = "test-hooks")]
 mod enabled {
@@ -29,7 +31,7 @@ mod enabled {
     }
 
     fn marker(variable: &str) -> Option<String> {
-        std::env::var(variable).ok().filter(|m| !m.is_empty())
+        crate::env::get(variable).filter(|m| !m.is_empty())
     }
 
     fn matches(marker: &Option<String>, payload: &str) -> bool {
@@ -39,7 +41,7 @@ mod enabled {
     impl FaultPoints {
         pub(crate) fn from_env() -> Self {
             Self {
-                crash_after: std::env::var("IDEM_TEST_CRASH_AFTER_COMMITS").ok().and_then(|v| v.parse().ok()),
+                crash_after: crate::env::get("IDEM_TEST_CRASH_AFTER_COMMITS").and_then(|v| v.parse().ok()),
                 abort_on: marker("IDEM_TEST_ABORT_ON"),
                 panic_on: marker("IDEM_TEST_PANIC_ON"),
                 abort_after: marker("IDEM_TEST_ABORT_AFTER"),
@@ -94,6 +96,15 @@ mod disabled {
         #[inline]
         pub(crate) fn committed(&self) {}
     }
+}
+
+/// Whether this host runs without a module watcher
+/// (`IDEM_TEST_NO_MODULE_WATCH`; never without `test-hooks`).
+pub(crate) fn no_module_watch() -> bool {
+    #[cfg(feature = "test-hooks")]
+    return crate::env::get("IDEM_TEST_NO_MODULE_WATCH").is_some();
+    #[cfg(not(feature = "test-hooks"))]
+    false
 }
 
 #[cfg(not(feature = "test-hooks"))]

@@ -4,33 +4,33 @@
 //! committed (or that were skipped), never ahead of them.
 
 mod attempts;
-mod batch;
 mod consumer;
 pub mod dlq;
 mod faults;
-mod final_failure;
 mod partition;
 mod polling;
 pub mod replay;
 mod shutdown;
+mod worker;
 
 pub(crate) use dlq::DeadLetters;
 pub use dlq::headers as dlq_headers;
 pub use dlq::seal::Keys as DlqKeys;
+pub(crate) use faults::no_module_watch;
+pub(crate) use polling::Stopping;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use rdkafka::consumer::BaseConsumer;
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::config::{Config, HandlerConfig};
 use crate::kafka_client::ProbeContext;
 use crate::modules::Slot;
-use crate::startup::Prepared;
-use crate::stats::{HandlerReport, Stats};
+use crate::stats::Stats;
+use crate::telemetry::PartitionView;
 use crate::validate::Validator;
 use consumer::IdemContext;
 
@@ -40,31 +40,12 @@ pub(crate) struct HandlerTap {
     context: Arc<IdemContext>,
 }
 
-/// One partition as a scrape sees it.
-#[derive(Debug, Clone)]
-pub(crate) struct PartitionView {
-    pub topic: String,
-    pub partition: i32,
-    pub assigned: bool,
-    /// The position idem commits (the next offset to process): every
-    /// record before it is resolved.
-    pub position: Option<i64>,
-    /// The partition's end as librdkafka's statistics last said: the last
-    /// stable offset under read_committed (librdkafka's default), else the
-    /// high watermark (-1: unknown).
-    pub high_watermark: i64,
-    pub paused: bool,
-    pub queued: usize,
-}
-
-impl HandlerTap {
-    pub(crate) fn joined(&self) -> bool {
+impl crate::telemetry::ConsumerView for HandlerTap {
+    fn joined(&self) -> bool {
         self.context.joined.load(Ordering::SeqCst)
     }
 
-    /// Every partition ever assigned to this consumer, the revoked ones
-    /// with `assigned: false`.
-    pub(crate) fn partitions(&self) -> Vec<PartitionView> {
+    fn partitions(&self) -> Vec<PartitionView> {
         let states = self.context.states();
         let watermarks = self.context.watermarks.lock().unwrap_or_else(|e| e.into_inner()).clone();
         watermarks
@@ -83,18 +64,6 @@ impl HandlerTap {
             })
             .collect()
     }
-}
-
-/// How `run` behaves beyond the config file.
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Stop by itself once every assigned partition is consumed to its end
-    /// and committed (the demo and tests use it).
-    pub exit_when_drained: bool,
-    /// Set before `shutdown` resolves: leave the consumer groups rather
-    /// than keep the static membership for a restart (scale-in; `idem run`
-    /// sets it on SIGUSR1). A drained run always leaves.
-    pub leave: Arc<AtomicBool>,
 }
 
 /// What one handler's pipeline shares between its polling thread and its
@@ -140,58 +109,45 @@ impl Shared {
     }
 }
 
-/// Runs every handler until `shutdown` resolves (or, with
-/// `exit_when_drained`, until all are drained), then finishes in-flight
-/// events, commits and returns each handler's counters. A fatal error stops
-/// every handler and is returned.
-pub async fn run(
-    prepared: Prepared,
-    options: RunOptions,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<Vec<HandlerReport>> {
-    let (stop_tx, stop_rx) = watch::channel(false);
-    // Bound before anything consumes: a taken port fails start-up.
-    let slots: Vec<Arc<Slot>> = prepared.handlers.iter().map(|h| h.slot.clone()).collect();
-    // Counting starts before anything may swap a slot's executor (the
-    // module watcher), so no version runs uncounted.
-    let mut counted: Vec<Arc<Stats>> = Vec::new();
-    for slot in &slots {
-        let stats = Arc::new(Stats::default());
-        slot.count_into(stats.clone());
-        counted.push(stats);
-    }
-    let telemetry = crate::telemetry::Telemetry::new(prepared.pool.clone());
-    let admin =
-        crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone(), telemetry.clone())
-            .await?;
-    let mut services = Vec::new();
-    // Test-only (`IDEM_TEST_NO_MODULE_WATCH`): a host that hears of no
-    // activation, as one whose notifications and polls were lost would.
-    if std::env::var_os("IDEM_TEST_NO_MODULE_WATCH").is_none() {
-        services.push(tokio::spawn(crate::modules::watch::run(prepared.pool.clone(), slots, stop_rx.clone())));
-    }
-    if let Some(admin) = admin {
-        services.push(tokio::spawn(admin.serve(stop_rx.clone())));
-    }
-    let config = prepared.config.clone();
-    services.push(tokio::spawn(async move {
-        for warning in crate::retention::topic::warnings(&config).await {
-            tracing::warn!("{warning}");
-        }
-    }));
-    // Start-up ran the first pass (see `startup`).
-    let maintenance = crate::retention::Maintenance::new(prepared.pool.clone(), prepared.config.retention.clone());
-    services.push(tokio::spawn(maintenance.run_after(prepared.config.retention.interval.0, stop_rx.clone())));
-    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    // Held until every consumer is closed: an automatic identity's slot.
-    let identity = crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?;
-    // Every consumer is created and subscribed before any thread starts, so
-    // a failure here leaves nothing running behind.
-    let mut all_stats = Vec::new();
-    let mut pipelines = Vec::new();
-    for (handler, stats) in prepared.handlers.into_iter().zip(counted) {
-        let crate::startup::PreparedHandler { config, slot, validator, dead_letters } = handler;
-        all_stats.push((config.name.clone(), stats.clone()));
+/// One handler, checked and ready (by `app::startup`): what its pipeline
+/// is made of.
+pub struct PreparedHandler {
+    pub config: HandlerConfig,
+    /// Its executor, swapped when another module version is activated.
+    pub slot: Arc<Slot>,
+    pub validator: Validator,
+    /// Its dead-letter topic's producer (`on_failure = "dlq"`).
+    pub(crate) dead_letters: Option<DeadLetters>,
+}
+
+/// One handler's pipeline: its consumer made and subscribed, not yet polling.
+pub(crate) struct Pipeline {
+    config: HandlerConfig,
+    slot: Arc<Slot>,
+    recipe: polling::Recipe,
+    consumer: consumer::HandlerConsumer,
+    /// A group-less client for the drain watcher (`exit_when_drained`).
+    probe: Option<BaseConsumer<ProbeContext>>,
+}
+
+/// What a pipeline reports to the process it runs in.
+pub(crate) struct Wiring {
+    /// idem's own pool: execution counts that outlive the process.
+    pub idem_pool: sqlx::PgPool,
+    pub stats: Arc<Stats>,
+    /// Where a fatal error goes: it stops every handler.
+    pub fatal: mpsc::UnboundedSender<String>,
+    /// The consumer's `group.instance.id` (`None`: dynamic membership).
+    pub instance: Option<String>,
+    /// Watch for the end of every assigned partition.
+    pub watch_drain: bool,
+}
+
+impl Pipeline {
+    /// Makes `handler`'s consumer and subscribes it; nothing polls yet, so
+    /// a failure here leaves nothing running.
+    pub(crate) fn new(kafka: &Config, handler: PreparedHandler, wiring: Wiring) -> anyhow::Result<Self> {
+        let PreparedHandler { config, slot, validator, dead_letters } = handler;
         let shared = Arc::new(Shared {
             name: config.name.clone(),
             slot: slot.clone(),
@@ -199,36 +155,39 @@ pub async fn run(
             permits: Semaphore::new(config.concurrency),
             config: config.clone(),
             dead_letters,
-            stats,
-            fatal: fatal_tx.clone(),
+            stats: wiring.stats,
+            fatal: wiring.fatal,
             faults: faults::FaultPoints::from_env(),
-            idem_pool: prepared.pool.clone(),
+            idem_pool: wiring.idem_pool,
             unproven: tokio::sync::Mutex::new(()),
         });
-        // See `identity`: an automatic identity only under the classic protocol.
-        let kip848 = config.group_protocol == crate::config::GroupProtocol::Consumer;
-        let instance = if kip848 && identity.automatic() { None } else { identity.instance_id(&config.name) };
-        let recipe = polling::Recipe::new(&prepared.config, &config, instance, shared.clone())?;
+        let recipe = polling::Recipe::new(kafka, &config, wiring.instance, shared)?;
         let consumer = recipe.make()?;
-        telemetry.register(crate::telemetry::HandlerTelemetry {
-            name: config.name.clone(),
-            stats: shared.stats.clone(),
-            slot,
-            tap: HandlerTap { context: recipe.context.clone() },
-        });
-        let probe = if options.exit_when_drained { Some(probe_client(&prepared.config, Some(&config))?) } else { None };
+        let probe = if wiring.watch_drain { Some(crate::kafka_client::probe(kafka, Some(&config))?) } else { None };
         tracing::info!(
             handler = %config.name, topic = %config.topic, group = %config.group_id, instance = ?recipe.instance,
             "consuming"
         );
-        pipelines.push((config, recipe, consumer, probe));
+        Ok(Self { config, slot, recipe, consumer, probe })
     }
-    let shutdown_bound = prepared.config.shutdown.timeout.0;
-    let mut threads = Vec::new();
-    for (config, recipe, consumer, probe) in pipelines {
+
+    /// The handler's slot (its current executor).
+    pub(crate) fn slot(&self) -> Arc<Slot> {
+        self.slot.clone()
+    }
+
+    /// What telemetry reads of this pipeline's consumer.
+    pub(crate) fn tap(&self) -> HandlerTap {
+        HandlerTap { context: self.recipe.context.clone() }
+    }
+
+    /// Polls on a thread of its own until `stop` (or, with a drain
+    /// watcher, until drained), then closes as `how` says.
+    pub(crate) fn spawn(self, stop: watch::Receiver<bool>, how: Stopping) -> tokio::task::JoinHandle<()> {
+        let Self { config, recipe, consumer, probe, .. } = self;
         let drained = Arc::new(AtomicBool::new(false));
         if let Some(probe) = probe {
-            let (context, drained, stop) = (recipe.context.clone(), drained.clone(), stop_rx.clone());
+            let (context, drained, stop) = (recipe.context.clone(), drained.clone(), stop.clone());
             let watcher = std::thread::Builder::new()
                 .name(format!("idem-drain-{}", config.name))
                 .spawn(move || watch_drained(&context, &probe, &drained, &stop));
@@ -237,57 +196,8 @@ pub async fn run(
                 tracing::error!(handler = %config.name, "failed to start the drain watcher: {e}");
             }
         }
-        let stop = stop_rx.clone();
-        let how = polling::Stopping {
-            // A little under the whole: the process exits after the loops.
-            timeout: shutdown_bound.saturating_sub(Duration::from_millis(300)),
-            leave: options.leave.clone(),
-        };
-        threads.push(tokio::task::spawn_blocking(move || polling::poll_loop(&recipe, consumer, stop, &drained, how)));
+        tokio::task::spawn_blocking(move || polling::poll_loop(&recipe, consumer, stop, &drained, how))
     }
-    drop(fatal_tx);
-
-    let all = futures::future::join_all(threads);
-    tokio::pin!(all, shutdown);
-    let mut fatal = None;
-    let mut stopping = false;
-    let mut log_every = tokio::time::interval(Duration::from_secs(30));
-    log_every.tick().await;
-    let joined = loop {
-        tokio::select! {
-            joined = &mut all => break joined,
-            () = &mut shutdown, if !stopping => {
-                tracing::info!("shutting down: finishing in-flight events");
-                stopping = true;
-                let _ = stop_tx.send(true);
-            }
-            Some(message) = fatal_rx.recv(), if fatal.is_none() => {
-                fatal = Some(message);
-                let _ = stop_tx.send(true);
-            }
-            _ = log_every.tick() => {
-                for (name, stats) in &all_stats {
-                    tracing::info!(report = ?stats.report(name), "progress");
-                }
-            }
-        }
-    };
-    let _ = stop_tx.send(true);
-    drop(identity);
-    // The services stop on `stop_tx` too; one still busy (a retention pass
-    // mid-statement) is cut off rather than let hold the exit.
-    for mut service in services {
-        if tokio::time::timeout(Duration::from_secs(1), &mut service).await.is_err() {
-            service.abort();
-        }
-    }
-    for result in joined {
-        result.context("a polling thread panicked")?;
-    }
-    if let Some(message) = fatal {
-        anyhow::bail!("stopped on a fatal error: {message}");
-    }
-    Ok(all_stats.iter().map(|(name, stats)| stats.report(name)).collect())
 }
 
 /// Switches the handler to the store's active module version after a claim
@@ -321,14 +231,4 @@ fn watch_drained(
             return;
         }
     }
-}
-
-/// A group-less client for metadata look-ups off the polling thread, with
-/// the handler's own properties (its credentials) when one is given.
-pub(crate) fn probe_client(
-    config: &Config,
-    handler: Option<&HandlerConfig>,
-) -> anyhow::Result<BaseConsumer<ProbeContext>> {
-    let client = crate::kafka_client::client_config(config, handler, crate::kafka_client::ClientKind::Consumer)?;
-    crate::kafka_client::create(&client, ProbeContext::default(), "a Kafka client")
 }

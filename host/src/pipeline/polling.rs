@@ -100,7 +100,7 @@ impl Recipe {
 
 /// How a polling thread ends: within `timeout` of being stopped, leaving
 /// the group if `leave` is set by then.
-pub(super) struct Stopping {
+pub(crate) struct Stopping {
     pub timeout: Duration,
     pub leave: Arc<AtomicBool>,
 }

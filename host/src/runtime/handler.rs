@@ -9,99 +9,11 @@ use std::time::Duration;
 use wasmtime::Store;
 
 use super::Runtime;
-use super::bindings::{HandlerPre, types};
 use super::native::{NativeContext, NativeHandler, NativeResult};
+use super::settings::HandlerSettings;
 use super::state::HostState;
-
-/// What an operator configures for one handler, as the runtime needs it.
-#[derive(Debug, Clone)]
-pub struct HandlerSettings {
-    /// The handler's name: its dedup namespace (`idem.processed_event.consumer`).
-    pub name: String,
-    /// Key/values the guest reads through the `config` import.
-    pub config: BTreeMap<String, String>,
-    pub http: HttpPolicy,
-    /// Wall-clock limit of one invocation, host calls included.
-    pub timeout: Duration,
-    /// Linear memory one instance may grow to.
-    pub max_memory_bytes: usize,
-    /// Database statements one invocation may run.
-    pub max_db_statements: u32,
-    /// HTTP requests one invocation may send.
-    pub max_http_requests: u32,
-    /// What becomes of an event older than `dedup_retention` (see `retention`).
-    pub stale_events: crate::config::StalePolicy,
-    /// How long the handler's dedup rows are kept (for messages: the
-    /// database holds the recorded value the claim applies).
-    pub dedup_retention: Duration,
-    /// CPU time compiling its component may take (`max_compile_seconds`).
-    pub max_compile: Duration,
-}
-
-impl HandlerSettings {
-    pub fn new(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            config: BTreeMap::new(),
-            http: HttpPolicy::default(),
-            timeout: Duration::from_secs(30),
-            max_memory_bytes: 256 << 20,
-            max_db_statements: 1_000,
-            max_http_requests: 16,
-            stale_events: crate::config::StalePolicy::Dlq,
-            dedup_retention: Duration::from_secs(7 * 86_400),
-            max_compile: Duration::from_secs(crate::config::DEFAULT_MAX_COMPILE_SECONDS),
-        }
-    }
-}
-
-/// Where a handler may send HTTP requests, and how.
-#[derive(Debug, Clone)]
-pub struct HttpPolicy {
-    /// Base URLs a request's URL must start with (scheme, host, port and a
-    /// path prefix ending at a segment boundary). Empty: nothing is allowed.
-    pub allow: Vec<String>,
-    pub timeout: Duration,
-    /// Prepended to every `Idempotency-Key` as `<prefix>:`, so that two
-    /// handlers calling one provider for the same event do not collide.
-    pub key_prefix: Option<String>,
-    /// Entries of `allow` that may reach private addresses (loopback,
-    /// RFC 1918, link-local, …); every other entry reaches public ones only.
-    pub allow_private: Vec<String>,
-    /// Headers the host adds to requests under a base URL; the guest never
-    /// sees their values and cannot set those headers.
-    pub credentials: Vec<Credential>,
-    /// Re-sending transient failures (`capabilities::http::retry`).
-    pub retry: crate::capabilities::http::RetryPolicy,
-}
-
-impl Default for HttpPolicy {
-    fn default() -> Self {
-        Self {
-            allow: Vec::new(),
-            timeout: Duration::from_secs(10),
-            key_prefix: None,
-            allow_private: Vec::new(),
-            credentials: Vec::new(),
-            retry: Default::default(),
-        }
-    }
-}
-
-/// A header the host injects into requests under `base`.
-#[derive(Clone)]
-pub struct Credential {
-    pub base: String,
-    pub header: String,
-    /// The secret (read from the environment); never printed.
-    pub value: String,
-}
-
-impl std::fmt::Debug for Credential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credential").field("base", &self.base).field("header", &self.header).finish_non_exhaustive()
-    }
-}
+use crate::capabilities::http::HttpPolicy;
+use crate::wit::{HandlerPre, types};
 
 /// Why a component could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +36,9 @@ pub struct Handler {
     runtime: Runtime,
     body: Body,
     settings: Arc<HandlerSettings>,
+    /// The parts of the settings every invocation's capabilities share.
+    config: Arc<BTreeMap<String, String>>,
+    http: Arc<HttpPolicy>,
     /// SHA-256 of the component's bytes (hex): which module processed an
     /// event; `native:<name>` for a native handler.
     sha256: Arc<str>,
@@ -179,25 +94,27 @@ impl Handler {
             |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
-        Ok(Self {
-            runtime: runtime.clone(),
-            body: Body::Component(pre),
-            settings: Arc::new(settings),
-            sha256: sha256.into(),
-            version: None,
-        })
+        Ok(Self::new(runtime, Body::Component(pre), settings, sha256.into()))
     }
 
     /// A handler whose `handle` is `native`, registered as `name`.
     pub fn native(runtime: &Runtime, name: &str, native: Arc<dyn NativeHandler>, settings: HandlerSettings) -> Self {
-        let sha256 = format!("native:{name}");
-        Self {
-            runtime: runtime.clone(),
-            body: Body::Native(native),
-            settings: Arc::new(settings),
-            sha256: sha256.into(),
-            version: None,
-        }
+        Self::new(runtime, Body::Native(native), settings, format!("native:{name}").into())
+    }
+
+    fn new(runtime: &Runtime, body: Body, settings: HandlerSettings, sha256: Arc<str>) -> Self {
+        let (config, http) = (Arc::new(settings.config.clone()), Arc::new(settings.http.clone()));
+        Self { runtime: runtime.clone(), body, settings: Arc::new(settings), config, http, sha256, version: None }
+    }
+
+    /// The `config` capability's key/values.
+    pub(crate) fn config_values(&self) -> Arc<BTreeMap<String, String>> {
+        self.config.clone()
+    }
+
+    /// The `http` capability's policy.
+    pub(crate) fn http_policy(&self) -> Arc<HttpPolicy> {
+        self.http.clone()
     }
 
     pub fn settings(&self) -> &HandlerSettings {
@@ -298,11 +215,9 @@ impl Handler {
         store
     }
 
-    pub(crate) fn new_state(&self) -> StateSeed {
-        StateSeed {
-            settings: self.settings.clone(),
-            limits: super::limits::GuestLimits::new(self.settings.max_memory_bytes),
-        }
+    /// The limits of a new store for one of its events.
+    pub(crate) fn limits(&self) -> super::limits::GuestLimits {
+        super::limits::GuestLimits::new(self.settings.max_memory_bytes)
     }
 }
 
@@ -313,10 +228,4 @@ pub(crate) enum Invocation {
     Failed { retryable: bool, message: String },
     Trapped(wasmtime::Error),
     TimedOut(Duration),
-}
-
-/// The per-handler parts of a new store's state.
-pub(crate) struct StateSeed {
-    pub settings: Arc<HandlerSettings>,
-    pub limits: super::limits::GuestLimits,
 }

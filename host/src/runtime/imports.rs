@@ -12,7 +12,7 @@
 /// matches `0.2.*` for WASI (wasmtime links 0.2.0 … 0.2.x), exactly
 /// `0.1.0` for idem's world.
 const ALLOWED: &[(&str, &[&str], &str)] = &[
-    ("idem:handler", &["types", "db", "http", "config", "log"], "0.1.0"),
+    ("idem:handler", crate::capabilities::INTERFACES, "0.1.0"),
     ("wasi:io", &["error", "poll", "streams"], "0.2."),
     ("wasi:clocks", &["monotonic-clock", "wall-clock"], "0.2."),
     ("wasi:random", &["random", "insecure", "insecure-seed"], "0.2."),

@@ -2,7 +2,8 @@
 //! process, one [`Handler`] per configured handler (its component compiled
 //! and pre-instantiated once), and a fresh `Store` per event.
 
-pub mod bindings;
+/// The generated bindings, where native handlers have always found them.
+pub use crate::wit as bindings;
 mod cache;
 pub mod compiler;
 mod handler;
@@ -10,6 +11,7 @@ pub mod imports;
 mod limits;
 pub mod native;
 mod pool;
+mod settings;
 mod state;
 
 use std::sync::{Arc, Weak};
@@ -17,15 +19,17 @@ use std::thread;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
+pub use crate::capabilities::http::{Credential, HttpPolicy};
 pub use cache::ArtifactCache;
 pub(crate) use handler::Invocation;
-pub use handler::{Credential, Handler, HandlerSettings, HttpPolicy, LoadError};
+pub use handler::{Handler, LoadError};
 pub use native::{NativeContext, NativeHandler, NativeHandlers, NativeResult};
 pub use pool::PoolSize;
-pub(crate) use state::{HostState, LOGGED_OUTPUT, MAX_LOG_LINES};
+pub use settings::HandlerSettings;
+pub(crate) use state::HostState;
 
 /// The largest component file idem reads from disk: `max_module_mib`'s
 /// own ceiling (256 MiB); a handler's upload limit is checked on top.
@@ -79,8 +83,7 @@ impl Runtime {
         // it never uses them; they get an empty context (no files, no env, no
         // sockets), and stderr is captured to explain traps.
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow::Error::from)?;
-        bindings::Handler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(anyhow::Error::from)?;
+        crate::capabilities::add_to_linker(&mut linker).map_err(anyhow::Error::from)?;
 
         let inner = Arc::new(Inner { engine, linker, cache });
         spawn_epoch_ticker(Arc::downgrade(&inner)).context("failed to start the epoch thread")?;

@@ -4,7 +4,7 @@
 //! A native handler is trusted code (it runs in the host's process, with
 //! no memory or CPU sandbox and no fresh instance per event), so the `idem`
 //! binary has none: a program that embeds the host registers its own with
-//! [`NativeHandlers`] and [`crate::cli::main_with`], and a handler's config
+//! [`NativeHandlers`] and [`crate::app::cli::main_with`], and a handler's config
 //! names one with `native = "<name>"` instead of `component`. Everything
 //! else is the same as for a component: the executor claims, batches and
 //! commits; its statements go through the handler's own role, the same
@@ -19,8 +19,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::bindings::{config, db, http, types};
 use super::state::HostState;
+use crate::wit::{config, db, http, types};
 
 /// What a native handler's `handle` returns: the outer error is a host
 /// fault (as for a component, it fails the event the way a trap does); the
@@ -49,7 +49,7 @@ impl NativeContext<'_> {
         statement: &str,
         params: Vec<db::Value>,
     ) -> wasmtime::Result<Result<u64, db::DbError>> {
-        db::Host::execute(self.state, statement.to_owned(), params).await
+        db::Host::execute(&mut self.state.caps.db(), statement.to_owned(), params).await
     }
 
     /// As the `db.query` import.
@@ -58,17 +58,17 @@ impl NativeContext<'_> {
         statement: &str,
         params: Vec<db::Value>,
     ) -> wasmtime::Result<Result<db::Rows, db::DbError>> {
-        db::Host::query(self.state, statement.to_owned(), params).await
+        db::Host::query(&mut self.state.caps.db(), statement.to_owned(), params).await
     }
 
     /// As the `http.send` import (the host adds the `Idempotency-Key`).
     pub async fn send(&mut self, request: http::Request) -> wasmtime::Result<Result<http::Response, http::HttpError>> {
-        http::Host::send(self.state, request).await
+        http::Host::send(&mut self.state.caps.http, request).await
     }
 
     /// As the `config.get` import.
     pub async fn config(&mut self, key: &str) -> wasmtime::Result<Option<String>> {
-        config::Host::get(self.state, key.to_owned()).await
+        config::Host::get(&mut self.state.caps.config, key.to_owned()).await
     }
 }
 

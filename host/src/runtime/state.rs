@@ -1,44 +1,31 @@
 //! What a store holds while one event runs: the WASI context the guest's std
-//! needs, and the capabilities bound to this event.
-
-use std::sync::Arc;
+//! needs, its limits, and the capabilities bound to this event (which the
+//! linker reaches through [`HasCapabilities`]).
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::handler::{HandlerSettings, StateSeed};
-use crate::capabilities::db::DbCapability;
-use crate::capabilities::http::HttpCapability;
+use super::limits::GuestLimits;
+use crate::capabilities::log::LOGGED_OUTPUT;
+use crate::capabilities::{Capabilities, HasCapabilities};
 
 /// Bytes of guest stdout and of stderr kept per invocation (a panic
 /// message lands in stderr and explains the trap). A guest that writes more
 /// traps on the write.
 const OUTPUT_CAPACITY: usize = 64 << 10;
 
-/// Lines the `log` import writes per invocation; later ones are dropped
-/// (one line says so). Each line is cut at [`LOGGED_OUTPUT`] bytes.
-pub(crate) const MAX_LOG_LINES: u32 = 100;
-
-/// Bytes of each stream that reach the host's log per invocation.
-pub(crate) const LOGGED_OUTPUT: usize = 4 << 10;
-
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
-    pub(crate) limits: super::limits::GuestLimits,
-    /// Log lines this invocation may still write.
-    pub(crate) log_lines_left: u32,
-    pub(crate) settings: Arc<HandlerSettings>,
-    pub(crate) event_id: String,
-    pub(crate) db: DbCapability,
-    pub(crate) http: HttpCapability,
+    pub(crate) limits: GuestLimits,
+    pub(crate) caps: Capabilities,
 }
 
 impl HostState {
-    pub(crate) fn new(seed: StateSeed, event_id: String, db: DbCapability, http: HttpCapability) -> Self {
+    pub(crate) fn new(limits: GuestLimits, caps: Capabilities) -> Self {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
         // WASI with nothing behind it: no preopened directory, an empty
@@ -52,18 +39,7 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        Self {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            stdout,
-            stderr,
-            limits: seed.limits,
-            log_lines_left: MAX_LOG_LINES,
-            settings: seed.settings,
-            event_id,
-            db,
-            http,
-        }
+        Self { wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits, caps }
     }
 
     /// The tail of what the guest wrote to stderr, for error messages.
@@ -88,7 +64,7 @@ impl HostState {
             let cut = if bytes.len() > LOGGED_OUTPUT { " (truncated)" } else { "" };
             let shown = crate::text::shown(text.trim_end(), LOGGED_OUTPUT);
             tracing::info!(
-                target: "guest", handler = %self.settings.name, event_id = %self.event_id, stream,
+                target: "guest", handler = %self.caps.log.handler(), event_id = %self.caps.log.event_id(), stream,
                 "{shown}{cut}"
             );
         }
@@ -101,5 +77,8 @@ impl WasiView for HostState {
     }
 }
 
-/// The `types` interface only defines types; its `Host` trait is empty.
-impl super::bindings::types::Host for HostState {}
+impl HasCapabilities for HostState {
+    fn capabilities(&mut self) -> &mut Capabilities {
+        &mut self.caps
+    }
+}

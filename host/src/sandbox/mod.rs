@@ -38,7 +38,7 @@ impl Place {
     /// Resolves `h`'s place in `database`; reads the password variable.
     pub fn of(h: &crate::config::HandlerConfig, database: &str) -> anyhow::Result<Self> {
         let password = match &h.database.password_env {
-            Some(var) => Some(std::env::var(var).map_err(|_| {
+            Some(var) => Some(crate::env::get(var).ok_or_else(|| {
                 anyhow::anyhow!("handler `{}`: database.password_env names {var}, which is not set", h.name)
             })?),
             None => None,

@@ -19,9 +19,35 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use crate::modules::Slot;
-use crate::pipeline::HandlerTap;
 use crate::stats::Stats;
 pub use listener::{ListenerStats, Refused};
+
+/// What a scrape reads of a handler's consumer; the pipeline implements it,
+/// so telemetry knows nothing of the pipeline's types.
+pub(crate) trait ConsumerView: Send + Sync {
+    /// Whether the consumer is in its group (it has had an assignment).
+    fn joined(&self) -> bool;
+    /// Every partition ever assigned to the consumer, the revoked ones with
+    /// `assigned: false`.
+    fn partitions(&self) -> Vec<PartitionView>;
+}
+
+/// One partition as a scrape sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct PartitionView {
+    pub topic: String,
+    pub partition: i32,
+    pub assigned: bool,
+    /// The position idem commits (the next offset to process): every
+    /// record before it is resolved.
+    pub position: Option<i64>,
+    /// The partition's end as librdkafka's statistics last said: the last
+    /// stable offset under read_committed (librdkafka's default), else the
+    /// high watermark (-1: unknown).
+    pub high_watermark: i64,
+    pub paused: bool,
+    pub queued: usize,
+}
 
 /// Everything a scrape reads, shared by the pipelines and the admin API.
 #[derive(Debug)]
@@ -45,7 +71,7 @@ pub struct HandlerTelemetry {
     pub stats: Arc<Stats>,
     pub slot: Arc<Slot>,
     /// Its consumer's partitions and group state.
-    pub(crate) tap: HandlerTap,
+    pub(crate) tap: Arc<dyn ConsumerView>,
 }
 
 impl std::fmt::Debug for HandlerTelemetry {

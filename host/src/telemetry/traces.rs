@@ -25,9 +25,9 @@ pub const TARGET: &str = "idem::trace";
 
 /// Whether the environment asks for traces.
 pub fn wanted() -> bool {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
-    let off = std::env::var("OTEL_SDK_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
-        || std::env::var("OTEL_TRACES_EXPORTER").is_ok_and(|v| v.eq_ignore_ascii_case("none"));
+    let set = |name: &str| crate::env::non_blank(name).is_some();
+    let off = crate::env::get(crate::env::OTEL_SDK_DISABLED).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        || crate::env::get(crate::env::OTEL_TRACES_EXPORTER).is_some_and(|v| v.eq_ignore_ascii_case("none"));
     !off && (set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") || set("OTEL_EXPORTER_OTLP_ENDPOINT"))
 }
 
@@ -47,7 +47,7 @@ where
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpJson)
         .build()?;
-    let service = std::env::var("OTEL_SERVICE_NAME").unwrap_or_else(|_| "idem".to_owned());
+    let service = crate::env::get(crate::env::OTEL_SERVICE_NAME).unwrap_or_else(|| "idem".to_owned());
     let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
     let provider = Provider::builder().with_batch_exporter(exporter).with_resource(resource).build();
     let tracer = provider.tracer("idem");

@@ -29,14 +29,16 @@ use tracing::Instrument as _;
 use crate::telemetry::traces::TARGET as TRACE;
 use sqlx::{Executor as _, PgConnection};
 
-use super::{Allowance, HostFault};
-use crate::executor::EventTx;
-use crate::runtime::HostState;
-use crate::runtime::bindings::db::{self, DbError, Rows, SqlError, Value};
+use super::allowance::Allowance;
+use super::fault::HostFault;
+use crate::transaction::EventTx;
+use crate::wit::db::{self, DbError, Rows, SqlError, Value};
 
-/// The event's transaction, lent to the guest for one invocation.
+/// One invocation's database state; the statements run in the event's
+/// transaction, which [`DbView`] pairs with it.
 pub(crate) struct DbCapability {
-    tx: EventTx,
+    /// The handler, whose long statements share one lane of the checker.
+    handler: String,
     /// `idem_statement` exists: set by the previous guest statement.
     savepoint: bool,
     /// Statements this invocation may still run.
@@ -51,9 +53,9 @@ pub(crate) struct DbCapability {
 }
 
 impl DbCapability {
-    pub(crate) fn new(tx: EventTx, max_statements: u32, batched: bool) -> Self {
+    pub(crate) fn new(handler: String, max_statements: u32, batched: bool) -> Self {
         Self {
-            tx,
+            handler,
             savepoint: false,
             statements: Allowance::new(max_statements, "max_db_statements"),
             batched,
@@ -72,15 +74,31 @@ impl DbCapability {
         self.infrastructure.as_deref()
     }
 
-    /// Takes the transaction back after the invocation.
-    pub(crate) fn into_transaction(self) -> EventTx {
-        self.tx
+    /// Spends one statement of the invocation's allowance.
+    fn spend(&mut self) -> Result<(), DbError> {
+        self.statements.spend("statements").map_err(DbError::Refused)
     }
+}
 
+/// What the `db` interface is served on: the invocation's state and the
+/// event's transaction.
+pub(crate) struct DbView<'a> {
+    pub(crate) ctx: &'a mut DbCapability,
+    pub(crate) tx: &'a mut EventTx,
+}
+
+/// The `db` interface's view, for linking (`HasData`).
+pub(crate) struct Db;
+
+impl wasmtime::component::HasData for Db {
+    type Data<'a> = DbView<'a>;
+}
+
+impl DbView<'_> {
     /// Undoes the last statement (its savepoint stays, released by the next
     /// statement or by COMMIT).
     async fn undo_last(&mut self, why: &DbError) -> wasmtime::Result<()> {
-        if self.batched {
+        if self.ctx.batched {
             return Err(wasmtime::Error::new(HostFault::InBatch(format!("{why:?}"))));
         }
         let conn: &mut PgConnection = self.tx.conn();
@@ -88,11 +106,6 @@ impl DbCapability {
             .await
             .map_err(|e| wasmtime::Error::new(HostFault::Database(e)))?;
         Ok(())
-    }
-
-    /// Spends one statement of the invocation's allowance.
-    fn spend(&mut self) -> Result<(), DbError> {
-        self.statements.spend("statements").map_err(DbError::Refused)
     }
 
     /// Runs `run` under a savepoint: on a database error the statement alone
@@ -109,7 +122,7 @@ impl DbCapability {
         run: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> wasmtime::Result<Result<T, DbError>> {
         let fault = |e| wasmtime::Error::new(HostFault::Database(e));
-        if self.batched {
+        if self.ctx.batched {
             return match run(self.tx.conn()).await {
                 Ok(value) => Ok(Ok(value)),
                 Err(e @ (sqlx::Error::Database(_) | sqlx::Error::ColumnDecode { .. })) => {
@@ -119,19 +132,19 @@ impl DbCapability {
             };
         }
         let conn: &mut PgConnection = self.tx.conn();
-        let set = if self.savepoint {
+        let set = if self.ctx.savepoint {
             "RELEASE SAVEPOINT idem_statement; SAVEPOINT idem_statement"
         } else {
             "SAVEPOINT idem_statement"
         };
         conn.execute(set).await.map_err(fault)?;
-        self.savepoint = true;
+        self.ctx.savepoint = true;
         let error = match run(&mut *conn).await {
             Ok(value) => return Ok(Ok(value)),
             Err(sqlx::Error::Database(e)) => {
                 let code = e.code().unwrap_or_default();
-                if crate::error::unavailable_sqlstate(&code) && self.infrastructure.is_none() {
-                    self.infrastructure = Some(format!("{} (SQLSTATE {code})", e.message()));
+                if crate::error::unavailable_sqlstate(&code) && self.ctx.infrastructure.is_none() {
+                    self.ctx.infrastructure = Some(format!("{} (SQLSTATE {code})", e.message()));
                 }
                 classify(e.as_ref())
             }
@@ -163,7 +176,7 @@ async fn prepare(handler: &str, statement: &str, params: Vec<Value>) -> Result<v
     if statement.len() > MAX_STATEMENT_BYTES {
         return Err(DbError::Refused(format!("a statement of more than {MAX_STATEMENT_BYTES} bytes")));
     }
-    guard::check_for(handler, statement).await.map_err(DbError::Refused)?;
+    guard::checker::check_for(handler, statement).await.map_err(DbError::Refused)?;
     values::bind(statement, params).map_err(DbError::InvalidValue)
 }
 
@@ -179,32 +192,32 @@ fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
     }
 }
 
-impl db::Host for HostState {
+impl db::Host for DbView<'_> {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<u64, DbError>> {
-        if let Err(e) = self.db.spend() {
+        if let Err(e) = self.ctx.spend() {
             return Ok(Err(e));
         }
-        let bound = match prepare(&self.settings.name, &statement, params).await {
+        let bound = match prepare(&self.ctx.handler, &statement, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
-        self.db.in_savepoint(async |c| bound.execute(c).await).instrument(span).await
+        self.in_savepoint(async |c| bound.execute(c).await).instrument(span).await
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
-        if let Err(e) = self.db.spend() {
+        if let Err(e) = self.ctx.spend() {
             return Ok(Err(e));
         }
-        let bound = match prepare(&self.settings.name, &statement, params).await {
+        let bound = match prepare(&self.ctx.handler, &statement, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
         let fetched =
-            self.db.in_savepoint(async |c| bound.fetch_capped(c, MAX_RESULT_BYTES).await).instrument(span).await?;
+            self.in_savepoint(async |c| bound.fetch_capped(c, MAX_RESULT_BYTES).await).instrument(span).await?;
         // A result the guest does not get must not leave the statement's
         // effect behind either: a guest that retries differently would
         // apply it twice.
@@ -216,7 +229,7 @@ impl db::Host for HostState {
                 Err(e) => DbError::InvalidValue(e),
             },
         };
-        self.db.undo_last(&refusal).await?;
+        self.undo_last(&refusal).await?;
         Ok(Err(refusal))
     }
 }

@@ -15,7 +15,7 @@ use sqlx::types::chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
 use sqlx::types::{BigDecimal, Uuid};
 use sqlx::{Arguments as _, Column as _, Postgres, Row as _, TypeInfo as _, ValueRef as _};
 
-use crate::runtime::bindings::db::{Rows, Value};
+use crate::wit::db::{Rows, Value};
 
 /// The longest numeric parameter accepted, in characters.
 const MAX_NUMERIC_CHARS: usize = 1_000;

@@ -23,13 +23,14 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use tracing::Instrument as _;
 
+mod policy;
 mod retry;
 mod target;
 
-use super::Allowance;
-use crate::runtime::bindings::http::{self, HttpError, Request, Response};
-use crate::runtime::{HostState, HttpPolicy};
+use super::allowance::Allowance;
 use crate::telemetry::traces::TARGET as TRACE;
+use crate::wit::http::{self, HttpError, Request, Response};
+pub use policy::{Credential, HttpPolicy};
 pub use retry::RetryPolicy;
 use retry::Transient;
 
@@ -103,9 +104,9 @@ fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
     h.finish()
 }
 
-impl HostState {
+impl HttpCapability {
     async fn send_checked(&mut self, request: Request) -> Result<Response, HttpError> {
-        self.http.requests.spend("requests").map_err(HttpError::Denied)?;
+        self.requests.spend("requests").map_err(HttpError::Denied)?;
         let method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("method `{}`", request.method)))?;
         // TRACE (and CONNECT, and anything unknown) could echo or tunnel the
@@ -121,21 +122,20 @@ impl HostState {
         if !matches!(url.scheme(), "http" | "https") || !url.username().is_empty() || url.password().is_some() {
             return Err(HttpError::InvalidRequest(format!("URL `{url}`: only http(s) URLs without credentials")));
         }
-        let Some(entry) = target::matching_entry(&self.http.policy.allow, &url) else {
+        let Some(entry) = target::matching_entry(&self.policy.allow, &url) else {
             return Err(HttpError::Denied(format!(
                 "`{url}` is not under this handler's allowlist ({})",
-                if self.http.policy.allow.is_empty() { "empty".to_owned() } else { self.http.policy.allow.join(", ") }
+                if self.policy.allow.is_empty() { "empty".to_owned() } else { self.policy.allow.join(", ") }
             )));
         };
-        target::check_literal(&self.http.policy, entry, &url).map_err(HttpError::Denied)?;
-        let injected: Vec<&crate::runtime::Credential> = self
-            .http
+        target::check_literal(&self.policy, entry, &url).map_err(HttpError::Denied)?;
+        let injected: Vec<&Credential> = self
             .policy
             .credentials
             .iter()
             .filter(|c| target::matching_entry(std::slice::from_ref(&c.base), &url).is_some())
             .collect();
-        let mut builder = self.http.client.request(method.clone(), url.clone());
+        let mut builder = self.client.request(method.clone(), url.clone());
         for (name, value) in &request.headers {
             let reserved = RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
                 || injected.iter().any(|c| c.header.eq_ignore_ascii_case(name));
@@ -150,15 +150,15 @@ impl HostState {
         }
         let unsafe_method = matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
         if unsafe_method {
-            let key = self.http.key(request.label.as_deref())?;
+            let key = self.key(request.label.as_deref())?;
             let print = fingerprint(&method, &url, request.body.as_deref());
-            if self.http.used.get(&key).is_some_and(|&seen| seen != print) {
+            if self.used.get(&key).is_some_and(|&seen| seen != print) {
                 return Err(HttpError::InvalidRequest(format!(
                     "Idempotency-Key `{key}` was already used in this invocation for a different request; \
                      give each unsafe operation its own label"
                 )));
             }
-            self.http.used.insert(key.clone(), print);
+            self.used.insert(key.clone(), print);
             builder = builder.header("Idempotency-Key", key);
         } else if request.label.is_some() {
             return Err(HttpError::InvalidRequest(format!("a label only names unsafe requests, not {method}")));
@@ -191,8 +191,8 @@ impl HostState {
             let Some(mut this) = builder.try_clone() else {
                 return Err(HttpError::InvalidRequest("the request body cannot be re-sent".into()));
             };
-            let left = self.http.deadline.saturating_duration_since(tokio::time::Instant::now());
-            this = this.timeout(self.http.policy.timeout.min(left.max(retry::MIN_ATTEMPT)));
+            let left = self.deadline.saturating_duration_since(tokio::time::Instant::now());
+            this = this.timeout(self.policy.timeout.min(left.max(retry::MIN_ATTEMPT)));
             // The provider's trace joins this one: each send carries its own
             // `idem.http` span's context (nothing when tracing is off).
             let span = tracing::trace_span!(
@@ -203,18 +203,18 @@ impl HostState {
                 this = this.header(name, value);
             }
             let (status, answer) = send_once(this).instrument(span).await;
-            self.http.sent.push((host.clone(), status));
+            self.sent.push((host.clone(), status));
             let why = match &answer {
                 Ok((response, retry_after)) => retry::transient_status(response.status, retry_after.as_deref()),
                 Err((_, why)) => *why,
             };
             let Some((why, wait)) =
-                why.and_then(|why| Some((why, self.http.policy.retry.wait(attempt, why, self.http.deadline)?)))
+                why.and_then(|why| Some((why, self.policy.retry.wait(attempt, why, self.deadline)?)))
             else {
                 return answer.map(|(response, _)| response).map_err(|(error, _)| error);
             };
             tracing::debug!(host = %host, attempt, reason = why.label(), ?wait, "a transient failure: the request is sent again");
-            self.http.resent.push((host.clone(), why.label()));
+            self.resent.push((host.clone(), why.label()));
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
@@ -276,7 +276,7 @@ fn transport_error(e: reqwest::Error) -> (HttpError, Option<Transient>) {
     }
 }
 
-impl http::Host for HostState {
+impl http::Host for HttpCapability {
     async fn send(&mut self, request: Request) -> wasmtime::Result<Result<Response, HttpError>> {
         Ok(self.send_checked(request).await)
     }

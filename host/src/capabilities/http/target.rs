@@ -16,7 +16,7 @@ use std::sync::Arc;
 use reqwest::Url;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-use crate::runtime::HttpPolicy;
+use super::policy::HttpPolicy;
 
 /// The allowlist entry `url` lies under, if any: same scheme, host and
 /// port, path under the entry's path at a segment boundary. A path with an

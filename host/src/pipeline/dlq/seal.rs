@@ -115,7 +115,7 @@ impl Keys {
 
 /// A key from the environment: (what to call it in errors, its text).
 fn read_env(var: &str) -> Option<(String, String)> {
-    std::env::var(var).ok().filter(|v| !v.trim().is_empty()).map(|v| (format!("${var}"), v))
+    crate::env::non_blank(var).map(|v| (format!("${var}"), v))
 }
 
 fn read_file(file: &std::path::Path) -> anyhow::Result<(String, String)> {

@@ -12,7 +12,7 @@ use crate::config::{Config, HandlerConfig};
 /// The DLQ topic's partition count; the topic is created when missing.
 pub(super) async fn ensure(config: &Config, handler: &HandlerConfig, topic: &str) -> anyhow::Result<i32> {
     let at = format!("handler `{}`", handler.name);
-    let probe = super::super::probe_client(config, Some(handler))?;
+    let probe = crate::kafka_client::probe(config, Some(handler))?;
     let partitions = |name: &str| -> anyhow::Result<Option<i32>> {
         let metadata = probe
             .fetch_metadata(Some(name), Duration::from_secs(10))

@@ -24,12 +24,12 @@ use anyhow::{Context as _, bail};
 use rdkafka::message::{Headers as _, Message as _, OwnedMessage};
 use serde::Serialize;
 
+use super::PreparedHandler;
 use super::dlq::seal::{Authenticity, Keys};
 use super::dlq::{DeadLetters, Failure, headers};
 use crate::config::Config;
 use crate::error::ErrorClass;
 use crate::executor::Outcome;
-use crate::startup::PreparedHandler;
 use crate::validate::Record;
 pub use read::{Listing, authenticity, header, list, read};
 

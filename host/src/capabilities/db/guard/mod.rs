@@ -49,10 +49,8 @@
 //! login roles, with no rights on the host's schemas, are the isolation
 //! boundary.
 
-mod checker;
+pub(crate) mod checker;
 mod functions;
-
-pub(crate) use checker::check_for;
 
 use pg_query::NodeEnum;
 use serde_json::{Map, Value};

@@ -27,15 +27,7 @@ pub struct Prepared {
     pub warnings: Vec<String>,
 }
 
-/// One handler, checked and ready.
-pub struct PreparedHandler {
-    pub config: HandlerConfig,
-    /// Its executor, swapped when another module version is activated.
-    pub slot: std::sync::Arc<Slot>,
-    pub validator: Validator,
-    /// Its dead-letter topic's producer (`on_failure = "dlq"`).
-    pub(crate) dead_letters: Option<crate::pipeline::DeadLetters>,
-}
+pub use crate::pipeline::PreparedHandler;
 
 impl std::fmt::Debug for Prepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,7 +106,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     }
 
     check_broker(&config)?;
-    // `idem run` logs these from a task of its own (see `pipeline::run`):
+    // `idem run` logs these from a task of its own (see `app::run`):
     // a broker without DescribeConfigs makes them wait for a timeout.
     let mut warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
     if seed == Seed::No {
@@ -132,7 +124,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         let handler_pool = crate::sandbox::pool::connect(&config.database.url, &place, max_connections).await?;
         let pins =
             Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
-        let http = crate::capabilities::http::client(&h.settings().http)
+        let http = crate::capabilities::http::client(&crate::runtime::HandlerSettings::of(&h).http)
             .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
         let at = || format!("handler `{}`", h.name);
         let stored = crate::modules::store::active(&pool, &h.name).await.with_context(at)?;
@@ -140,7 +132,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
             (_, Some(_)) | (None, None) => load(&runtime, &h, natives).with_context(at)?,
             (Some(active), None) => {
                 let what = format!("{} version {} (module store)", h.name, active.version);
-                Handler::from_bytes(&runtime, &what, &active.bytes, h.settings())
+                Handler::from_bytes(&runtime, &what, &active.bytes, crate::runtime::HandlerSettings::of(&h))
                     .with_context(at)?
                     .with_version(active.version)
             }
@@ -224,7 +216,7 @@ fn note_file_differs(name: &str, path: &Path, active: &crate::modules::store::Ac
 /// native handler registered here.
 fn load(runtime: &Runtime, h: &HandlerConfig, natives: &NativeHandlers) -> anyhow::Result<Handler> {
     if let Some(path) = &h.component {
-        return Ok(Handler::load(runtime, path, h.settings())?);
+        return Ok(Handler::load(runtime, path, crate::runtime::HandlerSettings::of(h))?);
     }
     if h.module.is_some() {
         bail!(
@@ -239,7 +231,7 @@ fn load(runtime: &Runtime, h: &HandlerConfig, natives: &NativeHandlers) -> anyho
         let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
         bail!("no native handler `{name}` is registered in this program (registered: {known})");
     };
-    Ok(Handler::native(runtime, name, native, h.settings()))
+    Ok(Handler::native(runtime, name, native, crate::runtime::HandlerSettings::of(h)))
 }
 
 /// Fails unless the brokers answer a metadata request, with the `[kafka]`
@@ -266,7 +258,7 @@ fn check_broker(config: &Config) -> anyhow::Result<()> {
 }
 
 fn fetch_metadata(config: &Config, handler: &HandlerConfig) -> anyhow::Result<rdkafka::metadata::Metadata> {
-    let probe = crate::pipeline::probe_client(config, Some(handler))?;
+    let probe = crate::kafka_client::probe(config, Some(handler))?;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let started = std::time::Instant::now();
@@ -320,7 +312,7 @@ fn identity_in_use(config: &Config) -> anyhow::Result<Vec<String>> {
     let mut warnings = Vec::new();
     for handler in &config.handlers {
         let Some(instance) = identity.instance_id(&handler.name) else { continue };
-        let Ok(probe) = crate::pipeline::probe_client(config, Some(handler)) else { continue };
+        let Ok(probe) = crate::kafka_client::probe(config, Some(handler)) else { continue };
         let Ok(list) = probe.fetch_group_list(Some(&handler.group_id), Duration::from_secs(5)) else { continue };
         let prefix = format!("{instance}-");
         for member in list.groups().iter().flat_map(|g| g.members()).filter(|m| m.id().starts_with(&prefix)) {

@@ -250,7 +250,7 @@ fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
         Err(_) => filter,
     };
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let logs = if std::env::var("IDEM_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json")) {
+    let logs = if crate::env::get(crate::env::LOG_FORMAT).is_some_and(|f| f.eq_ignore_ascii_case("json")) {
         fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).boxed()
     } else {
         fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed()
@@ -267,18 +267,18 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => {
             crate::fd_limit::raise();
-            let prepared = crate::startup::prepare_with(&config, natives).await?;
-            let options = crate::pipeline::RunOptions { exit_when_drained, ..Default::default() };
+            let prepared = crate::app::startup::prepare_with(&config, natives).await?;
+            let options = crate::app::RunOptions { exit_when_drained, ..Default::default() };
             let bound = prepared.config.shutdown.timeout.0;
             let stopping = shutdown_signal(options.leave.clone(), bound);
-            let reports = crate::pipeline::run(prepared, options, stopping).await?;
+            let reports = crate::app::run(prepared, options, stopping).await?;
             // One JSON line on stdout: what happened to every record.
             println!("{}", serde_json::json!({ "handlers": reports }));
             Ok(())
         }
         Command::Check { config } => {
             let loaded = crate::config::Config::load(&config)?;
-            let prepared = crate::startup::prepare_as(loaded, natives, crate::startup::Seed::No).await?;
+            let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
             for warning in &prepared.warnings {
                 println!("idem: warning: {warning}");
             }
@@ -316,7 +316,7 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
-            let prepared = crate::startup::prepare_with(&target.config, natives).await?;
+            let prepared = crate::app::startup::prepare_with(&target.config, natives).await?;
             let handler = prepared
                 .handlers
                 .iter()
@@ -382,7 +382,7 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         }
         Command::Maintenance { config, json } => {
             let config = crate::config::Config::load(&config)?;
-            let shown = crate::startup::redact(&config.database.url);
+            let shown = crate::app::startup::redact(&config.database.url);
             let pool = sqlx::PgPool::connect(&config.database.url)
                 .await
                 .with_context(|| format!("database unreachable at {shown}"))?;
@@ -407,11 +407,11 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::Migrate { database_url, config } => {
             let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
             let url = database_url
-                .or_else(|| std::env::var("IDEM_DATABASE_URL").ok())
-                .or_else(|| std::env::var("DATABASE_URL").ok())
+                .or_else(|| crate::env::get(crate::env::DATABASE_URL))
+                .or_else(|| crate::env::get(crate::env::FALLBACK_DATABASE_URL))
                 .or_else(|| config.as_ref().map(|c| c.database.url.clone()))
                 .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
-            let shown = crate::startup::redact(&url);
+            let shown = crate::app::startup::redact(&url);
             let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
             let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
             crate::migrate::apply_for(&pool, mode).await?;

@@ -14,9 +14,10 @@
 
 use std::time::Duration;
 
-use super::Shared;
-use super::dlq::{Failure, Refusal};
-use super::partition::{MAX_OUTAGE_BACKOFF, PartitionState};
+use super::decide::MAX_OUTAGE_BACKOFF;
+use crate::pipeline::Shared;
+use crate::pipeline::dlq::{Failure, Refusal};
+use crate::pipeline::partition::PartitionState;
 use crate::stats::Stats;
 use crate::validate::Record;
 

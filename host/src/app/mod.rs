@@ -1,0 +1,182 @@
+//! The composition root of `idem run`, as a binary's `main` is in
+//! mini-redis: [`run`] starts what serves beside the consumers (the admin
+//! API with telemetry, the module watcher, retention) and one pipeline per
+//! handler, supervises them (a shutdown, a fatal error, progress), and stops
+//! them all. The pipeline only consumes; `startup` checks everything before
+//! anything starts, and `cli` is the command line over both.
+
+pub mod cli;
+pub mod startup;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::sync::{mpsc, watch};
+
+use crate::modules::Slot;
+use crate::pipeline::{Pipeline, Stopping, Wiring};
+use crate::stats::{HandlerReport, Stats};
+use crate::telemetry::{HandlerTelemetry, Telemetry};
+use startup::Prepared;
+
+/// How `run` behaves beyond the config file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Stop by itself once every assigned partition is consumed to its end
+    /// and committed (the demo and tests use it).
+    pub exit_when_drained: bool,
+    /// Set before `shutdown` resolves: leave the consumer groups rather
+    /// than keep the static membership for a restart (scale-in; `idem run`
+    /// sets it on SIGUSR1). A drained run always leaves.
+    pub leave: Arc<AtomicBool>,
+}
+
+/// Runs every handler until `shutdown` resolves (or, with
+/// `exit_when_drained`, until all are drained), then finishes in-flight
+/// events, commits and returns each handler's counters. A fatal error stops
+/// every handler and is returned.
+pub async fn run(
+    prepared: Prepared,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Vec<HandlerReport>> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let slots: Vec<Arc<Slot>> = prepared.handlers.iter().map(|h| h.slot.clone()).collect();
+    // Counting starts before anything may swap a slot's executor (the
+    // module watcher), so no version runs uncounted.
+    let counted: Vec<Arc<Stats>> = slots
+        .iter()
+        .map(|slot| {
+            let stats = Arc::new(Stats::default());
+            slot.count_into(stats.clone());
+            stats
+        })
+        .collect();
+    let telemetry = Telemetry::new(prepared.pool.clone());
+    // Bound before anything consumes: a taken port fails start-up.
+    let admin =
+        crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone(), telemetry.clone())
+            .await?;
+    let services = services(&prepared, slots, admin, &stop_rx);
+    let (fatal_tx, fatal_rx) = mpsc::unbounded_channel();
+    // Held until every consumer is closed: an automatic identity's slot.
+    let identity = crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?;
+    // Every consumer is made and subscribed before any polls, so a
+    // failure here leaves nothing running behind.
+    let mut reports = Vec::new();
+    let mut pipelines = Vec::new();
+    for (handler, stats) in prepared.handlers.into_iter().zip(counted) {
+        let config = handler.config.clone();
+        reports.push((config.name.clone(), stats.clone()));
+        // See `identity`: an automatic identity only under the classic protocol.
+        let kip848 = config.group_protocol == crate::config::GroupProtocol::Consumer;
+        let instance = if kip848 && identity.automatic() { None } else { identity.instance_id(&config.name) };
+        let wiring = Wiring {
+            idem_pool: prepared.pool.clone(),
+            stats: stats.clone(),
+            fatal: fatal_tx.clone(),
+            instance,
+            watch_drain: options.exit_when_drained,
+        };
+        let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
+        telemetry.register(HandlerTelemetry {
+            name: config.name.clone(),
+            stats,
+            slot: pipeline.slot(),
+            tap: Arc::new(pipeline.tap()),
+        });
+        pipelines.push(pipeline);
+    }
+    let bound = prepared.config.shutdown.timeout.0;
+    let threads: Vec<_> = pipelines
+        .into_iter()
+        .map(|pipeline| {
+            // A little under the whole: the process exits after the loops.
+            let how =
+                Stopping { timeout: bound.saturating_sub(Duration::from_millis(300)), leave: options.leave.clone() };
+            pipeline.spawn(stop_rx.clone(), how)
+        })
+        .collect();
+    drop(fatal_tx);
+    let (joined, fatal) = supervise(threads, shutdown, fatal_rx, &stop_tx, &reports).await;
+    let _ = stop_tx.send(true);
+    drop(identity);
+    // The services stop on `stop_tx` too; one still busy (a retention pass
+    // mid-statement) is cut off rather than let hold the exit.
+    for mut service in services {
+        if tokio::time::timeout(Duration::from_secs(1), &mut service).await.is_err() {
+            service.abort();
+        }
+    }
+    for result in joined {
+        result.context("a polling thread panicked")?;
+    }
+    if let Some(message) = fatal {
+        anyhow::bail!("stopped on a fatal error: {message}");
+    }
+    Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+/// What serves beside the consumers, each a task that ends on `stop`.
+fn services(
+    prepared: &Prepared,
+    slots: Vec<Arc<Slot>>,
+    admin: Option<crate::admin::Admin>,
+    stop: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut services = Vec::new();
+    if !crate::pipeline::no_module_watch() {
+        services.push(tokio::spawn(crate::modules::watch::run(prepared.pool.clone(), slots, stop.clone())));
+    }
+    if let Some(admin) = admin {
+        services.push(tokio::spawn(admin.serve(stop.clone())));
+    }
+    let config = prepared.config.clone();
+    services.push(tokio::spawn(async move {
+        for warning in crate::retention::topic::warnings(&config).await {
+            tracing::warn!("{warning}");
+        }
+    }));
+    // Start-up ran the first pass (see `startup`).
+    let maintenance = crate::retention::Maintenance::new(prepared.pool.clone(), prepared.config.retention.clone());
+    services.push(tokio::spawn(maintenance.run_after(prepared.config.retention.interval.0, stop.clone())));
+    services
+}
+
+/// Waits for every polling thread to end, stopping them all on `shutdown`
+/// or on the first fatal error (returned), and logging progress meanwhile.
+async fn supervise(
+    threads: Vec<tokio::task::JoinHandle<()>>,
+    shutdown: impl std::future::Future<Output = ()>,
+    mut fatal_rx: mpsc::UnboundedReceiver<String>,
+    stop_tx: &watch::Sender<bool>,
+    reports: &[(String, Arc<Stats>)],
+) -> (Vec<Result<(), tokio::task::JoinError>>, Option<String>) {
+    let all = futures::future::join_all(threads);
+    tokio::pin!(all, shutdown);
+    let mut fatal = None;
+    let mut stopping = false;
+    let mut log_every = tokio::time::interval(Duration::from_secs(30));
+    log_every.tick().await;
+    loop {
+        tokio::select! {
+            joined = &mut all => return (joined, fatal),
+            () = &mut shutdown, if !stopping => {
+                tracing::info!("shutting down: finishing in-flight events");
+                stopping = true;
+                let _ = stop_tx.send(true);
+            }
+            Some(message) = fatal_rx.recv(), if fatal.is_none() => {
+                fatal = Some(message);
+                let _ = stop_tx.send(true);
+            }
+            _ = log_every.tick() => {
+                for (name, stats) in reports {
+                    tracing::info!(report = ?stats.report(name), "progress");
+                }
+            }
+        }
+    }
+}

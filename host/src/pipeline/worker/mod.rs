@@ -1,0 +1,115 @@
+//! The task that works one assigned partition: it takes the partition's
+//! records in offset order and resolves each (processed, a duplicate,
+//! skipped, dead-lettered), in batches once the partition has processed an
+//! event in this assignment (`batch`), one at a time before that and for
+//! whatever a batch cannot settle (`process`). The decision after a failed
+//! execution is `decide`'s; a final failure is `final_failure`'s.
+//!
+//! The worker owns what only it reads: the records it has taken and not
+//! resolved, and what it has learnt of this assignment (whether an event
+//! was processed, which records must run alone, whether a crashed batch
+//! was looked for). What the polling thread shares with it is in
+//! `PartitionState`.
+
+mod batch;
+mod decide;
+mod final_failure;
+mod process;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::Shared;
+use super::partition::PartitionState;
+use crate::error::ExecError;
+use crate::validate::Record;
+
+/// One partition's worker, for one assignment.
+pub(crate) struct Worker {
+    shared: Arc<Shared>,
+    state: Arc<PartitionState>,
+    queue: mpsc::UnboundedReceiver<Record>,
+    /// Records taken from the queue and not yet resolved: a batch being
+    /// formed, or what a batch left.
+    pending: VecDeque<Record>,
+    /// An event of this assignment past `alone_through` was processed:
+    /// executions are no longer counted outside the process (see
+    /// `attempts`), and batches may run.
+    proven: bool,
+    /// Records up to this offset run alone: they were in a batch that a
+    /// crash interrupted (counted too, until past it), or in one that
+    /// failed as a whole (at BEGIN, at the claim, at COMMIT) where no single
+    /// event was to blame.
+    alone_through: i64,
+    /// Whether `idem.batch_in_flight` was read for this assignment.
+    crash_checked: bool,
+}
+
+impl Worker {
+    pub(crate) fn new(shared: Arc<Shared>, state: Arc<PartitionState>, queue: mpsc::UnboundedReceiver<Record>) -> Self {
+        Self { shared, state, queue, pending: VecDeque::new(), proven: false, alone_through: -1, crash_checked: false }
+    }
+
+    /// Drains the partition's queue until it is stopped or the queue closes.
+    pub(crate) async fn work(mut self) {
+        loop {
+            if self.pending.is_empty() {
+                let Some(record) = self.state.next(&mut self.queue).await else { return };
+                self.pending.push_back(record);
+            }
+            let batched = self.shared.config.batch.max_events > 1;
+            if batched && !self.crash_checked {
+                self.check_crash().await;
+            }
+            let alone = self.pending.front().is_some_and(|r| r.offset <= self.alone_through);
+            let batching = batched && self.proven && self.crash_checked && !alone;
+            if batching {
+                self.fill().await;
+            }
+            // Busy before the stopped check: whoever stops the partition
+            // then waits for it to clear, so it never misses this record.
+            // Every wait inside (a permit, a backoff) ends when it is stopped.
+            if !self.state.set_busy() {
+                return;
+            }
+            if batching {
+                self.run_batch().await;
+            } else {
+                self.resolve_alone(None).await;
+            }
+            self.state.set_idle();
+        }
+    }
+
+    /// Takes the first pending record and resolves it alone, through the
+    /// whole failure path; `from_batch` is the failure of the execution it
+    /// already had in a batch.
+    async fn resolve_alone(&mut self, from_batch: Option<ExecError>) {
+        let Some(record) = self.pending.pop_front() else { return };
+        self.state.taken(&record);
+        let unproven = !self.proven;
+        let span = tracing::trace_span!(
+            target: crate::telemetry::traces::TARGET, "idem.event", handler = %self.shared.name,
+            topic = %record.topic, partition = record.partition, offset = record.offset
+        );
+        crate::telemetry::traces::continue_from(&span, &record.headers);
+        let resolved = tracing::Instrument::instrument(self.process(&record, from_batch), span).await;
+        // This process is alive: whatever became of the record (resolved,
+        // or abandoned at a revocation), its execution did not kill it, so
+        // the count outside the process goes. Only a crash leaves it.
+        if unproven {
+            super::attempts::forget(&self.shared.idem_pool, &self.shared.name, &record, resolved).await;
+        }
+        if resolved {
+            self.completed(&record);
+        }
+    }
+
+    /// `record` is resolved: its offset may be committed.
+    fn completed(&self, record: &Record) {
+        self.state.tracker().completed(record.offset);
+        self.shared.stats.resolved(record.timestamp);
+    }
+}

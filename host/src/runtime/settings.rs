@@ -1,0 +1,87 @@
+//! What an operator configures for one handler, as the runtime and the
+//! capabilities need it: built from its `[[handler]]` section.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::capabilities::http::{Credential, HttpPolicy, RetryPolicy};
+use crate::config::HandlerConfig;
+
+/// What an operator configures for one handler, as the runtime needs it.
+#[derive(Debug, Clone)]
+pub struct HandlerSettings {
+    /// The handler's name: its dedup namespace (`idem.processed_event.consumer`).
+    pub name: String,
+    /// Key/values the guest reads through the `config` import.
+    pub config: BTreeMap<String, String>,
+    pub http: HttpPolicy,
+    /// Wall-clock limit of one invocation, host calls included.
+    pub timeout: Duration,
+    /// Linear memory one instance may grow to.
+    pub max_memory_bytes: usize,
+    /// Database statements one invocation may run.
+    pub max_db_statements: u32,
+    /// HTTP requests one invocation may send.
+    pub max_http_requests: u32,
+    /// What becomes of an event older than `dedup_retention` (see `retention`).
+    pub stale_events: crate::config::StalePolicy,
+    /// How long the handler's dedup rows are kept (for messages: the
+    /// database holds the recorded value the claim applies).
+    pub dedup_retention: Duration,
+    /// CPU time compiling its component may take (`max_compile_seconds`).
+    pub max_compile: Duration,
+}
+
+impl HandlerSettings {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            config: BTreeMap::new(),
+            http: HttpPolicy::default(),
+            timeout: Duration::from_secs(30),
+            max_memory_bytes: 256 << 20,
+            max_db_statements: 1_000,
+            max_http_requests: 16,
+            stale_events: crate::config::StalePolicy::Dlq,
+            dedup_retention: Duration::from_secs(7 * 86_400),
+            max_compile: Duration::from_secs(crate::config::DEFAULT_MAX_COMPILE_SECONDS),
+        }
+    }
+
+    /// What `h` configures, as the runtime needs it (credentials read from
+    /// the environment now).
+    pub fn of(h: &HandlerConfig) -> Self {
+        HandlerSettings {
+            name: h.name.clone(),
+            config: h.config.clone(),
+            http: HttpPolicy {
+                allow: h.http.allow.clone(),
+                timeout: Duration::from_millis(h.http.timeout_ms),
+                key_prefix: h.http.key_prefix.clone(),
+                allow_private: h.http.allow_private.clone(),
+                credentials: h
+                    .http
+                    .credentials
+                    .iter()
+                    .map(|c| Credential {
+                        base: c.base.clone(),
+                        header: c.header.clone(),
+                        value: crate::env::get(&c.value_env).unwrap_or_default(),
+                    })
+                    .collect(),
+                retry: RetryPolicy {
+                    max_attempts: h.http.retry.max_attempts,
+                    initial_backoff: Duration::from_millis(h.http.retry.initial_backoff_ms),
+                    max_backoff: Duration::from_millis(h.http.retry.max_backoff_ms),
+                },
+            },
+            timeout: Duration::from_millis(h.timeout_ms),
+            max_memory_bytes: h.max_memory_mib << 20,
+            max_db_statements: h.limits.max_db_statements,
+            max_http_requests: h.limits.max_http_requests,
+            stale_events: h.stale_events,
+            dedup_retention: h.dedup_retention.0,
+            max_compile: Duration::from_secs(h.max_compile_seconds),
+        }
+    }
+}
