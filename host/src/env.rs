@@ -31,6 +31,11 @@ pub fn get(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
+/// The value of `name` as the OS has it (a path need not be UTF-8).
+pub fn get_os(name: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(name)
+}
+
 /// The value of `name` when it is set to something other than blanks.
 pub fn non_blank(name: &str) -> Option<String> {
     get(name).filter(|v| !v.trim().is_empty())

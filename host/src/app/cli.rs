@@ -265,102 +265,12 @@ fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
 
 async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { config, exit_when_drained } => {
-            crate::fd_limit::raise();
-            let prepared = crate::app::startup::prepare_with(&config, natives).await?;
-            let options = crate::app::RunOptions { exit_when_drained, ..Default::default() };
-            let bound = prepared.config.shutdown.timeout.0;
-            let stopping = shutdown_signal(options.leave.clone(), bound);
-            let reports = crate::app::run(prepared, options, stopping).await?;
-            // One JSON line on stdout: what happened to every record.
-            println!("{}", serde_json::json!({ "handlers": reports }));
-            Ok(())
-        }
-        Command::Check { config } => {
-            let loaded = crate::config::Config::load(&config)?;
-            let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
-            for warning in &prepared.warnings {
-                println!("idem: warning: {warning}");
-            }
-            println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
-            Ok(())
-        }
-        Command::Dlq { command: DlqCommand::List { target } } => {
-            let config = crate::config::Config::load(&target.config)?;
-            let handler = config
-                .handlers
-                .iter()
-                .find(|h| h.name == target.handler)
-                .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
-            let listing = crate::pipeline::replay::list(&config, handler, &target.window())?;
-            if target.json {
-                println!("{}", serde_json::to_string(&listing)?);
-            } else {
-                println!("{}: {} record(s)", listing.topic, listing.records);
-                for (reason, n) in &listing.by_reason {
-                    println!("  {n:>6}  {reason}");
-                }
-                if listing.envelopes > 0 {
-                    println!("  {} of them envelopes (the topic refused the record as it was)", listing.envelopes);
-                }
-                if listing.unauthenticated > 0 {
-                    println!(
-                        "  {:>6}  unauthenticated: no valid seal (not written by idem, or before seals); not shown",
-                        listing.unauthenticated
-                    );
-                }
-                if let (Some(oldest), Some(newest)) = (&listing.oldest, &listing.newest) {
-                    println!("  failed between {oldest} and {newest}");
-                }
-            }
-            Ok(())
-        }
+        Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
+        Command::Check { config } => check(&config, natives).await,
+        Command::Dlq { command: DlqCommand::List { target } } => dlq_list(&target),
         Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
-            let prepared = crate::app::startup::prepare_with(&target.config, natives).await?;
-            let handler = prepared
-                .handlers
-                .iter()
-                .find(|h| h.config.name == target.handler)
-                .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
-            let report = crate::pipeline::replay::replay(
-                &prepared.config,
-                handler,
-                &prepared.pool,
-                &target.window(),
-                crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned },
-            )
-            .await?;
-            if target.json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                let verb = if dry_run { "would apply" } else { "applied" };
-                println!(
-                    "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
-                    report.read, report.applied, report.duplicates, report.failed_again
-                );
-                if report.stale > 0 {
-                    println!(
-                        "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
-                         have been processed already (--force runs them)",
-                        report.stale
-                    );
-                }
-                if report.unauthenticated > 0 {
-                    println!(
-                        "idem: {} record(s) left in the DLQ: their seal is missing or does not verify, so idem did \
-                         not write them (or wrote them before seals: --trust-unsigned runs those)",
-                        report.unauthenticated
-                    );
-                }
-                if report.envelopes > 0 {
-                    println!(
-                        "idem: {} envelope(s) left in the DLQ: the topic refused those records as they were; each \
-                         names where the record is on its source topic",
-                        report.envelopes
-                    );
-                }
-            }
-            Ok(())
+            let options = crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned };
+            dlq_replay(&target, options, natives).await
         }
         Command::Deploy { admin, handler, path, note } => {
             let answer = crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref()).await?;
@@ -380,54 +290,164 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::Status { url, token, once } => {
             crate::telemetry::status::run(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
         }
-        Command::Maintenance { config, json } => {
-            let config = crate::config::Config::load(&config)?;
-            let shown = crate::app::startup::redact(&config.database.url);
-            let pool = sqlx::PgPool::connect(&config.database.url)
-                .await
-                .with_context(|| format!("database unreachable at {shown}"))?;
-            crate::migrate::check(&pool).await?;
-            crate::retention::check_mode(&pool, &config.retention).await?;
-            // As a host starting with this config would.
-            crate::retention::record(&pool, &config).await?;
-            let report = crate::retention::Maintenance::new(pool, config.retention.clone()).pass().await?;
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            } else {
-                let lines = report.lines();
-                if lines.is_empty() {
-                    println!("idem: maintenance: nothing to do");
-                }
-                for line in lines {
-                    println!("idem: maintenance: {line}");
-                }
-            }
-            Ok(())
+        Command::Maintenance { config, json } => maintenance(&config, json).await,
+        Command::Migrate { database_url, config } => migrate(database_url, config).await,
+    }
+}
+
+/// `idem run`.
+async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &NativeHandlers) -> anyhow::Result<()> {
+    crate::fd_limit::raise();
+    let prepared = crate::app::startup::prepare_with(config, natives).await?;
+    let options = crate::app::RunOptions { exit_when_drained, ..Default::default() };
+    let bound = prepared.config.shutdown.timeout.0;
+    let stopping = shutdown_signal(options.leave.clone(), bound);
+    let reports = crate::app::run(prepared, options, stopping).await?;
+    // One JSON line on stdout: what happened to every record.
+    println!("{}", serde_json::json!({ "handlers": reports }));
+    Ok(())
+}
+
+/// `idem check`.
+async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Result<()> {
+    let loaded = crate::config::Config::load(config)?;
+    let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
+    for warning in &prepared.warnings {
+        println!("idem: warning: {warning}");
+    }
+    println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
+    Ok(())
+}
+
+/// `idem dlq list`.
+fn dlq_list(target: &DlqTarget) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(&target.config)?;
+    let handler = config
+        .handlers
+        .iter()
+        .find(|h| h.name == target.handler)
+        .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+    let listing = crate::pipeline::replay::list(&config, handler, &target.window())?;
+    if target.json {
+        println!("{}", serde_json::to_string(&listing)?);
+    } else {
+        println!("{}: {} record(s)", listing.topic, listing.records);
+        for (reason, n) in &listing.by_reason {
+            println!("  {n:>6}  {reason}");
         }
-        Command::Migrate { database_url, config } => {
-            let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
-            let url = database_url
-                .or_else(|| crate::env::get(crate::env::DATABASE_URL))
-                .or_else(|| crate::env::get(crate::env::FALLBACK_DATABASE_URL))
-                .or_else(|| config.as_ref().map(|c| c.database.url.clone()))
-                .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
-            let shown = crate::app::startup::redact(&url);
-            let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
-            let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
-            crate::migrate::apply_for(&pool, mode).await?;
-            println!("idem: idem's migrations applied");
-            if let Some(config) = config {
-                for line in crate::migrate::provision(&pool, &config).await? {
-                    println!("idem: {line}");
-                }
-                // Before any maintenance pass: a pass keeps windows for the
-                // retentions recorded, and upgraded rows count as 7 days.
-                crate::retention::record(&pool, &config).await?;
-                println!("idem: dedup retentions recorded");
-            }
-            Ok(())
+        if listing.envelopes > 0 {
+            println!("  {} of them envelopes (the topic refused the record as it was)", listing.envelopes);
+        }
+        if listing.unauthenticated > 0 {
+            println!(
+                "  {:>6}  unauthenticated: no valid seal (not written by idem, or before seals); not shown",
+                listing.unauthenticated
+            );
+        }
+        if let (Some(oldest), Some(newest)) = (&listing.oldest, &listing.newest) {
+            println!("  failed between {oldest} and {newest}");
         }
     }
+    Ok(())
+}
+
+/// `idem dlq replay`.
+async fn dlq_replay(
+    target: &DlqTarget,
+    options: crate::pipeline::replay::ReplayOptions,
+    natives: &NativeHandlers,
+) -> anyhow::Result<()> {
+    let dry_run = options.dry_run;
+    let prepared = crate::app::startup::prepare_with(&target.config, natives).await?;
+    let handler = prepared
+        .handlers
+        .iter()
+        .find(|h| h.config.name == target.handler)
+        .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+    let report =
+        crate::pipeline::replay::replay(&prepared.config, handler, &prepared.pool, &target.window(), options).await?;
+    if target.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let verb = if dry_run { "would apply" } else { "applied" };
+        println!(
+            "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
+            report.read, report.applied, report.duplicates, report.failed_again
+        );
+        if report.stale > 0 {
+            println!(
+                "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
+                 have been processed already (--force runs them)",
+                report.stale
+            );
+        }
+        if report.unauthenticated > 0 {
+            println!(
+                "idem: {} record(s) left in the DLQ: their seal is missing or does not verify, so idem did \
+                 not write them (or wrote them before seals: --trust-unsigned runs those)",
+                report.unauthenticated
+            );
+        }
+        if report.envelopes > 0 {
+            println!(
+                "idem: {} envelope(s) left in the DLQ: the topic refused those records as they were; each \
+                 names where the record is on its source topic",
+                report.envelopes
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `idem maintenance`.
+async fn maintenance(config: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(config)?;
+    let shown = crate::app::startup::redact(&config.database.url);
+    let pool = sqlx::PgPool::connect(&config.database.url)
+        .await
+        .with_context(|| format!("database unreachable at {shown}"))?;
+    crate::migrate::check(&pool).await?;
+    crate::retention::check_mode(&pool, &config.retention).await?;
+    // As a host starting with this config would.
+    crate::retention::record(&pool, &config).await?;
+    let report = crate::retention::Maintenance::new(pool, config.retention.clone()).pass().await?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let lines = report.lines();
+        if lines.is_empty() {
+            println!("idem: maintenance: nothing to do");
+        }
+        for line in lines {
+            println!("idem: maintenance: {line}");
+        }
+    }
+    Ok(())
+}
+
+/// `idem migrate`.
+async fn migrate(database_url: Option<String>, config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
+    let url = database_url
+        .or_else(|| crate::env::get(crate::env::DATABASE_URL))
+        .or_else(|| crate::env::get(crate::env::FALLBACK_DATABASE_URL))
+        .or_else(|| config.as_ref().map(|c| c.database.url.clone()))
+        .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
+    let shown = crate::app::startup::redact(&url);
+    let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
+    let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
+    crate::migrate::apply_for(&pool, mode).await?;
+    println!("idem: idem's migrations applied");
+    if let Some(config) = config {
+        for line in crate::migrate::provision(&pool, &config).await? {
+            println!("idem: {line}");
+        }
+        // Before any maintenance pass: a pass keeps windows for the
+        // retentions recorded, and upgraded rows count as 7 days.
+        crate::retention::record(&pool, &config).await?;
+        println!("idem: dedup retentions recorded");
+    }
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM (a restart is expected: static members

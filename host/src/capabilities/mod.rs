@@ -9,8 +9,9 @@
 //!
 //! Adding a capability: its interface in `wit/` (and `import` it in
 //! `world.wit`); its module here, with its state and `Host` impl; its
-//! field, its line in [`add_to_linker`] and its name in [`INTERFACES`]
-//! below; and its state's construction in `executor::Executor::capabilities`.
+//! field, its construction in [`Capabilities::new`], its line in
+//! [`add_to_linker`] and its name in [`INTERFACES`] below (what it needs of
+//! the handler's settings arrives in [`Grants`], which the executor fills).
 
 mod allowance;
 pub(crate) mod config;
@@ -20,6 +21,9 @@ pub(crate) mod http;
 pub(crate) mod log;
 
 pub use fault::HostFault;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker};
 
@@ -41,7 +45,40 @@ pub(crate) struct Capabilities {
     pub(crate) log: log::LogCapability,
 }
 
+/// What one invocation's capabilities are built from: the executor fills
+/// it for each event from the handler's settings.
+pub(crate) struct Grants {
+    pub(crate) handler: String,
+    pub(crate) event_id: String,
+    /// In a batch (see `db`).
+    pub(crate) batched: bool,
+    pub(crate) max_db_statements: u32,
+    pub(crate) max_http_requests: u32,
+    pub(crate) http_client: reqwest::Client,
+    pub(crate) http_policy: Arc<http::HttpPolicy>,
+    pub(crate) config: Arc<BTreeMap<String, String>>,
+}
+
 impl Capabilities {
+    /// Every capability's state for one invocation in `tx`.
+    pub(crate) fn new(tx: EventTx, grants: Grants) -> Self {
+        let Grants { handler, event_id, batched, max_db_statements, max_http_requests, .. } = grants;
+        let http = http::HttpCapability::new(
+            grants.http_client,
+            grants.http_policy,
+            event_id.clone(),
+            max_http_requests,
+            tx.deadline(),
+        );
+        Self {
+            db: db::DbCapability::new(handler.clone(), max_db_statements, batched),
+            http,
+            config: config::ConfigCapability::new(grants.config),
+            log: log::LogCapability::new(handler, event_id),
+            tx,
+        }
+    }
+
     /// The `db` interface's view: its state, and the transaction.
     pub(crate) fn db(&mut self) -> db::DbView<'_> {
         db::DbView { ctx: &mut self.db, tx: &mut self.tx }

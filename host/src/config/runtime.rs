@@ -20,11 +20,13 @@ impl RuntimeConfig {
         match self.cache_dir.as_deref() {
             Some("off") => None,
             Some(dir) => Some(PathBuf::from(dir)),
-            None => crate::env::get(crate::env::XDG_CACHE_HOME)
+            None => crate::env::get_os(crate::env::XDG_CACHE_HOME)
                 .filter(|d| !d.is_empty())
                 .map(PathBuf::from)
                 .or_else(|| {
-                    crate::env::get(crate::env::HOME).filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache"))
+                    crate::env::get_os(crate::env::HOME)
+                        .filter(|d| !d.is_empty())
+                        .map(|h| PathBuf::from(h).join(".cache"))
                 })
                 .map(|base| base.join("idem").join("components")),
         }

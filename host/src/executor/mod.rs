@@ -7,11 +7,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::capabilities::config::ConfigCapability;
-use crate::capabilities::db::DbCapability;
-use crate::capabilities::http::HttpCapability;
-use crate::capabilities::log::LogCapability;
-use crate::capabilities::{Capabilities, HostFault};
+use crate::capabilities::{Capabilities, Grants, HostFault};
 use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
@@ -210,20 +206,17 @@ impl Executor {
     /// One invocation's capabilities (`batched`: see `DbCapability`).
     fn capabilities(&self, tx: EventTx, event_id: String, batched: bool) -> Capabilities {
         let settings = self.handler.settings();
-        let http = HttpCapability::new(
-            self.http.clone(),
-            self.handler.http_policy(),
-            event_id.clone(),
-            settings.max_http_requests,
-            tx.deadline(),
-        );
-        Capabilities {
-            db: DbCapability::new(settings.name.clone(), settings.max_db_statements, batched),
-            http,
-            config: ConfigCapability::new(self.handler.config_values()),
-            log: LogCapability::new(settings.name.clone(), event_id),
-            tx,
-        }
+        let grants = Grants {
+            handler: settings.name.clone(),
+            event_id,
+            batched,
+            max_db_statements: settings.max_db_statements,
+            max_http_requests: settings.max_http_requests,
+            http_client: self.http.clone(),
+            http_policy: self.handler.http_policy(),
+            config: self.handler.config_values(),
+        };
+        Capabilities::new(tx, grants)
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller

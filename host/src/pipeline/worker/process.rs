@@ -125,6 +125,8 @@ impl Worker {
         let (name, topic, partition, offset) = (&shared.name, &record.topic, record.partition, record.offset);
         let (attempt, outages) = (tries.attempt, tries.outages);
         if decision.blamed {
+            // (The outages before this failure and it: the retry counts afresh.)
+            let outages = at.outages + 1;
             tracing::warn!(
                 handler = %name, %topic, partition, offset, %event_id, outages,
                 "the failure persists while the database answers: counted as the event's"

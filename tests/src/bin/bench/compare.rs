@@ -85,7 +85,13 @@ pub async fn run(base: &Base, letters: &str, orders: i64, rounds: usize) -> anyh
             .map(|(_, _, r)| r.events_per_s)
             .collect();
         rates.sort_by(f64::total_cmp);
-        rates.get(rates.len() / 2).copied().unwrap_or(f64::NAN)
+        let n = rates.len();
+        match n {
+            0 => f64::NAN,
+            // Even: the mean of the middle two.
+            _ if n.is_multiple_of(2) => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+            _ => rates[n / 2],
+        }
     };
     let mut medians = Vec::new();
     for http in [false, true] {
@@ -128,5 +134,28 @@ pub fn render(c: &Comparison) -> String {
             m.this / m.base
         ));
     }
+    // The benchmark's ratios of a to b and to c, on each build.
+    for yes in [false, true] {
+        let of = |letter: char, base: bool| {
+            c.medians
+                .iter()
+                .find(|m| m.http == yes && m.variant.starts_with(letter))
+                .map(|m| if base { m.base } else { m.this })
+        };
+        for other in ['b', 'c'] {
+            if let (Some(a0), Some(x0), Some(a1), Some(x1)) =
+                (of('a', true), of(other, true), of('a', false), of(other, false))
+            {
+                let (before, now) = (a0 / x0, a1 / x1);
+                text.push_str(&format!(
+                    "\n{}: a/{other} = {before:.2} on {}, {now:.2} on this build ({:+.1}%)",
+                    if yes { "with HTTP" } else { "without HTTP" },
+                    c.base,
+                    (now / before - 1.0) * 100.0
+                ));
+            }
+        }
+    }
+    text.push('\n');
     text
 }
