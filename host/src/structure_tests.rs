@@ -192,6 +192,15 @@ fn arrows(modules: &Modules) -> BTreeMap<(Vec<String>, Vec<String>), BTreeSet<St
     arrows
 }
 
+/// The arrows as adjacency lists, for [`circles`].
+fn edges(arrows: &BTreeMap<(Vec<String>, Vec<String>), BTreeSet<String>>) -> BTreeMap<Vec<String>, Vec<Vec<String>>> {
+    let mut edges: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
+    for (from, to) in arrows.keys() {
+        edges.entry(from.clone()).or_default().push(to.clone());
+    }
+    edges
+}
+
 /// Strongly connected components of more than one module (Tarjan).
 fn circles(nodes: &[Vec<String>], edges: &BTreeMap<Vec<String>, Vec<Vec<String>>>) -> Vec<Vec<Vec<String>>> {
     struct Walk<'a> {
@@ -257,10 +266,7 @@ fn no_file_of_the_host_imports_a_file_that_imports_it() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let modules = modules(&src);
     let arrows = arrows(&modules);
-    let mut edges: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
-    for (from, to) in arrows.keys() {
-        edges.entry(from.clone()).or_default().push(to.clone());
-    }
+    let edges = edges(&arrows);
     let nodes: Vec<Vec<String>> = modules.keys().cloned().collect();
     let file = |m: &Vec<String>| modules[m].strip_prefix(&src).expect("under src").display().to_string();
     let mut found = Vec::new();
@@ -289,13 +295,6 @@ fn the_reader_finds_a_circle_when_there_is_one() {
     std::fs::write(dir.join("a/inner.rs"), "use super::super::b;\n").expect("inner");
     std::fs::write(dir.join("b.rs"), "pub struct Thing;\n// crate::a is only named in a comment\n").expect("b");
     let modules = modules(&dir);
-    let edges = |arrows: &BTreeMap<(Vec<String>, Vec<String>), BTreeSet<String>>| {
-        let mut edges: BTreeMap<Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
-        for (from, to) in arrows.keys() {
-            edges.entry(from.clone()).or_default().push(to.clone());
-        }
-        edges
-    };
     let nodes: Vec<Vec<String>> = modules.keys().cloned().collect();
     assert!(circles(&nodes, &edges(&arrows(&modules))).is_empty(), "a comment draws no arrow");
     std::fs::write(dir.join("b.rs"), "pub struct Thing;\nfn f() { crate::a::inner::g(); }\n").expect("b");
