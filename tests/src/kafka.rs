@@ -267,11 +267,7 @@ pub async fn produce_requests(producer: &Producer) -> i64 {
 
 /// Sends one record to `partition` and waits for its acknowledgement.
 pub async fn produce(producer: &Producer, topic: &str, partition: i32, key: &str, payload: &[u8]) -> i64 {
-    let record = FutureRecord::to(topic).partition(partition).key(key).payload(payload);
-    match producer.inner.send(record, Duration::from_secs(10)).await {
-        Ok(delivery) => delivery.offset,
-        Err((e, _)) => panic!("produce to {topic}/{partition}: {e}"),
-    }
+    produce_with_headers(producer, topic, partition, key.as_bytes(), payload, &[]).await
 }
 
 /// Sends one record with a key and headers and waits for its acknowledgement.

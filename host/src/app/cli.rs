@@ -218,7 +218,7 @@ pub fn main_with(natives: NativeHandlers) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = match runtime.block_on(run(cli, &natives)) {
+    let code = match runtime.block_on(dispatch(cli, &natives)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idem: {e:#}");
@@ -263,7 +263,7 @@ fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
     Ok(provider)
 }
 
-async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
+async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
         Command::Check { config } => check(&config, natives).await,
@@ -288,7 +288,7 @@ async fn run(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Status { url, token, once } => {
-            crate::telemetry::status::run(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
+            crate::telemetry::status::show(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
         }
         Command::Maintenance { config, json } => maintenance(&config, json).await,
         Command::Migrate { database_url, config } => migrate(database_url, config).await,

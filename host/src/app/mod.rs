@@ -128,7 +128,11 @@ fn services(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut services = Vec::new();
     if !crate::pipeline::no_module_watch() {
-        services.push(tokio::spawn(crate::modules::watch::run(prepared.pool.clone(), slots, stop.clone())));
+        services.push(tokio::spawn(crate::modules::watch::follow_activations(
+            prepared.pool.clone(),
+            slots,
+            stop.clone(),
+        )));
     }
     if let Some(admin) = admin {
         services.push(tokio::spawn(admin.serve(stop.clone())));

@@ -58,6 +58,9 @@ pub enum Seed {
     No,
 }
 
+/// Every start-up check, in the order that names the first problem before
+/// anything connects where it can: `seed` says whether a handler's
+/// `component` file becomes its version 1 (`idem run`) or is only checked.
 pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) -> anyhow::Result<Prepared> {
     // Before anything connects: a DLQ without its key is a config error.
     let dlq_keys = if config.handlers.iter().any(|h| h.retry.on_failure == OnFailure::Dlq) {
@@ -65,6 +68,32 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     } else {
         None
     };
+    let runtime = open_runtime(&config)?;
+    let mut validators = Vec::new();
+    for h in &config.handlers {
+        let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
+        validators.push(validator);
+    }
+    let pool = open_database(&config, seed).await?;
+    check_broker(&config)?;
+    // `idem run` logs these from a task of its own (see `app::run`):
+    // a broker without DescribeConfigs makes them wait for a timeout.
+    let mut warnings = Vec::new();
+    if seed == Seed::No {
+        warnings.extend(crate::retention::topic::warnings(&config).await);
+        warnings.extend(identity_in_use(&config)?);
+    }
+    let shared = Preparing { config: &config, pool: &pool, runtime: &runtime, natives, seed, dlq_keys };
+    let mut handlers = Vec::new();
+    for (h, validator) in config.handlers.iter().cloned().zip(validators) {
+        handlers.push(shared.handler(h, validator).await?);
+    }
+    Ok(Prepared { config, pool, handlers, warnings })
+}
+
+/// The Wasm runtime, its instance pool sized for every handler's
+/// concurrency, and the compiled-artifact cache if it opens.
+fn open_runtime(config: &Config) -> anyhow::Result<Runtime> {
     let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
     let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();
     let cache = match config.runtime.cache_dir() {
@@ -78,13 +107,12 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         },
         None => None,
     };
-    let runtime = Runtime::with_pool_and_cache(PoolSize::for_concurrency(concurrency, max_memory), cache)?;
-    let mut validators = Vec::new();
-    for h in &config.handlers {
-        let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
-        validators.push(validator);
-    }
+    Runtime::with_pool_and_cache(PoolSize::for_concurrency(concurrency, max_memory), cache)
+}
 
+/// idem's own pool, its schema checked; for `idem run`, the retentions
+/// recorded and a maintenance pass run before anything is claimed.
+async fn open_database(config: &Config, seed: Seed) -> anyhow::Result<PgPool> {
     let pool = PgPoolOptions::new()
         .max_connections(config.database.max_connections)
         .acquire_timeout(Duration::from_secs(10))
@@ -94,9 +122,9 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     crate::migrate::check(&pool).await?;
     crate::retention::check_mode(&pool, &config.retention).await?;
     if seed == Seed::Yes {
-        // Before anything is claimed: the claim and maintenance read these,
-        // and the pass makes sure today's window exists.
-        crate::retention::record(&pool, &config).await?;
+        // The claim and maintenance read these, and the pass makes sure
+        // today's window exists.
+        crate::retention::record(&pool, config).await?;
         match crate::retention::Maintenance::new(pool.clone(), config.retention.clone()).pass().await {
             Ok(report) => report.lines().iter().for_each(|line| tracing::info!("retention: {line}")),
             Err(e) => tracing::warn!(
@@ -104,22 +132,28 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
             ),
         }
     }
+    Ok(pool)
+}
 
-    check_broker(&config)?;
-    // `idem run` logs these from a task of its own (see `app::run`):
-    // a broker without DescribeConfigs makes them wait for a timeout.
-    let mut warnings = if seed == Seed::No { crate::retention::topic::warnings(&config).await } else { Vec::new() };
-    if seed == Seed::No {
-        warnings.extend(identity_in_use(&config)?);
-    }
+/// What every handler's preparation reads.
+struct Preparing<'a> {
+    config: &'a Config,
+    pool: &'a PgPool,
+    runtime: &'a Runtime,
+    natives: &'a NativeHandlers,
+    seed: Seed,
+    dlq_keys: Option<std::sync::Arc<crate::pipeline::DlqKeys>>,
+}
 
-    let database = config.database_name()?;
-    let schemas: Vec<String> = config.handlers.iter().map(|h| h.schema_name()).collect();
-    let mut handlers = Vec::new();
-    for (h, validator) in config.handlers.iter().cloned().zip(validators) {
-        let place = Place::of(&h, &database)?;
-        let others: Vec<String> = schemas.iter().filter(|s| **s != place.schema).cloned().collect();
-        crate::sandbox::rights::check(&pool, &place, &others).await?;
+impl Preparing<'_> {
+    /// One handler: its rights checked, its pool, its module (the store's
+    /// active version, else its file or native body), its DLQ.
+    async fn handler(&self, h: HandlerConfig, validator: Validator) -> anyhow::Result<PreparedHandler> {
+        let (config, pool) = (self.config, self.pool);
+        let place = Place::of(&h, &config.database_name()?)?;
+        let others: Vec<String> =
+            config.handlers.iter().map(|h| h.schema_name()).filter(|s| *s != place.schema).collect();
+        crate::sandbox::rights::check(pool, &place, &others).await?;
         let max_connections = u32::try_from(h.concurrency).unwrap_or(u32::MAX).saturating_add(1);
         let handler_pool = crate::sandbox::pool::connect(&config.database.url, &place, max_connections).await?;
         let pins =
@@ -127,12 +161,12 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         let http = crate::capabilities::http::client(&crate::runtime::HandlerSettings::of(&h).http)
             .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
         let at = || format!("handler `{}`", h.name);
-        let stored = crate::modules::store::active(&pool, &h.name).await.with_context(at)?;
+        let stored = crate::modules::store::active(pool, &h.name).await.with_context(at)?;
         let body = match (&stored, &h.native) {
-            (_, Some(_)) | (None, None) => load(&runtime, &h, natives).with_context(at)?,
+            (_, Some(_)) | (None, None) => load(self.runtime, &h, self.natives).with_context(at)?,
             (Some(active), None) => {
                 let what = format!("{} version {} (module store)", h.name, active.version);
-                Handler::from_bytes(&runtime, &what, &active.bytes, crate::runtime::HandlerSettings::of(&h))
+                Handler::from_bytes(self.runtime, &what, &active.bytes, crate::runtime::HandlerSettings::of(&h))
                     .with_context(at)?
                     .with_version(active.version)
             }
@@ -140,8 +174,8 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         let executor = Executor::new(body, handler_pool, http, pins);
         executor.check_instantiation().await.with_context(at)?;
         let executor = match (&stored, &h.component) {
-            (None, Some(path)) if seed == Seed::Yes => {
-                seed_version_1(&pool, &runtime, executor, path).await.with_context(at)?
+            (None, Some(path)) if self.seed == Seed::Yes => {
+                seed_version_1(pool, self.runtime, executor, path).await.with_context(at)?
             }
             (Some(active), Some(path)) => {
                 note_file_differs(&h.name, path, active);
@@ -151,15 +185,14 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         };
         let dead_letters = match h.retry.on_failure {
             OnFailure::Dlq => {
-                let keys = dlq_keys.clone().context("DLQ keys are loaded when a handler has a DLQ")?;
-                Some(crate::pipeline::DeadLetters::open(&config, &h, keys).await?)
+                let keys = self.dlq_keys.clone().context("DLQ keys are loaded when a handler has a DLQ")?;
+                Some(crate::pipeline::DeadLetters::open(config, &h, keys).await?)
             }
             OnFailure::Block => None,
         };
-        let slot = Slot::new(runtime.clone(), executor, h.max_module_mib << 20);
-        handlers.push(PreparedHandler { config: h, slot, validator, dead_letters });
+        let slot = Slot::new(self.runtime.clone(), executor, h.max_module_mib << 20);
+        Ok(PreparedHandler { config: h, slot, validator, dead_letters })
     }
-    Ok(Prepared { config, pool, handlers, warnings })
 }
 
 /// Stores the `component` file (checked) as the handler's version 1: from

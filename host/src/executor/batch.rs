@@ -30,7 +30,7 @@ use crate::dedup::{self, Claim};
 use crate::error::{ErrorClass, ExecError};
 use crate::event::Event;
 use crate::telemetry::traces::TARGET as TRACE;
-use crate::transaction::within;
+use crate::transaction::{EventTx, within};
 
 /// Why a batch did not commit.
 #[derive(Debug)]
@@ -81,22 +81,7 @@ impl Executor {
         stop: impl Fn(usize) -> bool,
     ) -> Result<Vec<Outcome>, BatchFailure> {
         let began = std::time::Instant::now();
-        let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
-        let deadline = tx.statement_deadline();
-        let claim = dedup::claim_many(tx.conn(), events, self.handler.version(), self.accept_stale());
-        let span = tracing::trace_span!(target: TRACE, "idem.claim", events = events.len());
-        let claims = match within(deadline, "claim", claim).instrument(span).await {
-            Ok(claims) => claims,
-            // Refused before it waited on anything: the connection is sound.
-            Err(error @ (ExecError::StaleModule(_) | ExecError::Infrastructure(_))) => {
-                tx.rollback().await;
-                return Err(BatchFailure::whole(error));
-            }
-            Err(error) => {
-                tx.abandon(&self.pool);
-                return Err(BatchFailure::whole(error));
-            }
-        };
+        let (mut tx, claims) = self.begin_and_claim(events).await?;
         let budget = self.handler.settings().timeout;
         let mut outcomes = Vec::with_capacity(events.len());
         for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
@@ -128,36 +113,13 @@ impl Executor {
                 },
             }
             tx.renew(budget);
-            // Each event's handler runs in its own trace (its record's
-            // `traceparent`); the batch's claim and commit are the batch's.
-            let span = tracing::trace_span!(
-                target: TRACE, "idem.event", handler = %self.handler.settings().name, topic = %event.topic,
-                partition = event.partition, offset = event.offset, event_id = %event.id
-            );
-            crate::telemetry::traces::continue_from(&span, &event.headers);
+            let span = self.event_span(event);
             let (back, result) = self.invoke(tx, event, 1, true).instrument(span).await;
             tx = back;
-            let error = match result {
-                Ok(outcome) => {
-                    outcomes.push(outcome);
-                    continue;
-                }
-                Err(error) => error,
-            };
-            match error {
-                // A statement may still run, or the connection is in an
-                // unknown state: close it (see `execute`).
-                ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_) => tx.abandon(&self.pool),
-                _ => tx.rollback().await,
+            match result {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(error) => return Err(self.failed_at(tx, index, error).await),
             }
-            let own = match error {
-                ExecError::HandlerRetryable(_)
-                | ExecError::HandlerPermanent(_)
-                | ExecError::Trapped(_)
-                | ExecError::TimedOut(_) => Some(error),
-                _ => None,
-            };
-            return Err(BatchFailure::at(index, own));
         }
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).
@@ -168,5 +130,57 @@ impl Executor {
             stats.batch_size.observe(events.len() as f64);
         }
         Ok(outcomes)
+    }
+
+    /// Begins the batch's transaction and claims its events in one
+    /// statement.
+    async fn begin_and_claim(&self, events: &[Event]) -> Result<(EventTx, Vec<Claim>), BatchFailure> {
+        let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
+        let deadline = tx.statement_deadline();
+        let claim = dedup::claim_many(tx.conn(), events, self.handler.version(), self.accept_stale());
+        let span = tracing::trace_span!(target: TRACE, "idem.claim", events = events.len());
+        match within(deadline, "claim", claim).instrument(span).await {
+            Ok(claims) => Ok((tx, claims)),
+            // Refused before it waited on anything: the connection is sound.
+            Err(error @ (ExecError::StaleModule(_) | ExecError::Infrastructure(_))) => {
+                tx.rollback().await;
+                Err(BatchFailure::whole(error))
+            }
+            Err(error) => {
+                tx.abandon(&self.pool);
+                Err(BatchFailure::whole(error))
+            }
+        }
+    }
+
+    /// Each event's handler runs in its own trace (its record's
+    /// `traceparent`); the batch's claim and commit are the batch's.
+    fn event_span(&self, event: &Event) -> tracing::Span {
+        let span = tracing::trace_span!(
+            target: TRACE, "idem.event", handler = %self.handler.settings().name, topic = %event.topic,
+            partition = event.partition, offset = event.offset, event_id = %event.id
+        );
+        crate::telemetry::traces::continue_from(&span, &event.headers);
+        span
+    }
+
+    /// Ends the batch's transaction after the event at `index` failed with
+    /// `error`; the failure keeps `error` as the event's own when it is the
+    /// handler's doing.
+    async fn failed_at(&self, tx: EventTx, index: usize, error: ExecError) -> BatchFailure {
+        match error {
+            // A statement may still run, or the connection is in an
+            // unknown state: close it (see `execute`).
+            ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_) => tx.abandon(&self.pool),
+            _ => tx.rollback().await,
+        }
+        let own = match error {
+            ExecError::HandlerRetryable(_)
+            | ExecError::HandlerPermanent(_)
+            | ExecError::Trapped(_)
+            | ExecError::TimedOut(_) => Some(error),
+            _ => None,
+        };
+        BatchFailure::at(index, own)
     }
 }

@@ -17,7 +17,7 @@ use super::Slot;
 pub const POLL: Duration = Duration::from_secs(2);
 
 /// Runs until `stop` turns true.
-pub async fn run(pool: PgPool, slots: Vec<Arc<Slot>>, mut stop: watch::Receiver<bool>) {
+pub async fn follow_activations(pool: PgPool, slots: Vec<Arc<Slot>>, mut stop: watch::Receiver<bool>) {
     if slots.iter().all(|s| s.version().is_none()) {
         return;
     }

@@ -20,7 +20,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::Shared;
+use super::HandlerContext;
 use super::partition::{PartitionState, Reset};
 use crate::stats::Stats;
 use crate::validate::Record;
@@ -65,7 +65,7 @@ fn pause_change(paused: bool, queued: usize, bytes: usize) -> Option<bool> {
 }
 
 pub(crate) struct IdemContext {
-    shared: Arc<Shared>,
+    shared: Arc<HandlerContext>,
     partitions: Mutex<HashMap<Key, Arc<PartitionState>>>,
     generation: AtomicU64,
     runtime: tokio::runtime::Handle,
@@ -86,7 +86,7 @@ pub(crate) struct IdemContext {
 
 impl IdemContext {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<HandlerContext>,
         runtime: tokio::runtime::Handle,
         revoke_grace: Duration,
         reset_policy: String,

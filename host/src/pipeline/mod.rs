@@ -68,7 +68,7 @@ impl crate::telemetry::ConsumerView for HandlerTap {
 
 /// What one handler's pipeline shares between its polling thread and its
 /// partition workers.
-pub(crate) struct Shared {
+pub(crate) struct HandlerContext {
     pub name: String,
     /// The handler's current executor (swapped when a version is activated).
     pub slot: Arc<Slot>,
@@ -91,7 +91,7 @@ pub(crate) struct Shared {
     faults: faults::FaultPoints,
 }
 
-impl Shared {
+impl HandlerContext {
     pub(crate) fn fatal(&self, message: String) {
         let _ = self.fatal.send(message);
     }
@@ -148,7 +148,7 @@ impl Pipeline {
     /// a failure here leaves nothing running.
     pub(crate) fn new(kafka: &Config, handler: PreparedHandler, wiring: Wiring) -> anyhow::Result<Self> {
         let PreparedHandler { config, slot, validator, dead_letters } = handler;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(HandlerContext {
             name: config.name.clone(),
             slot: slot.clone(),
             validator,
@@ -203,7 +203,7 @@ impl Pipeline {
 /// Switches the handler to the store's active module version after a claim
 /// on `failed` (the version that claim named) was refused; true if the
 /// handler now runs another version, so the work can run again at once.
-pub(crate) async fn switch_module(shared: &Shared, failed: Option<i32>) -> bool {
+pub(crate) async fn switch_module(shared: &HandlerContext, failed: Option<i32>) -> bool {
     if shared.slot.version() != failed {
         // Another task (the watcher, a sibling partition) switched already.
         return true;

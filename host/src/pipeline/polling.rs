@@ -21,7 +21,7 @@ use rdkafka::consumer::{CommitMode, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::watch;
 
-use super::Shared;
+use super::HandlerContext;
 use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
 use super::shutdown;
 use crate::config::{Config, HandlerConfig};
@@ -52,7 +52,7 @@ impl Recipe {
         config: &Config,
         handler: &HandlerConfig,
         instance: Option<String>,
-        shared: Arc<Shared>,
+        shared: Arc<HandlerContext>,
     ) -> anyhow::Result<Self> {
         let mut client =
             crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;

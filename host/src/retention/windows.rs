@@ -34,23 +34,55 @@ use crate::config::RetentionConfig;
 
 const DAY_MS: i64 = 86_400_000;
 
+/// One pass: the windows the retentions need are created, the expired ones
+/// dropped (a lock wait that runs out defers the rest to the next pass).
 pub(super) async fn pass(
     conn: &mut PgConnection,
     settings: &RetentionConfig,
     report: &mut Report,
 ) -> anyhow::Result<()> {
-    let now_ms: i64 =
-        sqlx::query_scalar("SELECT floor(extract(epoch FROM now()) * 1000)::bigint").fetch_one(&mut *conn).await?;
-    let recorded: Vec<i64> =
-        sqlx::query_scalar("SELECT floor(extract(epoch FROM retention) * 1000)::bigint FROM idem.consumer_retention")
-            .fetch_all(&mut *conn)
-            .await?;
-    let default_ms = i64::try_from(super::DEFAULT_RETENTION.as_millis()).unwrap_or(i64::MAX);
-    let longest = recorded.iter().copied().max().unwrap_or(default_ms);
-    let dropped: Vec<NaiveDate> =
-        sqlx::query_scalar("SELECT day FROM idem.dropped_window").fetch_all(&mut *conn).await?;
+    let horizon = Horizon::read(conn).await?;
+    let (existing, expired) = found(conn, &horizon, report).await?;
+    create_missing(conn, settings, &horizon, &existing, report).await?;
+    drop_expired(conn, settings, expired, report).await
+}
 
-    // Every table of a window, attached or left behind by an earlier try.
+/// What a pass measures windows against, on the database's clock.
+struct Horizon {
+    now_ms: i64,
+    /// The longest retention any handler recorded (or the default).
+    longest_ms: i64,
+    /// Days dropped before: their events are stale for everyone.
+    dropped: Vec<NaiveDate>,
+}
+
+impl Horizon {
+    async fn read(conn: &mut PgConnection) -> anyhow::Result<Self> {
+        let now_ms: i64 =
+            sqlx::query_scalar("SELECT floor(extract(epoch FROM now()) * 1000)::bigint").fetch_one(&mut *conn).await?;
+        let recorded: Vec<i64> = sqlx::query_scalar(
+            "SELECT floor(extract(epoch FROM retention) * 1000)::bigint FROM idem.consumer_retention",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let default_ms = i64::try_from(super::DEFAULT_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        let longest_ms = recorded.iter().copied().max().unwrap_or(default_ms);
+        let dropped = sqlx::query_scalar("SELECT day FROM idem.dropped_window").fetch_all(&mut *conn).await?;
+        Ok(Self { now_ms, longest_ms, dropped })
+    }
+
+    fn expired(&self, day: NaiveDate) -> bool {
+        self.dropped.contains(&day) || (days(day) + 1) * DAY_MS <= self.now_ms - self.longest_ms
+    }
+}
+
+/// Every window's day, and the windows that expired: each table of a
+/// window, attached or left behind by an earlier try.
+async fn found(
+    conn: &mut PgConnection,
+    horizon: &Horizon,
+    report: &mut Report,
+) -> anyhow::Result<(Vec<NaiveDate>, Vec<Window>)> {
     let tables: Vec<(String, bool, bool)> = sqlx::query_as(
         "SELECT c.relname::text, i.inhrelid IS NOT NULL, coalesce(i.inhdetachpending, false) \
          FROM pg_class c LEFT JOIN pg_inherits i \
@@ -61,25 +93,34 @@ pub(super) async fn pass(
     .fetch_all(&mut *conn)
     .await?;
     let mut existing = Vec::new();
-    let mut expired: Vec<Window> = Vec::new();
+    let mut expired = Vec::new();
     for (name, attached, pending) in tables {
         let Some(day) = day_of(&name) else {
             report.foreign.push(name);
             continue;
         };
         existing.push(day);
-        if dropped.contains(&day) || (days(day) + 1) * DAY_MS <= now_ms - longest {
+        if horizon.expired(day) {
             expired.push(Window { day, attached, pending });
         }
     }
+    Ok((existing, expired))
+}
 
-    // Every day from the longest retention back to `windows_ahead` ahead,
-    // except those dropped before (their events are stale for everyone).
-    let today = now_ms.div_euclid(DAY_MS);
-    let first = (now_ms - longest).div_euclid(DAY_MS);
+/// Creates every day's window from the longest retention back to
+/// `windows_ahead` ahead, except those dropped before.
+async fn create_missing(
+    conn: &mut PgConnection,
+    settings: &RetentionConfig,
+    horizon: &Horizon,
+    existing: &[NaiveDate],
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let today = horizon.now_ms.div_euclid(DAY_MS);
+    let first = (horizon.now_ms - horizon.longest_ms).div_euclid(DAY_MS);
     for d in first..=today + i64::from(settings.windows_ahead) {
         let day = date(d);
-        if existing.contains(&day) || dropped.contains(&day) {
+        if existing.contains(&day) || horizon.dropped.contains(&day) {
             continue;
         }
         let mut tx = begin_bounded(conn, settings.lock_timeout.0).await?;
@@ -94,9 +135,18 @@ pub(super) async fn pass(
             Err(e) => return Err(anyhow::anyhow!("failed to create window {day}: {e}")),
         }
     }
+    Ok(())
+}
 
-    // A table has at most one partition pending detach: an interrupted
-    // one is finished first, and after a wait runs out the rest waits too.
+/// Drops the expired windows. A table has at most one partition pending
+/// detach: an interrupted one is finished first, and after a wait runs out
+/// the rest waits too.
+async fn drop_expired(
+    conn: &mut PgConnection,
+    settings: &RetentionConfig,
+    mut expired: Vec<Window>,
+    report: &mut Report,
+) -> anyhow::Result<()> {
     expired.sort_by_key(|w| (!w.pending, w.day));
     // All of them count as gone for claims from now on, whichever is
     // detached in this pass.

@@ -162,7 +162,7 @@ pub fn frame(url: &str, now: &[Sample], before: Option<(&[Sample], Duration)>) -
 
 /// Prints frames until interrupted; with `once` (or when stdout is not a
 /// terminal), one frame, with the rate over one second.
-pub async fn run(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<()> {
+pub async fn show(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<()> {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut before = scrape(&client, url, token).await?;

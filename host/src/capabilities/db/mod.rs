@@ -22,12 +22,17 @@
 //! even without parameters), which runs exactly one statement per call.
 
 mod guard;
+#[cfg(test)]
+mod tests;
+mod tx;
 mod values;
+
+use std::marker::PhantomData;
 
 use tracing::Instrument as _;
 
+pub(crate) use self::tx::{DbTx, Fetched};
 use crate::telemetry::traces::TARGET as TRACE;
-use sqlx::{Executor as _, PgConnection};
 
 use super::allowance::Allowance;
 use super::fault::HostFault;
@@ -63,13 +68,13 @@ impl DbCapability {
         }
     }
 
-    /// Why this invocation's transaction must not commit, if a guest
-    /// statement hit an infrastructure failure.
     /// Statements the guest ran (or tried to).
     pub(crate) fn statements_run(&self) -> u32 {
         self.statements.spent()
     }
 
+    /// Why this invocation's transaction must not commit, if a guest
+    /// statement hit an infrastructure failure.
     pub(crate) fn infrastructure_failure(&self) -> Option<&str> {
         self.infrastructure.as_deref()
     }
@@ -81,31 +86,35 @@ impl DbCapability {
 }
 
 /// What the `db` interface is served on: the invocation's state and the
-/// event's transaction.
-pub(crate) struct DbView<'a> {
+/// event's transaction (any [`DbTx`]; the store serves it on [`EventTx`]).
+pub(crate) struct DbView<'a, T: DbTx = EventTx> {
     pub(crate) ctx: &'a mut DbCapability,
-    pub(crate) tx: &'a mut EventTx,
+    pub(crate) tx: &'a mut T,
 }
 
 /// The `db` interface's view, for linking (`HasData`).
-pub(crate) struct Db;
+pub(crate) struct Db<T = EventTx>(PhantomData<T>);
 
-impl wasmtime::component::HasData for Db {
-    type Data<'a> = DbView<'a>;
+impl<T: DbTx + 'static> wasmtime::component::HasData for Db<T> {
+    type Data<'a> = DbView<'a, T>;
 }
 
-impl DbView<'_> {
+const SET: &str = "SAVEPOINT idem_statement";
+const RELEASE_AND_SET: &str = "RELEASE SAVEPOINT idem_statement; SAVEPOINT idem_statement";
+const UNDO: &str = "ROLLBACK TO SAVEPOINT idem_statement";
+
+fn fault(e: sqlx::Error) -> wasmtime::Error {
+    wasmtime::Error::new(HostFault::Database(e))
+}
+
+impl<T: DbTx> DbView<'_, T> {
     /// Undoes the last statement (its savepoint stays, released by the next
     /// statement or by COMMIT).
     async fn undo_last(&mut self, why: &DbError) -> wasmtime::Result<()> {
         if self.ctx.batched {
             return Err(wasmtime::Error::new(HostFault::InBatch(format!("{why:?}"))));
         }
-        let conn: &mut PgConnection = self.tx.conn();
-        conn.execute("ROLLBACK TO SAVEPOINT idem_statement")
-            .await
-            .map_err(|e| wasmtime::Error::new(HostFault::Database(e)))?;
-        Ok(())
+        self.tx.control(UNDO).await.map_err(fault)
     }
 
     /// Runs `run` under a savepoint: on a database error the statement alone
@@ -117,13 +126,12 @@ impl DbView<'_> {
     /// sets this one's, and the last one is released by COMMIT. Nesting never
     /// grows past one level, so a guest running many statements never
     /// overflows PostgreSQL's subtransaction cache.
-    async fn in_savepoint<T>(
+    async fn in_savepoint<R>(
         &mut self,
-        run: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
-    ) -> wasmtime::Result<Result<T, DbError>> {
-        let fault = |e| wasmtime::Error::new(HostFault::Database(e));
+        run: impl AsyncFnOnce(&mut T) -> Result<R, sqlx::Error>,
+    ) -> wasmtime::Result<Result<R, DbError>> {
         if self.ctx.batched {
-            return match run(self.tx.conn()).await {
+            return match run(self.tx).await {
                 Ok(value) => Ok(Ok(value)),
                 Err(e @ (sqlx::Error::Database(_) | sqlx::Error::ColumnDecode { .. })) => {
                     Err(wasmtime::Error::new(HostFault::InBatch(e.to_string())))
@@ -131,15 +139,9 @@ impl DbView<'_> {
                 Err(e) => Err(fault(e)),
             };
         }
-        let conn: &mut PgConnection = self.tx.conn();
-        let set = if self.ctx.savepoint {
-            "RELEASE SAVEPOINT idem_statement; SAVEPOINT idem_statement"
-        } else {
-            "SAVEPOINT idem_statement"
-        };
-        conn.execute(set).await.map_err(fault)?;
+        self.tx.control(if self.ctx.savepoint { RELEASE_AND_SET } else { SET }).await.map_err(fault)?;
         self.ctx.savepoint = true;
-        let error = match run(&mut *conn).await {
+        let error = match run(self.tx).await {
             Ok(value) => return Ok(Ok(value)),
             Err(sqlx::Error::Database(e)) => {
                 let code = e.code().unwrap_or_default();
@@ -155,7 +157,7 @@ impl DbView<'_> {
         };
         // Undo the statement alone; the savepoint stays, released by the next
         // statement or by COMMIT.
-        conn.execute("ROLLBACK TO SAVEPOINT idem_statement").await.map_err(fault)?;
+        self.tx.control(UNDO).await.map_err(fault)?;
         Ok(Err(error))
     }
 }
@@ -192,7 +194,7 @@ fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
     }
 }
 
-impl db::Host for DbView<'_> {
+impl<T: DbTx> db::Host for DbView<'_, T> {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<u64, DbError>> {
         if let Err(e) = self.ctx.spend() {
             return Ok(Err(e));
@@ -203,7 +205,7 @@ impl db::Host for DbView<'_> {
         };
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
-        self.in_savepoint(async |c| bound.execute(c).await).instrument(span).await
+        self.in_savepoint(async |tx: &mut T| tx.execute(bound).await).instrument(span).await
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
@@ -217,17 +219,15 @@ impl db::Host for DbView<'_> {
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
         let fetched =
-            self.in_savepoint(async |c| bound.fetch_capped(c, MAX_RESULT_BYTES).await).instrument(span).await?;
+            self.in_savepoint(async |tx: &mut T| tx.fetch(bound, MAX_RESULT_BYTES).await).instrument(span).await?;
         // A result the guest does not get must not leave the statement's
         // effect behind either: a guest that retries differently would
         // apply it twice.
         let refusal = match fetched {
             Err(e) => return Ok(Err(e)),
-            Ok(None) => DbError::Refused(format!("the result is larger than {MAX_RESULT_BYTES} bytes")),
-            Ok(Some(rows)) => match values::rows(&rows) {
-                Ok(rows) => return Ok(Ok(rows)),
-                Err(e) => DbError::InvalidValue(e),
-            },
+            Ok(Fetched::Rows(rows)) => return Ok(Ok(rows)),
+            Ok(Fetched::TooLarge) => DbError::Refused(format!("the result is larger than {MAX_RESULT_BYTES} bytes")),
+            Ok(Fetched::Unreadable(e)) => DbError::InvalidValue(e),
         };
         self.undo_last(&refusal).await?;
         Ok(Err(refusal))

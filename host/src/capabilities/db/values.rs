@@ -21,12 +21,18 @@ use crate::wit::db::{Rows, Value};
 const MAX_NUMERIC_CHARS: usize = 1_000;
 
 /// A statement with its parameters bound.
-pub(super) struct Bound {
+pub(crate) struct Bound {
     sql: String,
     args: PgArguments,
 }
 
 impl Bound {
+    /// The statement's text (what a scripted transaction records).
+    #[cfg(test)]
+    pub(super) fn sql(&self) -> &str {
+        &self.sql
+    }
+
     pub(super) async fn execute(self, conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
         Ok(sqlx::query_with(&self.sql, self.args).execute(conn).await?.rows_affected())
     }

@@ -164,123 +164,166 @@ pub async fn replay(
     window: &Window,
     options: ReplayOptions,
 ) -> anyhow::Result<ReplayReport> {
-    let h = &handler.config;
     let keys = match &handler.dead_letters {
         Some(d) => d.keys().clone(),
         None => Keys::load(&config.dlq)?,
     };
-    let records = read(config, h, window)?;
-    // The retention the database recorded for this handler, on its clock:
-    // the one the claim's stale-event guard applies.
-    // The dedup retention and the future skew the database recorded for
-    // this handler, on its clock: the ones the claim applies.
-    let (oldest_ms, newest_ms): (i64, i64) = sqlx::query_as(
+    let records = read(config, &handler.config, window)?;
+    let dead_letters = match (&handler.dead_letters, options.dry_run) {
+        (Some(d), _) => Some(d),
+        (None, true) => None,
+        (None, false) => {
+            bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", handler.config.name)
+        }
+    };
+    let (oldest_ms, newest_ms) = claim_bounds(idem_pool, &handler.config.name).await?;
+    let mut run = Replay {
+        handler,
+        idem_pool,
+        dead_letters,
+        module: handler.slot.executor().handler().sha256().to_owned(),
+        oldest_ms,
+        newest_ms,
+        options,
+        seen: Default::default(),
+        report: ReplayReport { read: records.len(), dry_run: options.dry_run, ..ReplayReport::default() },
+    };
+    for i in admitted(&keys, &records, options.trust_unsigned, &mut run.report) {
+        run.record(&records[i]).await?;
+    }
+    Ok(run.report)
+}
+
+/// The oldest and the newest event creation times (ms since the epoch) the
+/// claim accepts for `handler`: its dedup retention and future skew as the
+/// database recorded them, on the database's clock.
+async fn claim_bounds(idem_pool: &sqlx::PgPool, handler: &str) -> anyhow::Result<(i64, i64)> {
+    sqlx::query_as(
         "SELECT floor(extract(epoch FROM now() - idem.retention_of($1)) * 1000)::bigint, \
                 floor(extract(epoch FROM now() + coalesce((SELECT future_skew FROM idem.consumer_retention \
                     WHERE consumer = $1), interval '1 hour')) * 1000)::bigint",
     )
-    .bind(&h.name)
+    .bind(handler)
     .fetch_one(idem_pool)
     .await
-    .context("failed to read the handler's dedup retention")?;
-    // Copies of one event (dead-lettered from two offsets, say) run once
-    // per replay, even where no dedup row guards them (`--force` past a
-    // dropped window).
-    let mut seen = std::collections::HashSet::new();
-    let ReplayOptions { dry_run, force, trust_unsigned } = options;
-    let mut report = ReplayReport { read: records.len(), dry_run, ..ReplayReport::default() };
-    let module = handler.slot.executor().handler().sha256().to_owned();
-    let dead_letters = match (&handler.dead_letters, dry_run) {
-        (Some(d), _) => Some(d),
-        (None, true) => None,
-        (None, false) => bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", h.name),
-    };
-    for i in admitted(&keys, &records, trust_unsigned, &mut report) {
-        let message = &records[i];
+    .context("failed to read the handler's dedup retention")
+}
+
+/// One replay in progress.
+struct Replay<'a> {
+    handler: &'a PreparedHandler,
+    idem_pool: &'a sqlx::PgPool,
+    /// Where records that fail again go (`None` only in a dry run).
+    dead_letters: Option<&'a DeadLetters>,
+    /// The active module's hash, for the DLQ's headers.
+    module: String,
+    oldest_ms: i64,
+    newest_ms: i64,
+    options: ReplayOptions,
+    /// Copies of one event (dead-lettered from two offsets, say) run once
+    /// per replay, even where no dedup row guards them (`--force` past a
+    /// dropped window).
+    seen: std::collections::HashSet<uuid::Uuid>,
+    report: ReplayReport,
+}
+
+impl Replay<'_> {
+    /// Runs (or, dry, judges) one admitted DLQ record.
+    async fn record(&mut self, message: &OwnedMessage) -> anyhow::Result<()> {
+        let name = self.handler.config.name.as_str();
         // Only this handler's own dead letters; a record that is not one
         // (another handler's, or malformed) is counted and left alone.
         let record = match original(message) {
-            Ok(record) if header(message, headers::HANDLER).as_deref() == Some(h.name.as_str()) => record,
+            Ok(record) if header(message, headers::HANDLER).as_deref() == Some(name) => record,
             Ok(_) | Err(_) => {
-                report.foreign += 1;
-                continue;
+                self.report.foreign += 1;
+                return Ok(());
             }
         };
         let replays = replays_of(message) + 1;
-        let event = match handler.validator.validate(&record) {
+        let event = match self.handler.validator.validate(&record) {
             Ok(event) => event,
             Err(invalid) => {
                 let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays };
-                again(dead_letters, &module, &record, &failure, dry_run, &mut report).await?;
-                continue;
+                return self.again(&record, &failure).await;
             }
         };
         let created_ms = event.created_at().map_or(i64::MIN, |t| t.timestamp_millis());
-        if created_ms < oldest_ms && !force {
-            report.stale += 1;
-            continue;
+        if created_ms < self.oldest_ms && !self.options.force {
+            self.report.stale += 1;
+            return Ok(());
         }
-        if !seen.insert(event.id) {
-            report.duplicates += 1;
-            continue;
+        if !self.seen.insert(event.id) {
+            self.report.duplicates += 1;
+            return Ok(());
         }
-        // A dry run answers what the replay would: an id further ahead than
-        // the future skew is refused by the claim, whatever the policy, and
-        // fails again.
-        if dry_run && created_ms > newest_ms {
-            report.failed_again += 1;
-            continue;
+        if self.options.dry_run {
+            return self.judge(&event, created_ms).await;
         }
-        if dry_run {
-            let done: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM idem.processed_event WHERE event_id = $1 AND consumer = $2)",
-            )
-            .bind(event.id)
-            .bind(&h.name)
-            .fetch_one(idem_pool)
-            .await
-            .context("failed to look up processed events")?;
-            if done {
-                report.duplicates += 1
-            } else {
-                report.applied += 1
-            }
-            continue;
-        }
-        let executor = if force { handler.slot.executor().forcing_stale() } else { handler.slot.executor() };
+        let executor = self.handler.slot.executor();
+        let executor = if self.options.force { executor.forcing_stale() } else { executor };
         match executor.execute(&event, 1).await {
-            Ok(Outcome::Processed) => report.applied += 1,
-            Ok(Outcome::Duplicate) => report.duplicates += 1,
-            Ok(Outcome::Skipped) => report.stale += 1,
+            Ok(Outcome::Processed) => self.report.applied += 1,
+            Ok(Outcome::Duplicate) => self.report.duplicates += 1,
+            Ok(Outcome::Skipped) => self.report.stale += 1,
             Err(e) if matches!(e.class(), ErrorClass::Unavailable | ErrorClass::Fatal) => {
-                bail!("replay stopped after {report:?}: {e}");
+                bail!("replay stopped after {:?}: {e}", self.report);
             }
             Err(e) => {
                 let failure = Failure { class: e.class(), reason: e.to_string(), attempts: 1, replays };
-                again(dead_letters, &module, &record, &failure, dry_run, &mut report).await?;
+                self.again(&record, &failure).await?;
             }
         }
+        Ok(())
     }
-    Ok(report)
+
+    /// A dry run answers what the replay would do with `event`.
+    async fn judge(&mut self, event: &crate::event::Event, created_ms: i64) -> anyhow::Result<()> {
+        // An id further ahead than the future skew is refused by the claim,
+        // whatever the policy, and fails again.
+        if created_ms > self.newest_ms {
+            self.report.failed_again += 1;
+            return Ok(());
+        }
+        let done: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM idem.processed_event WHERE event_id = $1 AND consumer = $2)",
+        )
+        .bind(event.id)
+        .bind(&self.handler.config.name)
+        .fetch_one(self.idem_pool)
+        .await
+        .context("failed to look up processed events")?;
+        if done {
+            self.report.duplicates += 1
+        } else {
+            self.report.applied += 1
+        }
+        Ok(())
+    }
+
+    /// A record that failed again goes back to the DLQ, its replay count
+    /// one up (a dry run only counts it).
+    async fn again(&mut self, record: &Record, failure: &Failure) -> anyhow::Result<()> {
+        self.report.failed_again += 1;
+        match self.dead_letters {
+            Some(dead_letters) if !self.options.dry_run => {
+                send_again(dead_letters, &self.module, record, failure).await
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
-/// A record that failed again goes back to the DLQ, its replay count one up.
-async fn again(
-    dead_letters: Option<&DeadLetters>,
+/// Writes `record` to the DLQ again; too large for it now (idem's headers
+/// grew), its envelope.
+async fn send_again(
+    dead_letters: &DeadLetters,
     module: &str,
     record: &Record,
     failure: &Failure,
-    dry_run: bool,
-    report: &mut ReplayReport,
 ) -> anyhow::Result<()> {
-    report.failed_again += 1;
-    if dry_run {
-        return Ok(());
-    }
-    let Some(dead_letters) = dead_letters else { return Ok(()) };
     match dead_letters.send(record, failure, module).await {
         Ok(()) => Ok(()),
-        // Too large for the DLQ now (idem's headers grew): its envelope.
         Err(super::dlq::Refusal::Record(why)) => {
             dead_letters.send_envelope(record, failure, module, &why).await.map_err(|e| anyhow::anyhow!("{e}"))
         }

@@ -8,8 +8,10 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::Worker;
+use crate::error::ExecError;
+use crate::event::Event;
 use crate::executor::{BatchFailure, Outcome};
-use crate::pipeline::Shared;
+use crate::pipeline::HandlerContext;
 use crate::pipeline::attempts;
 use crate::stats::Stats;
 
@@ -55,27 +57,32 @@ impl Worker {
         }
     }
 
+    /// The longest run of valid pending records with distinct event ids: an
+    /// invalid record, or an id already in the batch (redelivered within
+    /// it), ends the batch; the next one starts with it.
+    fn next_batch(&self) -> Vec<Event> {
+        let mut ids = HashSet::new();
+        let mut events = Vec::new();
+        for record in self.pending.iter() {
+            match self.shared.validator.validate(record) {
+                Ok(event) if ids.insert(event.id) => events.push(event),
+                _ => break,
+            }
+        }
+        events
+    }
+
     /// Resolves a prefix of the pending records (at least the first, unless
     /// the partition is stopped): the longest run of valid records with
     /// distinct event ids in one transaction; if one of them fails, the ones
     /// before it in one transaction again, then the failing one alone.
     pub(super) async fn run_batch(&mut self) {
-        let shared = self.shared.clone();
-        let state = self.state.clone();
-        let mut ids = HashSet::new();
-        let mut events = Vec::new();
-        for record in self.pending.iter() {
-            // An invalid record, or an id already in the batch (redelivered
-            // within it), ends the batch; the next one starts with it.
-            match shared.validator.validate(record) {
-                Ok(event) if ids.insert(event.id) => events.push(event),
-                _ => break,
-            }
-        }
-        if events.is_empty() {
+        let (shared, state) = (self.shared.clone(), self.state.clone());
+        let events = self.next_batch();
+        let Some(last) = events.last() else {
             return self.resolve_alone(None).await;
-        }
-        let range = (events[0].offset, events[events.len() - 1].offset);
+        };
+        let range = (events[0].offset, last.offset);
         let (name, topic, partition) = (&shared.name, &state.topic, state.partition);
         if let Err(e) = attempts::batch_started(&shared.idem_pool, name, topic, partition, range).await {
             // Without the mark a crash in this batch could not be traced: the
@@ -90,7 +97,24 @@ impl Worker {
         for event in &events {
             shared.abort_point(&event.payload);
         }
-        // The events `..end` run; the one at `end` failed (its own error, if any).
+        let failed = self.shrink_until_committed(&events).await;
+        drop(permit);
+        attempts::batch_ended(&shared.idem_pool, name, topic, partition).await;
+        if state.is_stopped() {
+            return;
+        }
+        if let Some(own) = failed {
+            self.resolve_alone(own).await;
+        }
+    }
+
+    /// Runs `events` in one transaction; while it fails, runs the events
+    /// before the failing one again. Returns the failing event's own error
+    /// (`Some(None)` when it has none), or `None` when every event it was
+    /// given committed or the partition stopped.
+    async fn shrink_until_committed(&mut self, events: &[Event]) -> Option<Option<ExecError>> {
+        let (shared, state) = (self.shared.clone(), self.state.clone());
+        // The events `..end` run; the one at `end` failed.
         let (mut end, mut failed) = (events.len(), None);
         while end > 0 && !state.is_stopped() {
             let executor = shared.slot.executor();
@@ -106,39 +130,43 @@ impl Worker {
                 }
                 Err(failure) => failure,
             };
-            let (at, own) = match failure {
-                BatchFailure::Stopped => break,
-                // Another version was activated: the same batch, on it.
-                BatchFailure::StaleModule if crate::pipeline::switch_module(&shared, version).await => continue,
-                BatchFailure::StaleModule => (0, None),
-                BatchFailure::Whole(error) => {
-                    shared.slot.count(version, Err(()));
-                    // Nothing names an event (BEGIN, the claim, COMMIT): the
-                    // batch's records run alone, so that a deterministic
-                    // failure at COMMIT is found in one pass, not by
-                    // re-running the batch once per record.
-                    self.alone_through = self.alone_through.max(events[end - 1].offset);
-                    (0, error)
-                }
-                BatchFailure::At { index, own } => {
-                    shared.slot.count(version, Err(()));
-                    (index, own)
-                }
+            let (at, own) = match self.after_batch_failure(failure, version, events[end - 1].offset).await {
+                AfterBatch::Stop => break,
+                AfterBatch::Again => continue,
+                AfterBatch::Shrink { at, own } => (at, own),
             };
             tracing::debug!(
-                handler = %name, %topic, partition, size = end, at, own = ?own,
-                "batch rolled back; the events before the failing one run again"
+                handler = %shared.name, topic = %state.topic, partition = state.partition, size = end, at,
+                own = ?own, "batch rolled back; the events before the failing one run again"
             );
             Stats::add(&shared.stats.batch_splits);
             (end, failed) = (at, Some(own));
         }
-        drop(permit);
-        attempts::batch_ended(&shared.idem_pool, name, topic, partition).await;
-        if state.is_stopped() {
-            return;
-        }
-        if let Some(own) = failed {
-            self.resolve_alone(own).await;
+        failed
+    }
+
+    /// What follows a failed batch on `version` whose last record is at
+    /// offset `last`.
+    async fn after_batch_failure(&mut self, failure: BatchFailure, version: Option<i32>, last: i64) -> AfterBatch {
+        let shared = &self.shared;
+        match failure {
+            BatchFailure::Stopped => AfterBatch::Stop,
+            // Another version was activated: the same batch, on it.
+            BatchFailure::StaleModule if crate::pipeline::switch_module(shared, version).await => AfterBatch::Again,
+            BatchFailure::StaleModule => AfterBatch::Shrink { at: 0, own: None },
+            BatchFailure::Whole(own) => {
+                shared.slot.count(version, Err(()));
+                // Nothing names an event (BEGIN, the claim, COMMIT): the
+                // batch's records run alone, so that a deterministic
+                // failure at COMMIT is found in one pass, not by
+                // re-running the batch once per record.
+                self.alone_through = self.alone_through.max(last);
+                AfterBatch::Shrink { at: 0, own }
+            }
+            BatchFailure::At { index, own } => {
+                shared.slot.count(version, Err(()));
+                AfterBatch::Shrink { at: index, own }
+            }
         }
     }
 
@@ -162,9 +190,20 @@ impl Worker {
     }
 }
 
+/// What a worker does after a batch failed.
+enum AfterBatch {
+    /// The partition stopped: nothing more runs.
+    Stop,
+    /// The same batch again (on the version now active).
+    Again,
+    /// The events before `at` again, in one transaction; the one at `at`
+    /// failed, with `own` as its own error if it has one.
+    Shrink { at: usize, own: Option<ExecError> },
+}
+
 /// A failure on `idem.batch_in_flight`: fatal when idem's role may not use
 /// it (the handler stops, naming the table), else logged.
-fn refused(shared: &Shared, what: &str, e: sqlx::Error) {
+fn refused(shared: &HandlerContext, what: &str, e: sqlx::Error) {
     let error = crate::ExecError::from_host_sql(e);
     if error.class() == crate::error::ErrorClass::Fatal {
         tracing::error!(handler = %shared.name, "fatal: cannot {what} idem.batch_in_flight: {error}");

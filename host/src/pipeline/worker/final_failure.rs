@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use super::decide::MAX_OUTAGE_BACKOFF;
-use crate::pipeline::Shared;
+use crate::pipeline::HandlerContext;
 use crate::pipeline::dlq::{Failure, Refusal};
 use crate::pipeline::partition::PartitionState;
 use crate::stats::Stats;
@@ -25,7 +25,12 @@ use crate::validate::Record;
 const REFUSED_RETRY: Duration = Duration::from_secs(30);
 
 /// Resolves a final failure; `false`: the partition stopped first.
-pub(super) async fn resolve(shared: &Shared, state: &PartitionState, record: &Record, failure: Failure) -> bool {
+pub(super) async fn resolve(
+    shared: &HandlerContext,
+    state: &PartitionState,
+    record: &Record,
+    failure: Failure,
+) -> bool {
     let (name, stats) = (&shared.name, &shared.stats);
     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
     let Some(dead_letters) = &shared.dead_letters else {

@@ -21,14 +21,14 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::Shared;
+use super::HandlerContext;
 use super::partition::PartitionState;
 use crate::error::ExecError;
 use crate::validate::Record;
 
 /// One partition's worker, for one assignment.
 pub(crate) struct Worker {
-    shared: Arc<Shared>,
+    shared: Arc<HandlerContext>,
     state: Arc<PartitionState>,
     queue: mpsc::UnboundedReceiver<Record>,
     /// Records taken from the queue and not yet resolved: a batch being
@@ -48,7 +48,11 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(shared: Arc<Shared>, state: Arc<PartitionState>, queue: mpsc::UnboundedReceiver<Record>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<HandlerContext>,
+        state: Arc<PartitionState>,
+        queue: mpsc::UnboundedReceiver<Record>,
+    ) -> Self {
         Self { shared, state, queue, pending: VecDeque::new(), proven: false, alone_through: -1, crash_checked: false }
     }
 

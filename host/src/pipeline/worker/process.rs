@@ -7,7 +7,7 @@ use super::Worker;
 use super::decide::{self, Step, Tries};
 use crate::error::{ErrorClass, ExecError};
 use crate::executor::Outcome;
-use crate::pipeline::Shared;
+use crate::pipeline::HandlerContext;
 use crate::pipeline::dlq::Failure;
 use crate::stats::Stats;
 use crate::validate::Record;
@@ -259,7 +259,7 @@ impl Worker {
     }
 }
 
-async fn database_answers(shared: &Shared) -> bool {
+async fn database_answers(shared: &HandlerContext) -> bool {
     let executor = shared.slot.executor();
     let probe = sqlx::query("SELECT 1").execute(executor.pool());
     matches!(tokio::time::timeout(Duration::from_secs(2), probe).await, Ok(Ok(_)))
