@@ -25,8 +25,17 @@ impl OffsetTracker {
     }
 
     /// The record at `offset` is resolved: processed, duplicate or skipped.
+    /// Records may be resolved in any order (lanes); the position moves
+    /// only over a resolved prefix.
     pub fn completed(&mut self, offset: i64) {
-        if let Some(entry) = self.pending.iter_mut().find(|(o, _)| *o == offset) {
+        // Delivered in offset order within an assignment: a binary search,
+        // so a lane held back by a backoff does not make every other lane's
+        // completion walk the records queued behind it.
+        let found = match self.pending.binary_search_by_key(&offset, |(o, _)| *o) {
+            Ok(i) => Some(i),
+            Err(_) => self.pending.iter().position(|(o, _)| *o == offset),
+        };
+        if let Some(entry) = found.and_then(|i| self.pending.get_mut(i)) {
             entry.1 = true;
         }
         while let Some(&(offset, true)) = self.pending.front() {
@@ -85,6 +94,35 @@ mod tests {
         t.completed(10);
         assert_eq!(t.to_commit(), Some(11));
         assert!(t.is_settled());
+    }
+
+    #[test]
+    fn records_resolved_out_of_order_commit_only_the_contiguous_prefix() {
+        // Lanes resolve a partition's records in any order: whatever the
+        // order, the position is never past a record still unresolved.
+        let offsets: Vec<i64> = (0..40).map(|i| i * 3).collect();
+        for seed in 0..50u64 {
+            let mut order = offsets.clone();
+            let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            for i in (1..order.len()).rev() {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                order.swap(i, usize::try_from(x >> 33).unwrap_or(0) % (i + 1));
+            }
+            let mut t = OffsetTracker::default();
+            offsets.iter().for_each(|&o| t.delivered(o));
+            let mut done = std::collections::BTreeSet::new();
+            for o in order {
+                t.completed(o);
+                done.insert(o);
+                let first_open = offsets.iter().find(|x| !done.contains(x));
+                let expected = match first_open {
+                    Some(&open) => offsets.iter().take_while(|&&x| x < open).last().map(|x| x + 1),
+                    None => Some(offsets[offsets.len() - 1] + 1),
+                };
+                assert_eq!(t.position(), expected, "seed {seed}, after {o}");
+            }
+            assert!(t.is_settled());
+        }
     }
 
     #[test]

@@ -71,6 +71,14 @@ impl HandlerSpec {
     }
 
     /// `self` under KIP-848's consumer protocol (the broker's assignor).
+    /// `ordering` (`"key"` or `"none"`) with `max_in_flight` lanes per
+    /// partition, and the concurrency for them to run side by side.
+    pub fn with_lanes(mut self, ordering: &str, max_in_flight: u32) -> Self {
+        self.extra.push_str(&format!("ordering = \"{ordering}\"\nmax_in_flight = {max_in_flight}\n"));
+        self.concurrency = self.concurrency.max(max_in_flight as usize);
+        self
+    }
+
     pub fn with_consumer_protocol(self) -> Self {
         Self { group_protocol: "consumer", assignor: "", ..self }
     }

@@ -64,9 +64,18 @@ pub struct HandlerConfig {
     pub event_types: Vec<String>,
     /// JSON Schema (draft 2020-12) of the payload, relative to the config file.
     pub schema: PathBuf,
-    /// Partitions processed at once.
+    /// Executions at once, over all the handler's partitions and lanes
+    /// (each holds one of the handler's database connections).
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
+    /// Which records of a partition may run at the same time: `"partition"`
+    /// (default; none), `"key"` (different keys) or `"none"` (any). See
+    /// `config/ordering.rs`.
+    #[serde(default)]
+    pub ordering: super::Ordering,
+    /// Lanes per partition under `ordering = "key"` or `"none"` (default 8).
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
     /// Moved to `[handler.batch] max_events`; kept only to say so.
     #[serde(default)]
     pub(super) max_events: Option<usize>,
@@ -366,6 +375,11 @@ fn default_http_timeout_ms() -> u64 {
 }
 
 impl HandlerConfig {
+    /// Lanes per partition (see `config/ordering.rs`).
+    pub fn lanes(&self) -> u32 {
+        super::ordering::lanes(self.ordering, self.max_in_flight)
+    }
+
     /// The handler's dead-letter topic.
     pub fn dlq_topic(&self) -> String {
         self.retry.dlq_topic.clone().unwrap_or_else(|| format!("{}.{}.dlq", self.topic, self.name))

@@ -12,6 +12,7 @@ mod admin;
 mod dlq;
 mod group;
 mod handler;
+mod ordering;
 mod properties;
 mod ranges;
 mod retention;
@@ -23,6 +24,7 @@ pub use group::GroupProtocol;
 pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, OnFailure,
 };
+pub use ordering::{DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, Ordering, key_lane};
 use properties::check_properties;
 pub use retention::{RetentionConfig, RetentionMode, Span, StalePolicy};
 pub use runtime::RuntimeConfig;
@@ -221,6 +223,7 @@ impl Config {
         if h.concurrency == 0 {
             bail!("{at}: concurrency must be at least 1");
         }
+        ordering::check(&at, h.ordering, h.max_in_flight)?;
         if h.max_events.is_some() {
             bail!("{at}: max_events moved to [handler.batch] max_events");
         }
@@ -420,7 +423,7 @@ mod generated;
 mod tests {
     use std::path::Path;
 
-    use super::Config;
+    use super::{Config, DEFAULT_MAX_IN_FLIGHT, Ordering};
 
     #[test]
     fn the_billing_example_config_loads() {
@@ -461,6 +464,15 @@ mod tests {
             assert!(err.contains(expected), "{extra}: {err}");
         };
         refused("native = \"billing\"\n", "more than one of `component`, `module` and `native`");
+        refused("max_in_flight = 4\n", "needs ordering = \"key\" or \"none\"");
+        refused("ordering = \"key\"\nmax_in_flight = 0\n", "max_in_flight = 0 must be between 1 and 256");
+        refused("ordering = \"none\"\nmax_in_flight = 257\n", "max_in_flight = 257");
+        refused("ordering = \"keys\"\n", "ordering");
+        let keyed = load(format!("{base}ordering = \"key\"\n")).expect("ordering by key");
+        assert_eq!((keyed.handlers[0].ordering, keyed.handlers[0].lanes()), (Ordering::Key, DEFAULT_MAX_IN_FLIGHT));
+        let none = load(format!("{base}ordering = \"none\"\nmax_in_flight = 3\n")).expect("3 lanes");
+        assert_eq!(none.handlers[0].lanes(), 3);
+        assert_eq!(load(base.to_owned()).expect("default").handlers[0].lanes(), 1, "one lane by default");
         let bodiless = base.replace("component = \"c\"\n", "");
         assert!(load(bodiless.clone()).expect_err("no body").contains("no `component`"));
         assert!(load(format!("{bodiless}module = \"store\"\n")).is_ok(), "from the store only");

@@ -82,24 +82,38 @@ pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record, resolv
     }
 }
 
-/// Records that `handler` is about to execute the records `first..=last`
-/// of `topic`/`partition` in one batch.
+/// Where a batch runs: a handler's partition, and the lane in it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchPlace<'a> {
+    pub handler: &'a str,
+    pub topic: &'a str,
+    pub partition: i32,
+    pub lane: usize,
+}
+
+impl BatchPlace<'_> {
+    fn lane(&self) -> i32 {
+        i32::try_from(self.lane).unwrap_or(i32::MAX)
+    }
+}
+
+/// Records that the records `first..=last` of `at` are about to run in one
+/// batch.
 pub(crate) async fn batch_started(
     pool: &PgPool,
-    handler: &str,
-    topic: &str,
-    partition: i32,
+    at: BatchPlace<'_>,
     (first, last): (i64, i64),
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO idem.batch_in_flight (consumer, topic, \"partition\", first_offset, last_offset) \
-         VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (consumer, topic, \"partition\") \
-         DO UPDATE SET first_offset = $4, last_offset = $5, started_at = now()",
+        "INSERT INTO idem.batch_in_flight (consumer, topic, \"partition\", lane, first_offset, last_offset) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (consumer, topic, \"partition\", lane) \
+         DO UPDATE SET first_offset = $5, last_offset = $6, started_at = now()",
     )
-    .bind(handler)
-    .bind(topic)
-    .bind(partition)
+    .bind(at.handler)
+    .bind(at.topic)
+    .bind(at.partition)
+    .bind(at.lane())
     .bind(first)
     .bind(last)
     .execute(pool)
@@ -107,24 +121,27 @@ pub(crate) async fn batch_started(
     Ok(())
 }
 
-/// The batch ended in this live process (committed or rolled back).
-pub(crate) async fn batch_ended(pool: &PgPool, handler: &str, topic: &str, partition: i32) {
-    let ended =
-        sqlx::query("DELETE FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3")
-            .bind(handler)
-            .bind(topic)
-            .bind(partition)
-            .execute(pool)
-            .await;
+/// The batch of `at` ended in this live process (committed or rolled back).
+pub(crate) async fn batch_ended(pool: &PgPool, at: BatchPlace<'_>) {
+    let ended = sqlx::query(
+        "DELETE FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND lane = $4",
+    )
+    .bind(at.handler)
+    .bind(at.topic)
+    .bind(at.partition)
+    .bind(at.lane())
+    .execute(pool)
+    .await;
     if let Err(e) = ended {
         // A row left behind only makes the next assignment run that range
         // alone: slower, never wrong.
-        tracing::warn!(handler, topic, partition, "failed to clear the batch in flight: {e}");
+        let BatchPlace { handler, topic, partition, lane } = at;
+        tracing::warn!(handler, topic, partition, lane, "failed to clear the batch in flight: {e}");
     }
 }
 
-/// The last offset of a batch of this partition that a crash interrupted,
-/// if any.
+/// The last offset of the batches of this partition (any lane) that a
+/// crash interrupted, if any.
 pub(crate) async fn crashed_batch(
     pool: &PgPool,
     handler: &str,
@@ -132,11 +149,11 @@ pub(crate) async fn crashed_batch(
     partition: i32,
 ) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT last_offset FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3",
+        "SELECT max(last_offset) FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3",
     )
     .bind(handler)
     .bind(topic)
     .bind(partition)
-    .fetch_optional(pool)
+    .fetch_one(pool)
     .await
 }

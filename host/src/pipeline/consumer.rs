@@ -20,6 +20,8 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 
+use tokio::sync::mpsc;
+
 use super::HandlerContext;
 use super::partition::{PartitionState, Reset};
 use crate::stats::Stats;
@@ -128,6 +130,26 @@ impl IdemContext {
         self.shared.fatal(message);
     }
 
+    /// Starts the worker of `state`'s `lane`, and watches it: a worker that
+    /// panics must not leave a partition silently dead while the consumer
+    /// keeps fetching into its queue: the handler stops, loudly, and nothing
+    /// past the record is committed.
+    fn start_worker(&self, state: &Arc<PartitionState>, lane: usize, queue: mpsc::UnboundedReceiver<Record>) {
+        let worker = super::worker::Worker::new(self.shared.clone(), state.clone(), lane, queue);
+        let worker = self.runtime.spawn(worker.work());
+        let (shared, watched) = (self.shared.clone(), state.clone());
+        self.runtime.spawn(async move {
+            if let Err(e) = worker.await
+                && e.is_panic()
+            {
+                watched.worker_died(lane);
+                let (topic, partition) = (&watched.topic, watched.partition);
+                tracing::error!(handler = %shared.name, %topic, partition, lane, "partition worker panicked: {e}");
+                shared.fatal(format!("handler {}: the worker of {topic}/{partition} panicked", shared.name));
+            }
+        });
+    }
+
     fn assign(&self, tpl: &TopicPartitionList) {
         if self.closing.load(Ordering::SeqCst) {
             tracing::debug!(handler = %self.shared.name, partitions = ?keys(tpl), "assigned while shutting down: not started");
@@ -137,29 +159,19 @@ impl IdemContext {
         let mut map = self.partitions();
         for element in tpl.elements() {
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-            let (state, queue) = PartitionState::new(element.topic(), element.partition());
+            let config = &self.shared.config;
+            let (state, queues) =
+                PartitionState::with_lanes(element.topic(), element.partition(), config.ordering, config.lanes());
             tracing::debug!(
                 topic = element.topic(),
                 partition = element.partition(),
                 generation,
+                lanes = queues.len(),
                 "partition worker started"
             );
-            let worker =
-                self.runtime.spawn(super::worker::Worker::new(self.shared.clone(), state.clone(), queue).work());
-            // A worker that panics must not leave a partition silently dead
-            // while the consumer keeps fetching into its queue: the handler
-            // stops, loudly, and nothing past the record is committed.
-            let (shared, watched) = (self.shared.clone(), state.clone());
-            let (topic, partition) = (element.topic().to_owned(), element.partition());
-            self.runtime.spawn(async move {
-                if let Err(e) = worker.await
-                    && e.is_panic()
-                {
-                    watched.worker_died();
-                    tracing::error!(handler = %shared.name, %topic, partition, "partition worker panicked: {e}");
-                    shared.fatal(format!("handler {}: the worker of {topic}/{partition} panicked", shared.name));
-                }
-            });
+            for (lane, queue) in queues.into_iter().enumerate() {
+                self.start_worker(&state, lane, queue);
+            }
             map.insert((element.topic().to_owned(), element.partition()), state);
         }
         self.lookups_pending.store(true, Ordering::SeqCst);

@@ -166,8 +166,16 @@ impl Pipeline {
         let probe = if wiring.watch_drain { Some(crate::kafka_client::probe(kafka, Some(&config))?) } else { None };
         tracing::info!(
             handler = %config.name, topic = %config.topic, group = %config.group_id, instance = ?recipe.instance,
-            "consuming"
+            ordering = config.ordering.as_str(), lanes = config.lanes(), "consuming"
         );
+        if config.lanes() as usize > config.concurrency {
+            tracing::warn!(
+                handler = %config.name,
+                "ordering = \"{}\" gives each partition {} lanes, but concurrency = {} bounds the executions at once \
+                 over all of them: raise concurrency for the lanes to run side by side",
+                config.ordering.as_str(), config.lanes(), config.concurrency
+            );
+        }
         Ok(Self { config, slot, recipe, consumer, probe })
     }
 

@@ -1,6 +1,8 @@
 //! One assigned partition, as the polling thread and the partition's
-//! worker (`worker`) share it: its queue, its offsets, whether it is
-//! stopped or busy, flow control, and where it resumed.
+//! workers (`worker`, one per lane) share it: its lanes' queues, its
+//! offsets, whether it is stopped or busy, flow control, and where it
+//! resumed. Which lane a record goes to is `ordering`'s (see
+//! `config/ordering.rs`).
 //!
 //! A partition's state belongs to one assignment. When the
 //! partition is revoked, its state leaves the consumer's map: a worker that
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use crate::config::Ordering as RecordOrder;
 use crate::offsets::OffsetTracker;
 use crate::validate::Record;
 
@@ -25,8 +28,8 @@ pub(crate) struct PartitionState {
     stopped: AtomicBool,
     /// The same, for a worker waiting (for a permit, a backoff) to wake on.
     stop_signal: watch::Sender<bool>,
-    /// A record is being executed right now.
-    busy: AtomicBool,
+    /// Per lane: a record is being executed right now.
+    busy: Vec<AtomicBool>,
     /// Records queued and not yet taken by the worker.
     pub queued: AtomicUsize,
     /// Their payloads' and keys' bytes: flow control bounds both.
@@ -35,20 +38,37 @@ pub(crate) struct PartitionState {
     pub paused: AtomicBool,
     /// Where the partition resumed, to detect offset resets.
     pub start: Mutex<Start>,
-    sender: mpsc::UnboundedSender<Record>,
+    /// One queue per lane.
+    lanes: Vec<mpsc::UnboundedSender<Record>>,
+    ordering: RecordOrder,
+    /// Under `ordering = "none"`: the lane the next record goes to.
+    turn: AtomicUsize,
 }
 
 impl PartitionState {
-    /// A new state and the receiver its worker drains.
+    /// A new state with one lane, and the receiver its worker drains.
+    #[cfg(test)]
     pub(crate) fn new(topic: &str, partition: i32) -> (Arc<Self>, mpsc::UnboundedReceiver<Record>) {
-        let (sender, receiver) = mpsc::unbounded_channel();
+        let (state, mut receivers) = Self::with_lanes(topic, partition, RecordOrder::Partition, 1);
+        (state, receivers.remove(0))
+    }
+
+    /// A new state with `lanes` lanes (at least one) filled by `ordering`,
+    /// and the receivers their workers drain, one per lane.
+    pub(crate) fn with_lanes(
+        topic: &str,
+        partition: i32,
+        ordering: RecordOrder,
+        lanes: u32,
+    ) -> (Arc<Self>, Vec<mpsc::UnboundedReceiver<Record>>) {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..lanes.max(1)).map(|_| mpsc::unbounded_channel()).unzip();
         let state = Self {
             topic: topic.to_owned(),
             partition,
             tracker: Mutex::new(OffsetTracker::default()),
             stopped: AtomicBool::new(false),
             stop_signal: watch::channel(false).0,
-            busy: AtomicBool::new(false),
+            busy: senders.iter().map(|_| AtomicBool::new(false)).collect(),
             queued: AtomicUsize::new(0),
             queued_bytes: AtomicUsize::new(0),
             // librdkafka keeps a partition's pause flag across assignments:
@@ -56,9 +76,23 @@ impl PartitionState {
             // for good. Assume it may be, so that flow control resumes it.
             paused: AtomicBool::new(true),
             start: Mutex::new(Start::default()),
-            sender,
+            lanes: senders,
+            ordering,
+            turn: AtomicUsize::new(0),
         };
-        (Arc::new(state), receiver)
+        (Arc::new(state), receivers)
+    }
+
+    /// The lane `record` goes to: by its key's hash under `"key"` (records
+    /// without a key share one lane), in turn under `"none"`.
+    fn lane_of(&self, record: &Record) -> usize {
+        let n = self.lanes.len();
+        match self.ordering {
+            _ if n == 1 => 0,
+            RecordOrder::Partition => 0,
+            RecordOrder::Key => crate::config::key_lane(record.key.as_deref(), n),
+            RecordOrder::None => self.turn.fetch_add(1, Ordering::Relaxed) % n,
+        }
     }
 
     pub(crate) fn start(&self) -> MutexGuard<'_, Start> {
@@ -75,7 +109,7 @@ impl PartitionState {
         let bytes = record.weight();
         self.queued.fetch_add(1, Ordering::SeqCst);
         self.queued_bytes.fetch_add(bytes, Ordering::SeqCst);
-        if self.sender.send(record).is_err() {
+        if self.lanes[self.lane_of(&record)].send(record).is_err() {
             // The worker is gone (stopped): the record stays unresolved and
             // uncommitted, so it is redelivered to whoever owns it next.
             self.queued.fetch_sub(1, Ordering::SeqCst);
@@ -120,33 +154,35 @@ impl PartitionState {
         self.stopped.load(Ordering::SeqCst)
     }
 
-    /// The worker is gone (it panicked): nothing of this partition is in
-    /// flight any more, and nothing more is taken or committed past it.
-    pub(crate) fn worker_died(&self) {
+    /// A lane's worker is gone (it panicked): the partition stops, so
+    /// nothing more is taken or committed past its records, and that lane
+    /// has nothing in flight any more.
+    pub(crate) fn worker_died(&self, lane: usize) {
         self.stop();
-        self.busy.store(false, Ordering::SeqCst);
+        self.busy[lane].store(false, Ordering::SeqCst);
     }
 
+    /// A lane is executing a record.
     pub(crate) fn is_busy(&self) -> bool {
-        self.busy.load(Ordering::SeqCst)
+        self.busy.iter().any(|b| b.load(Ordering::SeqCst))
     }
 
-    /// The worker starts on a record: busy, unless the partition is
+    /// `lane`'s worker starts on a record: busy, unless the partition is
     /// stopped (`false`). Busy is set before the stopped check: whoever
-    /// stops the partition then waits for busy to clear, so it never
-    /// misses this record.
-    pub(super) fn set_busy(&self) -> bool {
-        self.busy.store(true, Ordering::SeqCst);
+    /// stops the partition then waits for it to clear, so it never misses
+    /// this record.
+    pub(super) fn set_busy(&self, lane: usize) -> bool {
+        self.busy[lane].store(true, Ordering::SeqCst);
         if self.is_stopped() {
-            self.busy.store(false, Ordering::SeqCst);
+            self.busy[lane].store(false, Ordering::SeqCst);
             return false;
         }
         true
     }
 
-    /// The worker is done with the record it was on.
-    pub(super) fn set_idle(&self) {
-        self.busy.store(false, Ordering::SeqCst);
+    /// `lane`'s worker is done with the record it was on.
+    pub(super) fn set_idle(&self, lane: usize) {
+        self.busy[lane].store(false, Ordering::SeqCst);
     }
 }
 

@@ -16,6 +16,7 @@ mod dead_letters;
 mod failures;
 mod guest_text;
 mod hostile_records;
+mod lanes;
 mod modules;
 mod observability;
 mod restarts;
@@ -51,11 +52,15 @@ impl Env {
 
     /// `n` distinct orders round-robin over the partitions, sent at once (in
     /// multi-record batches, as real producers send); returns their payloads.
+    /// Each order is keyed by its customer, one of 50, as a producer keys
+    /// by aggregate (so `ordering = "key"` has keys to tell apart).
     async fn send_orders(&self, n: i64) -> Vec<Vec<u8>> {
-        let records: Vec<(i32, Vec<u8>)> =
-            (0..n).map(|i| ((i % i64::from(self.partitions)) as i32, order_payload(i + 1).1)).collect();
-        kafka::produce_all(&self.producer, &self.topic, &records).await;
-        records.into_iter().map(|(_, payload)| payload).collect()
+        let records: Vec<(i32, String, Vec<u8>)> = (0..n)
+            .map(|i| ((i % i64::from(self.partitions)) as i32, format!("customer-{}", i % 50), order_payload(i + 1).1))
+            .collect();
+        let keyed: Vec<(i32, String, &[u8])> = records.iter().map(|(p, k, v)| (*p, k.clone(), &v[..])).collect();
+        kafka::produce_all_keyed(&self.producer, &self.topic, &keyed).await;
+        records.into_iter().map(|(_, _, payload)| payload).collect()
     }
 
     /// A proxy to the test database that the test can cut, and the
@@ -255,6 +260,15 @@ async fn a_crash_between_the_transaction_and_the_offset_commit_causes_no_double_
 /// leaves mid-stream (SIGTERM); every event is charged exactly once.
 /// `protocol`: the group protocol, "classic" or "consumer" (KIP-848).
 async fn rebalance_mid_stream(protocol: &'static str, assignor: &'static str) {
+    rebalance_mid_stream_with(protocol, assignor, |spec| spec).await;
+}
+
+/// [`rebalance_mid_stream`] with the handler's spec as `tune` makes it.
+async fn rebalance_mid_stream_with(
+    protocol: &'static str,
+    assignor: &'static str,
+    tune: impl Fn(HandlerSpec) -> HandlerSpec,
+) {
     let env = Env::new(6).await;
     // Slow charges keep the stream going through both rebalances.
     env.provider.set_latency(Duration::from_millis(50));
@@ -263,6 +277,7 @@ async fn rebalance_mid_stream(protocol: &'static str, assignor: &'static str) {
     spec.group_protocol = protocol;
     spec.assignor = assignor;
     spec.concurrency = 2;
+    let spec = tune(spec);
     // Same handler, same group; the key prefix only tells who sent a charge
     // (and would show an event charged by both as two charges).
     let config_a = host::write_config(&env.db.url, &[HandlerSpec { key_prefix: Some("a".into()), ..spec.clone() }]);
@@ -331,6 +346,11 @@ async fn rebalance_mid_stream(protocol: &'static str, assignor: &'static str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rebalance_mid_stream_with_cooperative_sticky_loses_and_doubles_nothing() {
     rebalance_mid_stream("classic", "cooperative-sticky").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebalance_mid_stream_with_key_lanes_loses_and_doubles_nothing() {
+    rebalance_mid_stream_with("classic", "cooperative-sticky", |spec| spec.with_lanes("key", 4)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,6 +13,7 @@ use crate::event::Event;
 use crate::executor::{BatchFailure, Outcome};
 use crate::pipeline::HandlerContext;
 use crate::pipeline::attempts;
+use crate::pipeline::partition::PartitionState;
 use crate::stats::Stats;
 
 impl Worker {
@@ -57,6 +58,11 @@ impl Worker {
         }
     }
 
+    /// Where this worker's batches run, for `idem.batch_in_flight`.
+    fn place<'a>(shared: &'a HandlerContext, state: &'a PartitionState, lane: usize) -> attempts::BatchPlace<'a> {
+        attempts::BatchPlace { handler: &shared.name, topic: &state.topic, partition: state.partition, lane }
+    }
+
     /// The longest run of valid pending records with distinct event ids: an
     /// invalid record, or an id already in the batch (redelivered within
     /// it), ends the batch; the next one starts with it.
@@ -83,15 +89,15 @@ impl Worker {
             return self.resolve_alone(None).await;
         };
         let range = (events[0].offset, last.offset);
-        let (name, topic, partition) = (&shared.name, &state.topic, state.partition);
-        if let Err(e) = attempts::batch_started(&shared.idem_pool, name, topic, partition, range).await {
+        let place = Self::place(&shared, &state, self.lane);
+        if let Err(e) = attempts::batch_started(&shared.idem_pool, place, range).await {
             // Without the mark a crash in this batch could not be traced: the
             // first record goes alone (the failure path rides out an outage).
             refused(&shared, "write", e);
             return self.resolve_alone(None).await;
         }
         let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else {
-            attempts::batch_ended(&shared.idem_pool, name, topic, partition).await;
+            attempts::batch_ended(&shared.idem_pool, place).await;
             return;
         };
         for event in &events {
@@ -99,7 +105,7 @@ impl Worker {
         }
         let failed = self.shrink_until_committed(&events).await;
         drop(permit);
-        attempts::batch_ended(&shared.idem_pool, name, topic, partition).await;
+        attempts::batch_ended(&shared.idem_pool, place).await;
         if state.is_stopped() {
             return;
         }

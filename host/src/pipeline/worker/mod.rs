@@ -1,5 +1,6 @@
-//! The task that works one assigned partition: it takes the partition's
-//! records in offset order and resolves each (processed, a duplicate,
+//! The task that works one lane of an assigned partition (the partition
+//! itself under `ordering = "partition"`): it takes the lane's records in
+//! offset order and resolves each (processed, a duplicate,
 //! skipped, dead-lettered), in batches once the partition has processed an
 //! event in this assignment (`batch`), one at a time before that and for
 //! whatever a batch cannot settle (`process`). The decision after a failed
@@ -30,6 +31,8 @@ use crate::validate::Record;
 pub(crate) struct Worker {
     shared: Arc<HandlerContext>,
     state: Arc<PartitionState>,
+    /// Which of the partition's lanes this worker drains (0 when it has one).
+    lane: usize,
     queue: mpsc::UnboundedReceiver<Record>,
     /// Records taken from the queue and not yet resolved: a batch being
     /// formed, or what a batch left.
@@ -51,9 +54,19 @@ impl Worker {
     pub(crate) fn new(
         shared: Arc<HandlerContext>,
         state: Arc<PartitionState>,
+        lane: usize,
         queue: mpsc::UnboundedReceiver<Record>,
     ) -> Self {
-        Self { shared, state, queue, pending: VecDeque::new(), proven: false, alone_through: -1, crash_checked: false }
+        Self {
+            shared,
+            state,
+            lane,
+            queue,
+            pending: VecDeque::new(),
+            proven: false,
+            alone_through: -1,
+            crash_checked: false,
+        }
     }
 
     /// Drains the partition's queue until it is stopped or the queue closes.
@@ -75,7 +88,7 @@ impl Worker {
             // Busy before the stopped check: whoever stops the partition
             // then waits for it to clear, so it never misses this record.
             // Every wait inside (a permit, a backoff) ends when it is stopped.
-            if !self.state.set_busy() {
+            if !self.state.set_busy(self.lane) {
                 return;
             }
             if batching {
@@ -83,7 +96,7 @@ impl Worker {
             } else {
                 self.resolve_alone(None).await;
             }
-            self.state.set_idle();
+            self.state.set_idle(self.lane);
         }
     }
 

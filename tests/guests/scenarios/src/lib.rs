@@ -18,6 +18,12 @@ struct Payload {
     /// `retry-until`: the attempt that succeeds.
     #[serde(default)]
     succeed_at: Option<u32>,
+    /// `lane`: the record's place among its key's records.
+    #[serde(default)]
+    seq: Option<i64>,
+    /// `lane`: how long the record holds its transaction.
+    #[serde(default)]
+    sleep_ms: Option<u32>,
 }
 
 fn record(db: &Db, event: &Event, note: &str) -> idem_guest::Result {
@@ -64,6 +70,16 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             loop {
                 let _ = db.execute(&sql, &[]);
             }
+        }
+        "lane" => {
+            // What order the host kept: the record's key and place, and
+            // when it began and ended on the clock.
+            let key = String::from_utf8_lossy(event.key().unwrap_or_default()).into_owned();
+            let (id, seq) = (event.id(), p.seq.unwrap_or(0));
+            db.execute("INSERT INTO scenario.lane_log (event_id, key, seq) VALUES ($1, $2, $3)", &[&id, &key, &seq])?;
+            db.execute("SELECT pg_sleep($1)", &[&(f64::from(p.sleep_ms.unwrap_or(0)) / 1000.0)])?;
+            db.execute("UPDATE scenario.lane_log SET ended = clock_timestamp() WHERE event_id = $1", &[&id])?;
+            Ok(())
         }
         "statement" => {
             let sql = p.sql.ok_or_else(|| Error::permanent("no sql in payload"))?;
