@@ -16,6 +16,8 @@ mod ceiling;
 mod compare;
 mod measure;
 mod restarts;
+mod seed;
+mod skewed;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,6 +62,10 @@ enum Kind {
         drops: bool,
     },
     Ceiling,
+    /// The seed's own Node consumer (`seed`).
+    Seed,
+    /// The skewed stream under an `ordering` (`skewed`; only with HTTP).
+    Skewed(&'static str),
 }
 
 struct Variant {
@@ -89,6 +95,9 @@ const VARIANTS: &[Variant] = &[
         name: "f: a, provider dropping 4% of connections",
         kind: Kind::Idem { max_events: BATCH, native: false, noisy: false, drops: true },
     },
+    Variant { name: "k: skewed stream, ordering = partition", kind: Kind::Skewed("partition") },
+    Variant { name: "k: skewed stream, ordering = key", kind: Kind::Skewed("key") },
+    Variant { name: "s: the seed's stack (kafkajs, TypeORM, zod)", kind: Kind::Seed },
 ];
 
 #[tokio::main]
@@ -102,12 +111,13 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefg".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefgks".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     let mut rows = Vec::new();
     for http in [false, true] {
         for variant in VARIANTS {
-            if (matches!(variant.kind, Kind::Idem { drops: true, .. }) && !http) || !chosen(variant.name) {
+            let http_only = matches!(variant.kind, Kind::Idem { drops: true, .. } | Kind::Skewed(_));
+            if (http_only && !http) || !chosen(variant.name) {
                 continue;
             }
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
@@ -116,6 +126,8 @@ async fn main() -> anyhow::Result<()> {
                     idem_variant(variant.name, Shape { max_events, native, noisy, drops }, http, orders).await?
                 }
                 Kind::Ceiling => ceiling_variant(variant.name, http, orders).await?,
+                Kind::Seed => seed::variant(variant.name, http, orders).await?,
+                Kind::Skewed(ordering) => skewed::variant(variant.name, ordering).await?,
             };
             eprintln!("bench:   {:.0} records/s", row.events_per_s);
             rows.push(row);
@@ -466,17 +478,24 @@ fn render(rows: &[Row]) -> String {
         let rate = |prefix: &str| {
             rows.iter().find(|r| r.http == http && r.variant.starts_with(prefix)).map_or(f64::NAN, |r| r.events_per_s)
         };
-        let (a, b, c, d, e) = (rate("a"), rate("b"), rate("c"), rate("d"), rate("e"));
+        let (a, b, c, d, e, s) = (rate("a"), rate("b"), rate("c"), rate("d"), rate("e"), rate("s"));
         text.push_str(&format!(
-            "\n{}: a/b = {:.2}, a/c = {:.2}, a/d = {:.2}, e/a = {:.2} (billing beside a hostile handler, goal ≥ 0.8)",
+            "\n{}: a/b = {:.2}, a/c = {:.2}, a/d = {:.2} (goal ≥ 0.8), a/s = {:.1} (the seed's stack, goal ≥ 20 without \
+             HTTP), e/a = {:.2} (billing beside a hostile handler, goal ≥ 0.8)",
             if http { "with HTTP" } else { "without HTTP" },
             a / b,
             a / c,
             a / d,
+            a / s,
             e / a
         ));
         if http {
             text.push_str(&format!(", f/a = {:.2} (a provider dropping 4% of connections, goal ≥ 0.5)", rate("f") / a));
+            let (key, partition) = (rate("k: skewed stream, ordering = key"), rate("k: skewed stream, ordering = p"));
+            text.push_str(&format!(
+                ", k_key/k_partition = {:.1} (a skewed stream in key lanes, goal ≥ 10)",
+                key / partition
+            ));
         }
     }
     text.push('\n');
