@@ -48,6 +48,8 @@ max_module_mib = 32
 event_types = ["order.confirmed.v1"]
 schema = "order.schema.json"
 concurrency = 3
+ordering = "key"
+max_in_flight = 8
 timeout_ms = 30000
 max_memory_mib = 256
 group_protocol = "classic"
@@ -254,6 +256,9 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
         (set("header", r#""Host""#), "header `Host` is reserved"),
         (set("header", r#""Content-Length""#), "is reserved"),
         (set("max_memory_mib", "0"), "max_memory_mib"),
+        (set("max_in_flight", "0"), "max_in_flight = 0 must be between 1 and 256"),
+        (set("max_in_flight", "4294967296"), "max_in_flight"),
+        (set("ordering", r#""random""#), "ordering"),
         (set("concurrency", r#""three""#), "key `concurrency` of [[handler]]"),
         (set("header_timeout", r#""0ms""#), "[admin] header_timeout = \"0ms\" must be between"),
         (set("body_timeout", r#""2h""#), "[admin] body_timeout = \"2h\" must be between"),
