@@ -48,6 +48,22 @@ struct Row {
     peak_rss_mib: Option<f64>,
 }
 
+impl Row {
+    /// A drain without a paced latency run: `records` over `span` seconds.
+    fn drained(variant: &'static str, http: bool, records: usize, span: f64, cpu_s: f64, rss: Option<f64>) -> Self {
+        Row {
+            variant,
+            http,
+            records: records as u64,
+            events_per_s: records as f64 / span.max(1e-3),
+            p50_ms: None,
+            p99_ms: None,
+            cpu_s,
+            peak_rss_mib: rss,
+        }
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     /// `native`: the billing logic compiled into the host
@@ -311,9 +327,14 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
 
     let child = host::spawn(&config, true, &[("IDEM_LOG", "error")]);
     let cost = measure::watch(&child).await;
-    let (status, _) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
+    let (status, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
     if !status.success() {
         bail!("{name}: idem run failed: {status}");
+    }
+    if let Some(r) = reports.first() {
+        // What shaped the drain: full batches are about records / max_events
+        // transactions; pauses are the queue reaching its bound.
+        eprintln!("bench:   {} transactions, {} pauses", r.transactions, r.pauses);
     }
     let span = check(&mut conn, &provider, orders, http).await?;
     let events_per_s = records.len() as f64 / span.max(1e-3);
@@ -435,16 +456,7 @@ async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow:
     pool.close().await;
     let span = check(&mut conn, &provider, orders, http).await?;
     admin_drop(&db).await;
-    Ok(Row {
-        variant: name,
-        http,
-        records: records.len() as u64,
-        events_per_s: records.len() as f64 / span.max(1e-3),
-        p50_ms: None,
-        p99_ms: None,
-        cpu_s,
-        peak_rss_mib: None,
-    })
+    Ok(Row::drained(name, http, records.len(), span, cpu_s, None))
 }
 
 async fn admin_drop(db: &str) {

@@ -65,16 +65,7 @@ pub(crate) async fn variant(name: &'static str, http: bool, orders: i64) -> anyh
     drained?;
     let span = check(&mut conn, &provider, orders, http).await?;
     admin_drop(&db).await;
-    Ok(Row {
-        variant: name,
-        http,
-        records: records.len() as u64,
-        events_per_s: records.len() as f64 / span.max(1e-3),
-        p50_ms: None,
-        p99_ms: None,
-        cpu_s: cost.cpu_s,
-        peak_rss_mib: Some(cost.peak_rss_mib),
-    })
+    Ok(Row::drained(name, http, records.len(), span, cost.cpu_s, Some(cost.peak_rss_mib)))
 }
 
 /// Waits until every order is charged and the group committed every

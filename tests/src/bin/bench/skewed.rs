@@ -48,14 +48,5 @@ pub(crate) async fn variant(name: &'static str, ordering: &'static str) -> anyho
     }
     let span = check(&mut conn, &provider, ORDERS, true).await?;
     admin_drop(&db).await;
-    Ok(Row {
-        variant: name,
-        http: true,
-        records: ORDERS as u64,
-        events_per_s: ORDERS as f64 / span.max(1e-3),
-        p50_ms: None,
-        p99_ms: None,
-        cpu_s: cost.cpu_s,
-        peak_rss_mib: Some(cost.peak_rss_mib),
-    })
+    Ok(Row::drained(name, true, ORDERS as usize, span, cost.cpu_s, Some(cost.peak_rss_mib)))
 }
