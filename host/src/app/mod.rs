@@ -38,7 +38,7 @@ pub struct RunOptions {
 /// events, commits and returns each handler's counters. A fatal error stops
 /// every handler and is returned.
 pub async fn run(
-    prepared: Prepared,
+    mut prepared: Prepared,
     options: RunOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<Vec<HandlerReport>> {
@@ -59,7 +59,6 @@ pub async fn run(
     let admin =
         crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone(), telemetry.clone())
             .await?;
-    let services = services(&prepared, slots, admin, &stop_rx);
     let (fatal_tx, fatal_rx) = mpsc::unbounded_channel();
     // Held until every consumer is closed: an automatic identity's slot.
     let identity = crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?;
@@ -67,7 +66,7 @@ pub async fn run(
     // failure here leaves nothing running behind.
     let mut reports = Vec::new();
     let mut pipelines = Vec::new();
-    for (handler, stats) in prepared.handlers.into_iter().zip(counted) {
+    for (handler, stats) in std::mem::take(&mut prepared.handlers).into_iter().zip(counted) {
         let config = handler.config.clone();
         reports.push((config.name.clone(), stats.clone()));
         // See `identity`: an automatic identity only under the classic protocol.
@@ -89,6 +88,10 @@ pub async fn run(
         });
         pipelines.push(pipeline);
     }
+    // The services start once every handler is registered: the admin API
+    // (bound above, so its clients wait in the listen queue meanwhile) then
+    // answers `/readyz` with each handler's own state from its first answer.
+    let services = services(&prepared, slots, admin, &stop_rx);
     let bound = prepared.config.shutdown.timeout.0;
     let threads: Vec<_> = pipelines
         .into_iter()

@@ -38,6 +38,9 @@ pub(crate) struct PartitionState {
     pub paused: AtomicBool,
     /// Where the partition resumed, to detect offset resets.
     pub start: Mutex<Start>,
+    /// The last offset of any lane's batch a crash interrupted, as read
+    /// once for this assignment (`worker::batch::check_crash`).
+    pub(super) crash_mark: tokio::sync::OnceCell<Option<i64>>,
     /// One queue per lane.
     lanes: Vec<mpsc::UnboundedSender<Record>>,
     ordering: RecordOrder,
@@ -76,6 +79,7 @@ impl PartitionState {
             // for good. Assume it may be, so that flow control resumes it.
             paused: AtomicBool::new(true),
             start: Mutex::new(Start::default()),
+            crash_mark: tokio::sync::OnceCell::new(),
             lanes: senders,
             ordering,
             turn: AtomicUsize::new(0),

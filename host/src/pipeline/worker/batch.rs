@@ -21,14 +21,23 @@ impl Worker {
     /// its records run alone, counted, until past it. A failure to read
     /// leaves the partition running records alone and tries again with the
     /// next record.
+    ///
+    /// The marks are read once per assignment, for every lane at once
+    /// (`PartitionState::crash_mark`), before any lane of it runs a batch:
+    /// a lane's first batch replaces its own mark, and a lane that read
+    /// later could miss the crash another lane's mark recorded.
     pub(super) async fn check_crash(&mut self) {
         let (shared, state) = (&self.shared, &self.state);
-        match attempts::crashed_batch(&shared.idem_pool, &shared.name, &state.topic, state.partition).await {
+        let read = state
+            .crash_mark
+            .get_or_try_init(|| attempts::crashed_batch(&shared.idem_pool, &shared.name, &state.topic, state.partition))
+            .await;
+        match read {
             Ok(last) => {
-                if let Some(last) = last {
+                if let Some(last) = *last {
                     tracing::info!(
-                        handler = %shared.name, topic = %state.topic, partition = state.partition, last,
-                        "a batch of this partition was interrupted by a crash: its records run alone, counted"
+                        handler = %shared.name, topic = %state.topic, partition = state.partition, lane = self.lane,
+                        last, "a batch of this partition was interrupted by a crash: its records run alone, counted"
                     );
                     self.alone_through = self.alone_through.max(last);
                 }
