@@ -388,16 +388,20 @@ pub fn read_all(topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
 /// them into multi-record batches, and waits for all acknowledgements.
 /// Records of one partition keep their order (the producer is idempotent).
 pub async fn produce_all(producer: &Producer, topic: &str, records: &[(i32, Vec<u8>)]) -> Vec<i64> {
-    let keyed: Vec<(i32, String, &[u8])> = records.iter().map(|(p, payload)| (*p, "k".into(), &payload[..])).collect();
+    let keyed: Vec<(i32, &str, &[u8])> = records.iter().map(|(p, payload)| (*p, "k", &payload[..])).collect();
     produce_all_keyed(producer, topic, &keyed).await
 }
 
-/// As [`produce_all`], each record with its own key.
-pub async fn produce_all_keyed(producer: &Producer, topic: &str, records: &[(i32, String, &[u8])]) -> Vec<i64> {
+/// As [`produce_all`], each record `(partition, key, payload)` with its own key.
+pub async fn produce_all_keyed(
+    producer: &Producer,
+    topic: &str,
+    records: &[(i32, impl AsRef<str>, impl AsRef<[u8]>)],
+) -> Vec<i64> {
     let mut offsets = Vec::with_capacity(records.len());
     // Chunks bound the producer's queue (100,000 messages by default).
     for chunk in records.chunks(10_000) {
-        let sends = chunk.iter().map(|(p, key, payload)| produce(producer, topic, *p, key, payload));
+        let sends = chunk.iter().map(|(p, key, payload)| produce(producer, topic, *p, key.as_ref(), payload.as_ref()));
         offsets.extend(futures::future::join_all(sends).await);
     }
     offsets

@@ -44,16 +44,7 @@ pub async fn run(
 ) -> anyhow::Result<Vec<HandlerReport>> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let slots: Vec<Arc<Slot>> = prepared.handlers.iter().map(|h| h.slot.clone()).collect();
-    // Counting starts before anything may swap a slot's executor (the
-    // module watcher), so no version runs uncounted.
-    let counted: Vec<Arc<Stats>> = slots
-        .iter()
-        .map(|slot| {
-            let stats = Arc::new(Stats::default());
-            slot.count_into(stats.clone());
-            stats
-        })
-        .collect();
+    let counted = counting(&slots);
     let telemetry = Telemetry::new(prepared.pool.clone());
     // Bound before anything consumes: a taken port fails start-up.
     let admin =
@@ -120,6 +111,19 @@ pub async fn run(
         anyhow::bail!("stopped on a fatal error: {message}");
     }
     Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+/// Each handler's counters, counting from now: before anything may swap a
+/// slot's executor (the module watcher), so no version runs uncounted.
+fn counting(slots: &[Arc<Slot>]) -> Vec<Arc<Stats>> {
+    slots
+        .iter()
+        .map(|slot| {
+            let stats = Arc::new(Stats::default());
+            slot.count_into(stats.clone());
+            stats
+        })
+        .collect()
 }
 
 /// What serves beside the consumers, each a task that ends on `stop`.

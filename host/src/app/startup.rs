@@ -83,7 +83,8 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         warnings.extend(crate::retention::topic::warnings(&config).await);
         warnings.extend(identity_in_use(&config)?);
     }
-    let shared = Preparing { config: &config, pool: &pool, runtime: &runtime, natives, seed, dlq_keys };
+    let database = config.database_name()?;
+    let shared = Preparing { config: &config, database, pool: &pool, runtime: &runtime, natives, seed, dlq_keys };
     let mut handlers = Vec::new();
     for (h, validator) in config.handlers.iter().cloned().zip(validators) {
         handlers.push(shared.handler(h, validator).await?);
@@ -138,6 +139,8 @@ async fn open_database(config: &Config, seed: Seed) -> anyhow::Result<PgPool> {
 /// What every handler's preparation reads.
 struct Preparing<'a> {
     config: &'a Config,
+    /// The database `[database] url` names (each handler's place is in it).
+    database: String,
     pool: &'a PgPool,
     runtime: &'a Runtime,
     natives: &'a NativeHandlers,
@@ -150,7 +153,7 @@ impl Preparing<'_> {
     /// active version, else its file or native body), its DLQ.
     async fn handler(&self, h: HandlerConfig, validator: Validator) -> anyhow::Result<PreparedHandler> {
         let (config, pool) = (self.config, self.pool);
-        let place = Place::of(&h, &config.database_name()?)?;
+        let place = Place::of(&h, &self.database)?;
         let others: Vec<String> =
             config.handlers.iter().map(|h| h.schema_name()).filter(|s| *s != place.schema).collect();
         crate::sandbox::rights::check(pool, &place, &others).await?;

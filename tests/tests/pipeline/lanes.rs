@@ -57,8 +57,7 @@ async fn send_interleaved(env: &Env, keys: &[String], per_key: i64, sleep_ms: u3
             })
         })
         .collect();
-    let records: Vec<(i32, String, &[u8])> = payloads.iter().map(|(p, k, v)| (*p, k.clone(), &v[..])).collect();
-    kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
+    kafka::produce_all_keyed(&env.producer, &env.topic, &payloads).await;
 }
 
 /// Runs 6 keys × 8 records through `spec` and returns the log.
@@ -116,9 +115,9 @@ async fn a_record_in_its_backoff_holds_its_own_lane_and_the_committed_offset_not
     // offset 1 has its key; offset 2 shares its lane; 3.. are other lanes'.
     let failing = scenario("write-then-retryable", serde_json::json!({})).1;
     let lane = |seq: i64| scenario("lane", serde_json::json!({ "seq": seq })).1;
-    let mut payloads = vec![("slow".to_owned(), failing), ("slow".to_owned(), lane(1)), (held.clone(), lane(0))];
-    payloads.extend(free.iter().flat_map(|key| (0..4).map(move |seq| (key.clone(), lane(seq)))));
-    let records: Vec<(i32, String, &[u8])> = payloads.iter().map(|(k, v)| (0, k.clone(), &v[..])).collect();
+    let mut records =
+        vec![(0, "slow".to_owned(), failing), (0, "slow".to_owned(), lane(1)), (0, held.clone(), lane(0))];
+    records.extend(free.iter().flat_map(|key| (0..4).map(move |seq| (0, key.clone(), lane(seq)))));
     kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
     let total = records.len() as i64;
 

@@ -58,8 +58,7 @@ impl Env {
         let records: Vec<(i32, String, Vec<u8>)> = (0..n)
             .map(|i| ((i % i64::from(self.partitions)) as i32, format!("customer-{}", i % 50), order_payload(i + 1).1))
             .collect();
-        let keyed: Vec<(i32, String, &[u8])> = records.iter().map(|(p, k, v)| (*p, k.clone(), &v[..])).collect();
-        kafka::produce_all_keyed(&self.producer, &self.topic, &keyed).await;
+        kafka::produce_all_keyed(&self.producer, &self.topic, &records).await;
         records.into_iter().map(|(_, _, payload)| payload).collect()
     }
 

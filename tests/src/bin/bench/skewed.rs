@@ -37,8 +37,7 @@ pub(crate) async fn variant(name: &'static str, ordering: &'static str) -> anyho
             (partition, format!("customer-{}", i % KEYS), order_payload(i + 1).1)
         })
         .collect();
-    let records: Vec<(i32, String, &[u8])> = payloads.iter().map(|(p, k, v)| (*p, k.clone(), &v[..])).collect();
-    kafka::produce_all_keyed(&kafka::producer(), &topic, &records).await;
+    kafka::produce_all_keyed(&kafka::producer(), &topic, &payloads).await;
 
     let child = host::spawn(&config, true, &[("IDEM_LOG", "error")]);
     let cost = measure::watch(&child).await;
