@@ -91,12 +91,6 @@ impl EventTx {
         self.deadline
     }
 
-    /// A fresh budget for the next invocation in the same transaction (a
-    /// batch gives each event the handler's whole timeout).
-    pub fn renew(&mut self, budget: Duration) {
-        self.deadline = Instant::now() + budget;
-    }
-
     /// A deadline for one host statement: the budget's end plus [`GRACE`].
     pub fn statement_deadline(&self) -> Instant {
         self.deadline.max(Instant::now()) + GRACE
@@ -150,5 +144,69 @@ impl Drop for EventTx {
         if self.open {
             self.conn.close_on_drop();
         }
+    }
+}
+
+/// The event's transaction as one invocation holds it.
+///
+/// Alone (one event, or a batch run in order) the invocation holds the
+/// transaction itself. In a batch whose events run at the same time
+/// (`[handler.batch] max_concurrent`), each holds a share: a statement
+/// takes the transaction for as long as it runs, so the statements of the
+/// invocations interleave, one at a time, in the one transaction. A share
+/// has the invocation's own deadline (each event has the handler's whole
+/// budget). Savepoints need the transaction to themselves between two
+/// statements, so only a whole one ever gets them (a batch runs without).
+#[derive(Debug)]
+pub enum Lent {
+    Whole(EventTx),
+    Shared(SharedTx),
+}
+
+impl Lent {
+    /// The end of the invocation's budget.
+    pub fn deadline(&self) -> Instant {
+        match self {
+            Self::Whole(tx) => tx.deadline(),
+            Self::Shared(share) => share.deadline,
+        }
+    }
+
+    /// The transaction itself, once no other share of it is left;
+    /// `None` if one still is (it then closes when the last share goes).
+    pub fn into_whole(self) -> Option<EventTx> {
+        match self {
+            Self::Whole(tx) => Some(tx),
+            Self::Shared(share) => share.into_whole(),
+        }
+    }
+}
+
+/// A share of a batch's transaction (see [`Lent`]).
+#[derive(Debug, Clone)]
+pub struct SharedTx {
+    tx: std::sync::Arc<tokio::sync::Mutex<EventTx>>,
+    deadline: Instant,
+}
+
+impl SharedTx {
+    pub fn new(tx: EventTx) -> Self {
+        let deadline = tx.deadline();
+        Self { tx: std::sync::Arc::new(tokio::sync::Mutex::new(tx)), deadline }
+    }
+
+    /// Another share, for an invocation with `budget` from now.
+    pub fn lend(&self, budget: Duration) -> Lent {
+        Lent::Shared(Self { tx: self.tx.clone(), deadline: Instant::now() + budget })
+    }
+
+    /// The transaction for one statement: other shares wait meanwhile.
+    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, EventTx> {
+        self.tx.lock().await
+    }
+
+    /// The transaction itself, if this is the last share.
+    pub fn into_whole(self) -> Option<EventTx> {
+        std::sync::Arc::try_unwrap(self.tx).ok().map(tokio::sync::Mutex::into_inner)
     }
 }

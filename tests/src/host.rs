@@ -44,6 +44,8 @@ pub struct HandlerSpec {
     /// `[handler.batch] max_events, max_wait_ms`; `None`: idem's defaults
     /// (batches of up to 100).
     pub batch: Option<(usize, u64)>,
+    /// `[handler.batch] max_concurrent` (1, idem's default, is not written).
+    pub max_concurrent: usize,
 }
 
 impl HandlerSpec {
@@ -67,6 +69,7 @@ impl HandlerSpec {
             db_schema: "billing",
             extra: String::new(),
             batch: None,
+            max_concurrent: 1,
         }
     }
 
@@ -77,6 +80,12 @@ impl HandlerSpec {
         self.extra.push_str(&format!("ordering = \"{ordering}\"\nmax_in_flight = {max_in_flight}\n"));
         self.concurrency = self.concurrency.max(max_in_flight as usize);
         self
+    }
+
+    /// `self` running up to `n` events of a batch at once (`[handler.batch]
+    /// max_concurrent`; the ordering must allow it).
+    pub fn with_max_concurrent(self, n: usize) -> Self {
+        Self { max_concurrent: n, ..self }
     }
 
     pub fn with_consumer_protocol(self) -> Self {
@@ -105,6 +114,16 @@ impl HandlerSpec {
             ..Self::billing(topic, provider_url)
         }
     }
+}
+
+/// `[handler.batch]`, when `h` sets anything in it.
+fn batch_table(h: &HandlerSpec) -> String {
+    let mut table =
+        h.batch.map(|(events, wait)| format!("max_events = {events}\nmax_wait_ms = {wait}\n")).unwrap_or_default();
+    if h.max_concurrent != 1 {
+        table.push_str(&format!("max_concurrent = {}\n", h.max_concurrent));
+    }
+    if table.is_empty() { table } else { format!("[handler.batch]\n{table}") }
 }
 
 fn example_path(path: &str) -> PathBuf {
@@ -179,10 +198,7 @@ pub fn write_config_with(
             initial = h.backoff_ms.0,
             max = h.backoff_ms.1,
             extra = h.extra,
-            batch = h
-                .batch
-                .map(|(events, wait)| format!("[handler.batch]\nmax_events = {events}\nmax_wait_ms = {wait}\n"))
-                .unwrap_or_default(),
+            batch = batch_table(h),
             db_schema = h.db_schema,
             migrations = crate::db::HANDLERS
                 .iter()

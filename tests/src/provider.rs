@@ -59,6 +59,9 @@ struct State {
     latency: Duration,
     /// POSTs seen, for `ResetEvery`.
     posts: u64,
+    /// Requests being answered right now, and the most there ever were.
+    in_flight: usize,
+    most_in_flight: usize,
 }
 
 /// A running provider; it stops when dropped.
@@ -116,6 +119,11 @@ impl PaymentProvider {
         self.state().charges.len()
     }
 
+    /// The most requests the provider was answering at the same time.
+    pub fn most_at_once(&self) -> usize {
+        self.state().most_in_flight
+    }
+
     /// The keys of every POST, in arrival order (retries included).
     pub fn keys(&self) -> Vec<Option<String>> {
         self.state().seen.iter().filter(|s| s.method == "POST").map(|s| s.idempotency_key.clone()).collect()
@@ -127,6 +135,8 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     let fault = {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
         s.seen.push(request.clone());
+        s.in_flight += 1;
+        s.most_in_flight = s.most_in_flight.max(s.in_flight);
         let mut status = "200 OK";
         if request.method == "POST" {
             s.posts += 1;
@@ -156,6 +166,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         (fault, status, s.latency)
     };
     let (fault, status, mut latency) = fault;
+    let answering = Answering(state.clone());
     // Paths that misbehave whatever the fault: a redirect back to this
     // provider (a client that followed it would be counted twice), and a
     // 100 MB answer.
@@ -174,6 +185,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    drop(answering);
     let fault = (fault, status);
     match fault {
         (Fault::ResetAfterCharge(_) | Fault::ResetEvery(_), _) => {
@@ -194,6 +206,15 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         (Fault::None | Fault::Unavailable | Fault::UnavailableTimes(..), status) => {
             let _ = respond(&mut stream, status, "").await;
         }
+    }
+}
+
+/// A request being answered (counted in `in_flight` until dropped).
+struct Answering(Arc<Mutex<State>>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).in_flight -= 1;
     }
 }
 

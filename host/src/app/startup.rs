@@ -95,7 +95,9 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
 /// The Wasm runtime, its instance pool sized for every handler's
 /// concurrency, and the compiled-artifact cache if it opens.
 fn open_runtime(config: &Config) -> anyhow::Result<Runtime> {
-    let concurrency = config.handlers.iter().map(|h| h.concurrency).sum();
+    // Each of a handler's `concurrency` executions may run a batch's
+    // events `max_concurrent` at a time, each in an instance of its own.
+    let concurrency = config.handlers.iter().map(|h| h.concurrency.saturating_mul(h.batch.max_concurrent)).sum();
     let max_memory = config.handlers.iter().map(|h| h.max_memory_mib.saturating_mul(1 << 20)).max().unwrap_or_default();
     let cache = match config.runtime.cache_dir() {
         Some(dir) => match ArtifactCache::open(&dir) {

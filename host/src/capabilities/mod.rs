@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::transaction::EventTx;
+use crate::transaction::Lent;
 use crate::wit;
 
 /// The `idem:handler` interfaces served here: what a component may import
@@ -37,8 +37,8 @@ pub(crate) const INTERFACES: &[&str] = &["types", "db", "http", "config", "log"]
 /// One invocation's capabilities, and the transaction they share.
 pub(crate) struct Capabilities {
     /// The event's transaction, lent for the invocation: the executor
-    /// hands it in here and takes it back after.
-    pub(crate) tx: EventTx,
+    /// hands it (or a share of it) in here and takes it back after.
+    pub(crate) tx: Lent,
     pub(crate) db: db::DbCapability,
     pub(crate) http: http::HttpCapability,
     pub(crate) config: config::ConfigCapability,
@@ -61,7 +61,7 @@ pub(crate) struct Grants {
 
 impl Capabilities {
     /// Every capability's state for one invocation in `tx`.
-    pub(crate) fn new(tx: EventTx, grants: Grants) -> Self {
+    pub(crate) fn new(tx: Lent, grants: Grants) -> Self {
         let Grants { handler, event_id, batched, max_db_statements, max_http_requests, .. } = grants;
         let http = http::HttpCapability::new(
             grants.http_client,

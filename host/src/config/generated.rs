@@ -61,6 +61,7 @@ stale_events = "dlq"
 [handler.batch]
 max_events = 100
 max_wait_ms = 5
+max_concurrent = 4
 
 [handler.retry]
 max_attempts = 12
@@ -259,6 +260,8 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
         (set("max_in_flight", "0"), "max_in_flight = 0 must be between 1 and 256"),
         (set("max_in_flight", "4294967296"), "max_in_flight"),
         (set("ordering", r#""random""#), "ordering"),
+        (set("max_concurrent", "0"), "batch.max_concurrent = 0 must be between 1 and 64"),
+        (set("max_concurrent", "18446744073709551616"), "max_concurrent"),
         (set("concurrency", r#""three""#), "key `concurrency` of [[handler]]"),
         (set("header_timeout", r#""0ms""#), "[admin] header_timeout = \"0ms\" must be between"),
         (set("body_timeout", r#""2h""#), "[admin] body_timeout = \"2h\" must be between"),

@@ -140,11 +140,21 @@ pub struct HandlerBatch {
     /// How long a batch that is not full waits for more records.
     #[serde(default = "default_max_wait_ms")]
     pub max_wait_ms: u64,
+    /// Events of one batch that run at the same time, among those the
+    /// handler's `ordering` lets run at once (different keys under `"key"`,
+    /// any under `"none"`; 1 under `"partition"`): their HTTP requests go
+    /// out together, their statements take the batch's transaction in turn.
+    #[serde(default = "default_max_concurrent")]
+    pub max_concurrent: usize,
 }
 
 impl Default for HandlerBatch {
     fn default() -> Self {
-        Self { max_events: default_max_events(), max_wait_ms: default_max_wait_ms() }
+        Self {
+            max_events: default_max_events(),
+            max_wait_ms: default_max_wait_ms(),
+            max_concurrent: default_max_concurrent(),
+        }
     }
 }
 
@@ -156,6 +166,10 @@ fn default_max_events() -> usize {
 }
 fn default_max_wait_ms() -> u64 {
     5
+}
+/// One at a time: a batch's events in their order, as before lanes.
+fn default_max_concurrent() -> usize {
+    1
 }
 
 /// What happens to an event that fails (see the README's failure table).

@@ -23,14 +23,17 @@
 //! The price: a failure re-runs the events before it. Failures are rare
 //! next to successes, and a batch is bounded (`max_events`).
 
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use tracing::Instrument as _;
 
+use super::chains::Schedule;
 use super::{Executor, Outcome};
 use crate::dedup::{self, Claim};
 use crate::error::{ErrorClass, ExecError};
 use crate::event::Event;
 use crate::telemetry::traces::TARGET as TRACE;
-use crate::transaction::{EventTx, within};
+use crate::transaction::{EventTx, SharedTx, within};
 
 /// Why a batch did not commit.
 #[derive(Debug)]
@@ -69,58 +72,35 @@ impl BatchFailure {
 impl Executor {
     /// Executes `events` (distinct ids) in one transaction. `Ok` only
     /// after COMMIT succeeded, with one outcome per event. `stop` is asked
-    /// between two events, with the number of events run so far; when it
-    /// answers true (the partition was revoked, the host is stopping), the
-    /// batch is rolled back at once, so that the
+    /// before each event after the first, with the number of events started
+    /// so far; when it answers true (the partition was revoked, the host is
+    /// stopping), the batch is rolled back at once, so that the
     /// partition's next owner finds its events unclaimed instead of waiting
     /// for up to `max_events` executions; they run again there (HTTP calls
     /// with the same keys).
+    ///
+    /// Events run one at a time in their order, or up to the handler's
+    /// `max_concurrent` at once where its `ordering` lets them
+    /// (`chains`): each holds a share of the transaction, and their
+    /// statements take it in turn. A failure ends the batch as soon as it
+    /// is seen, whatever else is running.
     pub async fn execute_batch(
         &self,
         events: &[Event],
         stop: impl Fn(usize) -> bool,
     ) -> Result<Vec<Outcome>, BatchFailure> {
         let began = std::time::Instant::now();
-        let (mut tx, claims) = self.begin_and_claim(events).await?;
-        let budget = self.handler.settings().timeout;
-        let mut outcomes = Vec::with_capacity(events.len());
-        for (index, (event, claim)) in events.iter().zip(claims).enumerate() {
-            if index > 0 && stop(index) {
-                tx.rollback().await;
-                return Err(BatchFailure::Stopped);
-            }
-            match claim {
-                Claim::Claimed => {}
-                Claim::Unguarded => self.unguarded(event),
-                Claim::Duplicate => {
-                    outcomes.push(Outcome::Duplicate);
-                    continue;
-                }
-                Claim::Conflict => {
-                    tx.rollback().await;
-                    return Err(BatchFailure::at(index, None));
-                }
-                Claim::Stale | Claim::Future => match self.refused(event, claim) {
-                    Ok(skipped) => {
-                        outcomes.push(skipped);
-                        continue;
-                    }
-                    // Its own final failure: it goes to the DLQ alone.
-                    Err(error) => {
-                        tx.rollback().await;
-                        return Err(BatchFailure::at(index, Some(error)));
-                    }
-                },
-            }
-            tx.renew(budget);
-            let span = self.event_span(event);
-            let (back, result) = self.invoke(tx, event, 1, true).instrument(span).await;
-            tx = back;
-            match result {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(error) => return Err(self.failed_at(tx, index, error).await),
-            }
-        }
+        let (tx, claims) = self.begin_and_claim(events).await?;
+        let shared = SharedTx::new(tx);
+        let ran = self.run_claimed(&shared, events, &claims, stop).await;
+        // Every share went with the invocations (ended or dropped).
+        let Some(tx) = shared.into_whole() else {
+            return Err(BatchFailure::Whole(None));
+        };
+        let outcomes = match ran {
+            Ok(outcomes) => outcomes,
+            Err(halt) => return Err(self.halted(tx, halt).await),
+        };
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).
         let span = tracing::trace_span!(target: TRACE, "idem.commit", events = events.len());
@@ -130,6 +110,88 @@ impl Executor {
             stats.batch_size.observe(events.len() as f64);
         }
         Ok(outcomes)
+    }
+
+    /// Runs the claimed events, as many at once as the handler allows and
+    /// its ordering lets; the outcomes in the events' order.
+    async fn run_claimed(
+        &self,
+        shared: &SharedTx,
+        events: &[Event],
+        claims: &[Claim],
+        stop: impl Fn(usize) -> bool,
+    ) -> Result<Vec<Outcome>, Halt> {
+        let settings = self.handler.settings();
+        let (budget, max) = (settings.timeout, settings.max_concurrent.max(1));
+        let mut schedule = Schedule::new(events, settings.ordering);
+        let mut outcomes = vec![None; events.len()];
+        let mut running = FuturesUnordered::new();
+        let mut started = 0;
+        loop {
+            while running.len() < max {
+                let Some(index) = schedule.take_ready() else { break };
+                let (event, claim) = (&events[index], claims[index]);
+                match self.claimed(event, claim, index) {
+                    Claimed::Skip(outcome) => {
+                        outcomes[index] = Some(outcome);
+                        schedule.done(index);
+                        continue;
+                    }
+                    Claimed::Refused(failure) => return Err(Halt { failure, abandon: !running.is_empty() }),
+                    Claimed::Run => {}
+                }
+                if started > 0 && stop(started) {
+                    return Err(Halt { failure: BatchFailure::Stopped, abandon: !running.is_empty() });
+                }
+                started += 1;
+                let lent = shared.lend(budget);
+                let span = self.event_span(event);
+                running.push(async move { (index, self.invoke(lent, event, 1, true).instrument(span).await.1) });
+            }
+            let Some((index, result)) = running.next().await else { break };
+            match result {
+                Ok(outcome) => {
+                    outcomes[index] = Some(outcome);
+                    schedule.done(index);
+                }
+                Err(error) => return Err(Halt::at(index, error, !running.is_empty())),
+            }
+        }
+        // Every event has its outcome, or the batch must not commit.
+        outcomes
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or(Halt { failure: BatchFailure::Whole(None), abandon: false })
+    }
+
+    /// What `claim` means for `event`, the batch's `index`th.
+    fn claimed(&self, event: &Event, claim: Claim, index: usize) -> Claimed {
+        match claim {
+            Claim::Claimed => Claimed::Run,
+            Claim::Unguarded => {
+                self.unguarded(event);
+                Claimed::Run
+            }
+            Claim::Duplicate => Claimed::Skip(Outcome::Duplicate),
+            Claim::Conflict => Claimed::Refused(BatchFailure::at(index, None)),
+            Claim::Stale | Claim::Future => match self.refused(event, claim) {
+                Ok(skipped) => Claimed::Skip(skipped),
+                // Its own final failure: it goes to the DLQ alone.
+                Err(error) => Claimed::Refused(BatchFailure::at(index, Some(error))),
+            },
+        }
+    }
+
+    /// Ends the batch's transaction after `halt`: rolled back, or closed
+    /// when a statement may still be running on it (an invocation overran
+    /// or was dropped mid-flight, the connection failed).
+    async fn halted(&self, tx: EventTx, halt: Halt) -> BatchFailure {
+        if halt.abandon {
+            tx.abandon(&self.pool);
+        } else {
+            tx.rollback().await;
+        }
+        halt.failure
     }
 
     /// Begins the batch's transaction and claims its events in one
@@ -163,17 +225,32 @@ impl Executor {
         crate::telemetry::traces::continue_from(&span, &event.headers);
         span
     }
+}
 
-    /// Ends the batch's transaction after the event at `index` failed with
-    /// `error`; the failure keeps `error` as the event's own when it is the
-    /// handler's doing.
-    async fn failed_at(&self, tx: EventTx, index: usize, error: ExecError) -> BatchFailure {
-        match error {
-            // A statement may still run, or the connection is in an
-            // unknown state: close it (see `execute`).
-            ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_) => tx.abandon(&self.pool),
-            _ => tx.rollback().await,
-        }
+/// What a claim means for its event in a batch.
+enum Claimed {
+    Run,
+    /// Resolved without running: a duplicate, or skipped as stale.
+    Skip(Outcome),
+    /// The batch cannot commit with it.
+    Refused(BatchFailure),
+}
+
+/// Why a batch stopped before its end.
+struct Halt {
+    failure: BatchFailure,
+    /// The connection is closed rather than rolled back: a statement may
+    /// still run on it (an invocation overran, or others were still running
+    /// and are dropped mid-flight), or its state is unknown.
+    abandon: bool,
+}
+
+impl Halt {
+    /// The event at `index` failed with `error`, others still running if
+    /// `in_flight`; the failure keeps `error` as the event's own when it is
+    /// the handler's doing.
+    fn at(index: usize, error: ExecError, in_flight: bool) -> Self {
+        let unknown = matches!(error, ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_));
         let own = match error {
             ExecError::HandlerRetryable(_)
             | ExecError::HandlerPermanent(_)
@@ -181,6 +258,6 @@ impl Executor {
             | ExecError::TimedOut(_) => Some(error),
             _ => None,
         };
-        BatchFailure::at(index, own)
+        Self { failure: BatchFailure::at(index, own), abandon: unknown || in_flight }
     }
 }

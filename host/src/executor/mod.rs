@@ -2,6 +2,7 @@
 //! connection of the handler's own pool (logged in as its role).
 
 mod batch;
+mod chains;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::telemetry::traces::TARGET as TRACE;
 /// The most of a guest's own text (an error message, a trap, its stderr)
 /// an error carries.
 const GUEST_TEXT: usize = 2_000;
+use crate::transaction::Lent;
 pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
 use tracing::Instrument as _;
@@ -139,7 +141,8 @@ impl Executor {
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
         let began = std::time::Instant::now();
         let tx = self.begin().await?;
-        let (tx, result) = self.run_in(tx, event, attempt).await;
+        let (lent, result) = self.run_in(tx, event, attempt).await;
+        let tx = taken_back(lent)?;
         match result {
             Ok(Outcome::Processed) => {
                 tx.commit().instrument(tracing::trace_span!(target: TRACE, "idem.commit")).await?;
@@ -185,8 +188,11 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let (state, result) = self.handler.try_instantiate(self.state(tx, uuid::Uuid::nil().to_string(), false)).await;
-        state.caps.tx.rollback().await;
+        let state = self.state(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false);
+        let (state, result) = self.handler.try_instantiate(state).await;
+        if let Some(tx) = state.caps.tx.into_whole() {
+            tx.rollback().await;
+        }
         match result {
             Ok(()) => Ok(Ok(())),
             // The host's shortage says nothing about the component.
@@ -199,12 +205,12 @@ impl Executor {
 
     /// A store's state for one event of this handler: its limits and
     /// the capabilities of the invocation, holding `tx`.
-    fn state(&self, tx: EventTx, event_id: String, batched: bool) -> HostState {
+    fn state(&self, tx: Lent, event_id: String, batched: bool) -> HostState {
         HostState::new(self.handler.limits(), self.capabilities(tx, event_id, batched))
     }
 
     /// One invocation's capabilities (`batched`: see `DbCapability`).
-    fn capabilities(&self, tx: EventTx, event_id: String, batched: bool) -> Capabilities {
+    fn capabilities(&self, tx: Lent, event_id: String, batched: bool) -> Capabilities {
         let settings = self.handler.settings();
         let grants = Grants {
             handler: settings.name.clone(),
@@ -220,30 +226,25 @@ impl Executor {
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
-    /// commits or rolls back.
-    pub async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (EventTx, Result<Outcome, ExecError>) {
+    /// takes back ([`taken_back`]) and commits or rolls back.
+    async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (Lent, Result<Outcome, ExecError>) {
         let deadline = tx.statement_deadline();
         let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
         let span = tracing::trace_span!(target: TRACE, "idem.claim");
         match crate::transaction::within(deadline, "claim", claim).instrument(span).await {
             Ok(Claim::Claimed) => {}
             Ok(Claim::Unguarded) => self.unguarded(event),
-            Ok(Claim::Duplicate) => return (tx, Ok(Outcome::Duplicate)),
-            Ok(Claim::Conflict) => return (tx, Err(ExecError::Conflict)),
-            Ok(refused @ (Claim::Stale | Claim::Future)) => return (tx, self.refused(event, refused)),
-            Err(e) => return (tx, Err(e)),
+            Ok(Claim::Duplicate) => return (Lent::Whole(tx), Ok(Outcome::Duplicate)),
+            Ok(Claim::Conflict) => return (Lent::Whole(tx), Err(ExecError::Conflict)),
+            Ok(refused @ (Claim::Stale | Claim::Future)) => return (Lent::Whole(tx), self.refused(event, refused)),
+            Err(e) => return (Lent::Whole(tx), Err(e)),
         }
-        self.invoke(tx, event, attempt, false).await
+        self.invoke(Lent::Whole(tx), event, attempt, false).await
     }
 
-    /// Runs the handler on a claimed `event` inside `tx`.
-    async fn invoke(
-        &self,
-        tx: EventTx,
-        event: &Event,
-        attempt: u32,
-        batched: bool,
-    ) -> (EventTx, Result<Outcome, ExecError>) {
+    /// Runs the handler on a claimed `event` inside `tx` (the whole
+    /// transaction, or a share of a batch's), and hands `tx` back.
+    async fn invoke(&self, tx: Lent, event: &Event, attempt: u32, batched: bool) -> (Lent, Result<Outcome, ExecError>) {
         let deadline = tx.deadline();
         let state = self.state(tx, event.id.hyphenated().to_string(), batched);
         let started = std::time::Instant::now();
@@ -300,4 +301,10 @@ impl Executor {
         };
         (tx, result)
     }
+}
+
+/// The transaction back from an invocation that held it whole. It always
+/// is: only a batch shares one, and it takes its own back.
+fn taken_back(lent: Lent) -> Result<EventTx, ExecError> {
+    lent.into_whole().ok_or_else(|| ExecError::Infrastructure("the transaction was still lent out".into()))
 }

@@ -8,9 +8,10 @@
 //! shootdowns). The pool reserves slots once and resets only the pages an
 //! instance dirtied (about 8 µs).
 //!
-//! Sizing: one instance is alive per partition being processed, so a pool
-//! of twice the sum of the handlers' `concurrency` (plus a few for start-up
-//! checks) is never full in normal operation; a revoked partition's
+//! Sizing: one instance is alive per execution (`concurrency`), or up to
+//! `[handler.batch] max_concurrent` per execution when a batch's events
+//! run at once, so a pool of twice the sum of those (plus a few for
+//! start-up checks) is never full in normal operation; a revoked partition's
 //! execution may briefly overlap its next one. Should it be full anyway,
 //! instantiation fails with [`wasmtime::PoolConcurrencyLimitError`], which
 //! the executor classifies as the host's own shortage (retried, never the

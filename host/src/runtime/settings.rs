@@ -30,6 +30,10 @@ pub struct HandlerSettings {
     pub dedup_retention: Duration,
     /// CPU time compiling its component may take (`max_compile_seconds`).
     pub max_compile: Duration,
+    /// Which events of a batch may run at the same time (`ordering`).
+    pub ordering: crate::config::Ordering,
+    /// How many of them at most (`[handler.batch] max_concurrent`).
+    pub max_concurrent: usize,
 }
 
 impl HandlerSettings {
@@ -45,6 +49,8 @@ impl HandlerSettings {
             stale_events: crate::config::StalePolicy::Dlq,
             dedup_retention: Duration::from_secs(7 * 86_400),
             max_compile: Duration::from_secs(crate::config::DEFAULT_MAX_COMPILE_SECONDS),
+            ordering: crate::config::Ordering::Partition,
+            max_concurrent: 1,
         }
     }
 
@@ -82,6 +88,8 @@ impl HandlerSettings {
             stale_events: h.stale_events,
             dedup_retention: h.dedup_retention.0,
             max_compile: Duration::from_secs(h.max_compile_seconds),
+            ordering: h.ordering,
+            max_concurrent: h.batch.max_concurrent,
         }
     }
 }

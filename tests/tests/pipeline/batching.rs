@@ -103,12 +103,14 @@ async fn a_host_restarted_after_sigkill_under_kip_848_resumes_inside_batches_and
     restarted_after_sigkill(|topic, url| HandlerSpec::billing(topic, url).with_consumer_protocol()).await;
 }
 
-/// The same with the partitions' records in key lanes: several batches of
-/// one partition in flight when the host dies, each lane's crash mark its
-/// own.
+/// The same with the partitions' records in key lanes, each lane's batch
+/// running 4 events at once: several batches of one partition in flight
+/// when the host dies, each lane's crash mark its own, and invocations
+/// dropped mid-flight.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_host_restarted_after_sigkill_with_key_lanes_resumes_inside_batches_and_finishes() {
-    restarted_after_sigkill(|topic, url| HandlerSpec::billing(topic, url).with_lanes("key", 4)).await;
+    restarted_after_sigkill(|topic, url| HandlerSpec::billing(topic, url).with_lanes("key", 4).with_max_concurrent(4))
+        .await;
 }
 
 async fn restarted_after_sigkill(billing: fn(&str, &str) -> HandlerSpec) {

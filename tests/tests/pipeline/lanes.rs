@@ -176,3 +176,96 @@ async fn under_no_ordering_records_of_one_key_run_side_by_side_each_once() {
         .count();
     assert!(same_key_overlaps > 0, "under ordering = \"none\" even one key's records run at once");
 }
+
+/// 8 customers × 5 orders on one partition, interleaved, through one lane
+/// whose batches run `max_concurrent` events at once, the provider
+/// answering in 100 ms; returns the provider.
+async fn charge_interleaved(max_concurrent: usize) -> (Env, HandlerSpec) {
+    let env = Env::new(1).await;
+    env.provider.set_latency(Duration::from_millis(100));
+    let records: Vec<(i32, String, Vec<u8>)> =
+        (0..40).map(|i| (0, format!("customer-{}", i % 8), idem_tests::host::order_payload(i + 1).1)).collect();
+    kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
+    let spec = HandlerSpec { batch: Some((40, 200)), ..env.billing() }
+        .with_lanes("key", 1)
+        .with_max_concurrent(max_concurrent);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!(r.processed, 40, "{r:?}");
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge").await, 40, "each order charged once");
+    let keys: std::collections::HashSet<_> = env.provider.keys().into_iter().collect();
+    assert_eq!((env.provider.charges(), keys.len()), (40, 40), "each with its own Idempotency-Key");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(40)]);
+    (env, spec)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_sends_the_requests_of_different_keys_at_once_and_one_keys_in_order() {
+    let (env, _) = charge_interleaved(8).await;
+    let most = env.provider.most_at_once();
+    assert!((2..=8).contains(&most), "{most} requests at once: more than one, never past max_concurrent = 8");
+    // Each customer's orders reached the provider in their order (order
+    // i + 1 is customer i % 8's).
+    let orders: Vec<i64> = env
+        .provider
+        .seen()
+        .iter()
+        .filter_map(|s| serde_json::from_str::<serde_json::Value>(&s.body).ok()?["orderId"].as_i64())
+        .collect();
+    for customer in 0..8 {
+        let own: Vec<i64> = orders.iter().copied().filter(|o| (o - 1) % 8 == customer).collect();
+        assert!(own.windows(2).all(|w| w[0] < w[1]), "customer-{customer}'s orders out of order: {own:?}");
+        assert_eq!(own.len(), 5, "customer-{customer}: {own:?}");
+    }
+    env.finish().await;
+
+    // The same stream one event at a time: the check above can tell.
+    let (serial, _) = charge_interleaved(1).await;
+    assert_eq!(serial.provider.most_at_once(), 1, "max_concurrent = 1 sent requests at once");
+    serial.finish().await;
+}
+
+/// Failures inside a batch whose events run at once: the batch rolls back
+/// whatever else was running, the events before the failing one commit
+/// again, the failing one goes alone through its retries or to the DLQ,
+/// and every effect is there once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failure_among_events_running_at_once_rolls_back_and_nothing_doubles() {
+    let env = Env::new(1).await;
+    env.provider.set_latency(Duration::from_millis(20));
+    let mut records = Vec::new();
+    let mut ok = Vec::new();
+    for i in 0..30 {
+        let (name, extra) = match i {
+            7 => ("retry-until", serde_json::json!({ "succeed_at": 3 })),
+            15 => ("write-then-fail", serde_json::json!({})),
+            23 => ("write-then-trap", serde_json::json!({})),
+            _ => ("retry-until", serde_json::json!({})),
+        };
+        let (id, payload) = scenario(name, extra);
+        if !matches!(i, 15 | 23) {
+            ok.push(id);
+        }
+        records.push((0, format!("customer-{}", i % 6), payload));
+    }
+    kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
+    let spec = HandlerSpec {
+        max_attempts: 3,
+        batch: Some((30, 200)),
+        ..HandlerSpec::scenarios(&env.topic, &env.provider.base_url())
+    }
+    .with_lanes("key", 1)
+    .with_max_concurrent(6);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.dead_lettered, r.retries), (28, 2, 2), "{r:?}");
+    let effects: Vec<(uuid::Uuid, i64)> =
+        sqlx::query_as("SELECT event_id, count(*) FROM scenario.effect GROUP BY event_id")
+            .fetch_all(&env.db.pool)
+            .await
+            .expect("effects");
+    assert_eq!(effects.len(), 28, "the two failed events left nothing: {effects:?}");
+    assert!(effects.iter().all(|(id, n)| *n == 1 && ok.contains(id)), "each effect once: {effects:?}");
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(30)]);
+    env.finish().await;
+}

@@ -349,7 +349,8 @@ async fn a_rebalance_mid_stream_with_cooperative_sticky_loses_and_doubles_nothin
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rebalance_mid_stream_with_key_lanes_loses_and_doubles_nothing() {
-    rebalance_mid_stream_with("classic", "cooperative-sticky", |spec| spec.with_lanes("key", 4)).await;
+    rebalance_mid_stream_with("classic", "cooperative-sticky", |spec| spec.with_lanes("key", 4).with_max_concurrent(4))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -36,7 +36,7 @@ use crate::telemetry::traces::TARGET as TRACE;
 
 use super::allowance::Allowance;
 use super::fault::HostFault;
-use crate::transaction::EventTx;
+use crate::transaction::Lent;
 use crate::wit::db::{self, DbError, Rows, SqlError, Value};
 
 /// One invocation's database state; the statements run in the event's
@@ -86,14 +86,15 @@ impl DbCapability {
 }
 
 /// What the `db` interface is served on: the invocation's state and the
-/// event's transaction (any [`DbTx`]; the store serves it on [`EventTx`]).
-pub(crate) struct DbView<'a, T: DbTx = EventTx> {
+/// event's transaction (any [`DbTx`]; the store serves it on the
+/// invocation's [`Lent`] hold of it).
+pub(crate) struct DbView<'a, T: DbTx = Lent> {
     pub(crate) ctx: &'a mut DbCapability,
     pub(crate) tx: &'a mut T,
 }
 
 /// The `db` interface's view, for linking (`HasData`).
-pub(crate) struct Db<T = EventTx>(PhantomData<T>);
+pub(crate) struct Db<T = Lent>(PhantomData<T>);
 
 impl<T: DbTx + 'static> wasmtime::component::HasData for Db<T> {
     type Data<'a> = DbView<'a, T>;

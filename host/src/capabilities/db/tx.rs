@@ -1,5 +1,6 @@
 //! What the `db` capability needs of the event's transaction, and its
-//! implementation on [`EventTx`].
+//! implementation on [`EventTx`] and on the invocation's [`Lent`] hold of
+//! it (a share takes the transaction for one statement at a time).
 //!
 //! The capability decides (savepoints, the allowance, which failure the
 //! guest sees and which traps); the transaction only runs what it is given.
@@ -11,7 +12,7 @@ use std::future::Future;
 use sqlx::Executor as _;
 
 use super::values::{self, Bound};
-use crate::transaction::EventTx;
+use crate::transaction::{EventTx, Lent};
 use crate::wit::db::Rows;
 
 /// A `query`'s rows as the capability gets them.
@@ -58,5 +59,28 @@ impl DbTx for EventTx {
                 Err(e) => Fetched::Unreadable(e),
             },
         })
+    }
+}
+
+impl DbTx for Lent {
+    async fn control(&mut self, sql: &'static str) -> Result<(), sqlx::Error> {
+        match self {
+            Self::Whole(tx) => tx.control(sql).await,
+            Self::Shared(share) => share.lock().await.control(sql).await,
+        }
+    }
+
+    async fn execute(&mut self, statement: Bound) -> Result<u64, sqlx::Error> {
+        match self {
+            Self::Whole(tx) => DbTx::execute(tx, statement).await,
+            Self::Shared(share) => DbTx::execute(&mut *share.lock().await, statement).await,
+        }
+    }
+
+    async fn fetch(&mut self, statement: Bound, max_bytes: usize) -> Result<Fetched, sqlx::Error> {
+        match self {
+            Self::Whole(tx) => tx.fetch(statement, max_bytes).await,
+            Self::Shared(share) => share.lock().await.fetch(statement, max_bytes).await,
+        }
     }
 }

@@ -4,12 +4,16 @@
 //! batch, one INSERT per claimed event, the POST with its
 //! `Idempotency-Key`), the same batching (per partition, in order, an
 //! event id already in the batch ends it) and the same number of
-//! partitions processed at once.
+//! partitions processed at once. With `concurrent` above 1 it does what
+//! idem does under `ordering = "key"` with `max_concurrent`: up to that
+//! many events of a batch at once, their INSERTs taking the transaction in
+//! turn, their POSTs together (every order is a key of its own).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use futures::StreamExt as _;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 
@@ -24,16 +28,25 @@ struct Order {
     currency: String,
 }
 
-/// Processes `partitions` (each a list of payloads, in order) with
-/// `concurrency` partitions at once and batches of `max_events`.
+/// How the ceiling runs.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    pub partitions_at_once: usize,
+    pub max_events: usize,
+    /// Events of one batch at once.
+    pub concurrent: usize,
+}
+
+/// Processes `partitions` (each a list of payloads, in order) as `shape`
+/// says.
 pub async fn run(
     pool: &PgPool,
     partitions: Vec<Vec<Vec<u8>>>,
-    concurrency: usize,
-    max_events: usize,
+    shape: Shape,
     payment_url: Option<String>,
 ) -> anyhow::Result<()> {
-    let permits = Arc::new(Semaphore::new(concurrency));
+    let Shape { partitions_at_once, max_events, concurrent } = shape;
+    let permits = Arc::new(Semaphore::new(partitions_at_once));
     let http = reqwest::Client::new();
     let mut tasks = Vec::new();
     for (partition, payloads) in partitions.into_iter().enumerate() {
@@ -48,7 +61,7 @@ pub async fn run(
                     orders[at..].iter().take(max_events).take_while(|o| ids.insert(o.event_id)).collect();
                 let _permit = permits.acquire().await?;
                 at += batch.len();
-                one_batch(&pool, partition as i32, &batch, &http, url.as_deref()).await?;
+                one_batch(&pool, partition as i32, &batch, concurrent, &http, url.as_deref()).await?;
             }
             anyhow::Ok(())
         }));
@@ -63,6 +76,7 @@ async fn one_batch(
     pool: &PgPool,
     partition: i32,
     batch: &[&Order],
+    concurrent: usize,
     http: &reqwest::Client,
     payment_url: Option<&str>,
 ) -> anyhow::Result<()> {
@@ -83,34 +97,53 @@ async fn one_batch(
         .bind(1_i32)
         .fetch_one(&mut *tx)
         .await?;
-    for (order, claim) in batch.iter().zip(claims) {
-        if claim != "claimed" {
-            continue;
+    let claimed: Vec<&Order> = batch.iter().zip(claims).filter(|(_, c)| c == "claimed").map(|(o, _)| *o).collect();
+    let tx = tokio::sync::Mutex::new(tx);
+    let (mut waiting, mut running) = (claimed.into_iter(), futures::stream::FuturesUnordered::new());
+    loop {
+        while running.len() < concurrent.max(1) {
+            let Some(order) = waiting.next() else { break };
+            running.push(charge(&tx, order, http, payment_url));
         }
-        sqlx::query(
-            "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) \
-             VALUES ($1, $2, $3, $4::float8::numeric, $5)",
-        )
-        .bind(order.event_id)
-        .bind(order.order_id)
-        .bind(order.customer_id)
-        .bind(order.total_amount)
-        .bind(&order.currency)
-        .execute(&mut *tx)
-        .await?;
-        if let Some(url) = payment_url {
-            let body = serde_json::json!({
-                "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency,
-            });
-            http.post(format!("{url}/v1/charges"))
-                .header("Idempotency-Key", order.event_id.to_string())
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await?
-                .error_for_status()?;
+        match running.next().await {
+            Some(charged) => charged?,
+            None => break,
         }
     }
-    tx.commit().await?;
+    drop(running);
+    tx.into_inner().commit().await?;
+    Ok(())
+}
+
+/// One order's INSERT, in the batch's transaction, and its POST.
+async fn charge(
+    tx: &tokio::sync::Mutex<sqlx::Transaction<'_, sqlx::Postgres>>,
+    order: &Order,
+    http: &reqwest::Client,
+    payment_url: Option<&str>,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) \
+         VALUES ($1, $2, $3, $4::float8::numeric, $5)",
+    )
+    .bind(order.event_id)
+    .bind(order.order_id)
+    .bind(order.customer_id)
+    .bind(order.total_amount)
+    .bind(&order.currency)
+    .execute(&mut **tx.lock().await)
+    .await?;
+    if let Some(url) = payment_url {
+        let body = serde_json::json!({
+            "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency,
+        });
+        http.post(format!("{url}/v1/charges"))
+            .header("Idempotency-Key", order.event_id.to_string())
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await?
+            .error_for_status()?;
+    }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::{Kind, Row, Shape, VARIANTS, idem_variant};
+use crate::{Kind, Row, VARIANTS, idem_variant};
 
 /// The build to compare against.
 pub struct Base {
@@ -49,11 +49,7 @@ pub async fn run(base: &Base, letters: &str, orders: i64, rounds: usize) -> anyh
     let variants: Vec<_> = VARIANTS
         .iter()
         .filter_map(|v| match v.kind {
-            Kind::Idem { max_events, native, noisy, drops }
-                if v.name.chars().next().is_some_and(|c| letters.contains(c)) =>
-            {
-                Some((v.name, Shape { max_events, native, noisy, drops }))
-            }
+            Kind::Idem(shape) if v.name.chars().next().is_some_and(|c| letters.contains(c)) => Some((v.name, shape)),
             _ => None,
         })
         .collect();

@@ -71,13 +71,13 @@ enum Kind {
     /// `noisy`: beside a hostile handler (see [`hostile`]).
     /// `drops`: the provider resets one connection in 25 after charging
     /// (only with HTTP).
-    Idem {
-        max_events: usize,
-        native: bool,
-        noisy: bool,
-        drops: bool,
-    },
-    Ceiling,
+    /// `concurrent`: a batch's events up to that many at once
+    /// (`ordering = "key"`, one lane per partition, `[handler.batch]
+    /// max_concurrent`).
+    Idem(Shape),
+    /// The SQL ceiling, a batch's events up to that many at once (their
+    /// INSERTs taking the transaction in turn, their POSTs together).
+    Ceiling { concurrent: usize },
     /// The seed's own Node consumer (`seed`).
     Seed,
     /// The skewed stream under an `ordering` (`skewed`; only with HTTP).
@@ -90,27 +90,17 @@ struct Variant {
 }
 
 const VARIANTS: &[Variant] = &[
+    Variant { name: "a: idem, batched", kind: Kind::Idem(BATCHED) },
+    Variant { name: "b: idem, max_events = 1", kind: Kind::Idem(Shape { max_events: 1, ..BATCHED }) },
+    Variant { name: "c: idem, native handler", kind: Kind::Idem(Shape { native: true, ..BATCHED }) },
+    Variant { name: "d: SQL ceiling", kind: Kind::Ceiling { concurrent: 1 } },
+    Variant { name: "e: a, beside a hostile handler", kind: Kind::Idem(Shape { noisy: true, ..BATCHED }) },
+    Variant { name: "f: a, provider dropping 4% of connections", kind: Kind::Idem(Shape { drops: true, ..BATCHED }) },
     Variant {
-        name: "a: idem, batched",
-        kind: Kind::Idem { max_events: BATCH, native: false, noisy: false, drops: false },
+        name: "h: a, ordering = key, 8 events of a batch at once",
+        kind: Kind::Idem(Shape { concurrent: AT_ONCE, ..BATCHED }),
     },
-    Variant {
-        name: "b: idem, max_events = 1",
-        kind: Kind::Idem { max_events: 1, native: false, noisy: false, drops: false },
-    },
-    Variant {
-        name: "c: idem, native handler",
-        kind: Kind::Idem { max_events: BATCH, native: true, noisy: false, drops: false },
-    },
-    Variant { name: "d: SQL ceiling", kind: Kind::Ceiling },
-    Variant {
-        name: "e: a, beside a hostile handler",
-        kind: Kind::Idem { max_events: BATCH, native: false, noisy: true, drops: false },
-    },
-    Variant {
-        name: "f: a, provider dropping 4% of connections",
-        kind: Kind::Idem { max_events: BATCH, native: false, noisy: false, drops: true },
-    },
+    Variant { name: "i: SQL ceiling, 8 events of a batch at once", kind: Kind::Ceiling { concurrent: AT_ONCE } },
     Variant { name: "k: skewed stream, ordering = partition", kind: Kind::Skewed("partition") },
     Variant { name: "k: skewed stream, ordering = key", kind: Kind::Skewed("key") },
     Variant { name: "s: the seed's stack (kafkajs, TypeORM, zod)", kind: Kind::Seed },
@@ -127,21 +117,19 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefgks".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghiks".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     let mut rows = Vec::new();
     for http in [false, true] {
         for variant in VARIANTS {
-            let http_only = matches!(variant.kind, Kind::Idem { drops: true, .. } | Kind::Skewed(_));
+            let http_only = matches!(variant.kind, Kind::Idem(Shape { drops: true, .. }) | Kind::Skewed(_));
             if (http_only && !http) || !chosen(variant.name) {
                 continue;
             }
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
             let row = match variant.kind {
-                Kind::Idem { max_events, native, noisy, drops } => {
-                    idem_variant(variant.name, Shape { max_events, native, noisy, drops }, http, orders).await?
-                }
-                Kind::Ceiling => ceiling_variant(variant.name, http, orders).await?,
+                Kind::Idem(shape) => idem_variant(variant.name, shape, http, orders).await?,
+                Kind::Ceiling { concurrent } => ceiling_variant(variant.name, http, orders, concurrent).await?,
                 Kind::Seed => seed::variant(variant.name, http, orders).await?,
                 Kind::Skewed(ordering) => skewed::variant(variant.name, ordering).await?,
             };
@@ -184,16 +172,23 @@ async fn compare_main(mut args: impl Iterator<Item = String>) -> anyhow::Result<
     Ok(())
 }
 
+/// One record of the workload: its partition, its key (the order id, the
+/// aggregate's, as the design notes' producers key), its payload.
+type Record = (i32, String, Vec<u8>);
+
 /// N orders round-robin over the partitions, then 10% of them again (same
 /// payload, same eventId), half on their partition and half on the next.
-fn workload(orders: i64) -> Vec<(i32, Vec<u8>)> {
-    let originals: Vec<(i32, Vec<u8>)> =
-        (0..orders).map(|i| ((i % i64::from(PARTITIONS)) as i32, order_payload(i + 1).1)).collect();
-    let again: Vec<(i32, Vec<u8>)> = originals
+fn workload(orders: i64) -> Vec<Record> {
+    let originals: Vec<Record> = (1..=orders)
+        .map(|order| (((order - 1) % i64::from(PARTITIONS)) as i32, order.to_string(), order_payload(order).1))
+        .collect();
+    let again: Vec<Record> = originals
         .iter()
         .enumerate()
         .filter(|(i, _)| i % 10 == 0)
-        .map(|(i, (p, payload))| (if i % 20 == 0 { *p } else { (*p + 1) % PARTITIONS }, payload.clone()))
+        .map(|(i, (p, key, payload))| {
+            (if i % 20 == 0 { *p } else { (*p + 1) % PARTITIONS }, key.clone(), payload.clone())
+        })
         .collect();
     originals.into_iter().chain(again).collect()
 }
@@ -236,6 +231,14 @@ fn hostile(topic: &str, provider: &PaymentProvider, orders: i64) -> (HandlerSpec
     (spec, events)
 }
 
+/// How a variant batches: `max_events`, and `concurrent` events of a batch
+/// at once (above 1: `ordering = "key"` with one lane per partition).
+#[derive(Clone, Copy)]
+struct Tuning {
+    max_events: usize,
+    concurrent: usize,
+}
+
 /// A config for the billing handler; without HTTP, the example's switch;
 /// `native`: the native billing handler instead of the component;
 /// `beside`: another handler in the same host.
@@ -243,14 +246,17 @@ fn config(
     topic: &str,
     provider: &PaymentProvider,
     db_url: &str,
-    max_events: usize,
+    tuning: Tuning,
     native: bool,
     http: bool,
     beside: Option<HandlerSpec>,
 ) -> PathBuf {
     let mut spec = HandlerSpec::billing(topic, &provider.base_url());
+    spec.batch = Some((tuning.max_events, 5));
+    if tuning.concurrent > 1 {
+        spec = spec.with_lanes("key", 1).with_max_concurrent(tuning.concurrent);
+    }
     spec.concurrency = CONCURRENCY;
-    spec.batch = Some((max_events, 5));
     config_of(&std::iter::once(spec).chain(beside).collect::<Vec<_>>(), db_url, native, http)
 }
 
@@ -300,10 +306,17 @@ struct Shape {
     native: bool,
     noisy: bool,
     drops: bool,
+    concurrent: usize,
 }
 
+/// The plain batched shape the variants vary.
+const BATCHED: Shape = Shape { max_events: BATCH, native: false, noisy: false, drops: false, concurrent: 1 };
+
+/// Events of one batch at once in variants h and i.
+const AT_ONCE: usize = 8;
+
 async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64) -> anyhow::Result<Row> {
-    let Shape { max_events, native, noisy, drops } = shape;
+    let Shape { max_events, native, noisy, drops, concurrent } = shape;
     let provider = PaymentProvider::start().await;
     if drops {
         provider.set_fault(idem_tests::provider::Fault::ResetEvery(25));
@@ -316,14 +329,14 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
         false => None,
     };
     let beside = hostile.as_ref().map(|(spec, _)| spec.clone());
-    let config = config(&topic, &provider, &db_url, max_events, native, http, beside);
+    let config = config(&topic, &provider, &db_url, Tuning { max_events, concurrent }, native, http, beside);
     let mut conn = fresh_database(&db, &config).await?;
     let records = workload(orders);
     if let Some((spec, events)) = &hostile {
         let events: Vec<(i32, Vec<u8>)> = events.iter().map(|e| (0, e.clone())).collect();
         kafka::produce_all(&kafka::producer(), &spec.topic, &events).await;
     }
-    kafka::produce_all(&kafka::producer(), &topic, &records).await;
+    kafka::produce_all_keyed(&kafka::producer(), &topic, &records).await;
 
     let child = host::spawn(&config, true, &[("IDEM_LOG", "error")]);
     let cost = measure::watch(&child).await;
@@ -424,13 +437,13 @@ async fn drive(topic: &str, conn: &mut PgConnection, rate: f64, already: i64) ->
     Ok(())
 }
 
-async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow::Result<Row> {
+async fn ceiling_variant(name: &'static str, http: bool, orders: i64, concurrent: usize) -> anyhow::Result<Row> {
     let provider = PaymentProvider::start().await;
     let db = format!("idem_bench_{}", std::process::id());
     let server = idem_tests::db::server_url();
     let db_url = idem_tests::db::with_database(&server, &db);
     // Only for `idem migrate` (the billing role, schema and grants).
-    let config = config("unused", &provider, &db_url, BATCH, false, http, None);
+    let config = config("unused", &provider, &db_url, Tuning { max_events: BATCH, concurrent: 1 }, false, http, None);
     let mut conn = fresh_database(&db, &config).await?;
     // The claim checks the version it names against the active one.
     sqlx::query(
@@ -441,7 +454,7 @@ async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow:
     .await?;
     let mut partitions = vec![Vec::new(); PARTITIONS as usize];
     let records = workload(orders);
-    for (p, payload) in &records {
+    for (p, _, payload) in &records {
         partitions[*p as usize].push(payload.clone());
     }
     // As the billing handler's own role, like the host.
@@ -451,7 +464,13 @@ async fn ceiling_variant(name: &'static str, http: bool, orders: i64) -> anyhow:
         sqlx::postgres::PgPoolOptions::new().max_connections(CONCURRENCY as u32).connect(role_url.as_str()).await?;
     let cpu = measure::own_cpu_s();
     let url = http.then(|| provider.base_url());
-    ceiling::run(&pool, partitions, CONCURRENCY, BATCH, url).await?;
+    ceiling::run(
+        &pool,
+        partitions,
+        ceiling::Shape { partitions_at_once: CONCURRENCY, max_events: BATCH, concurrent },
+        url,
+    )
+    .await?;
     let cpu_s = measure::own_cpu_s() - cpu;
     pool.close().await;
     let span = check(&mut conn, &provider, orders, http).await?;
@@ -500,6 +519,11 @@ fn render(rows: &[Row]) -> String {
             a / d,
             a / s,
             e / a
+        ));
+        text.push_str(&format!(
+            ", h/i = {:.2} (ordering = key, {AT_ONCE} events of a batch at once, against the ceiling doing the same{})",
+            rate("h") / rate("i"),
+            if http { ", goal ≥ 0.8" } else { "" }
         ));
         if http {
             text.push_str(&format!(", f/a = {:.2} (a provider dropping 4% of connections, goal ≥ 0.5)", rate("f") / a));

@@ -12,7 +12,7 @@ use idem_tests::kafka;
 use idem_tests::provider::PaymentProvider;
 use sqlx::Executor as _;
 
-use super::{PARTITIONS, Row, admin_drop, check, config, fresh_database, measure, workload};
+use super::{PARTITIONS, Row, Tuning, admin_drop, check, config, fresh_database, measure, workload};
 
 /// The consumer's folder, its `node_modules` installed by `scripts/bench`.
 fn folder() -> std::path::PathBuf {
@@ -29,12 +29,12 @@ pub(crate) async fn variant(name: &'static str, http: bool, orders: i64) -> anyh
     let db = format!("idem_bench_{}", std::process::id());
     let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
     // `idem migrate` creates billing.charge as for the other variants.
-    let config = config("unused", &provider, &db_url, 1, false, http, None);
+    let config = config("unused", &provider, &db_url, Tuning { max_events: 1, concurrent: 1 }, false, http, None);
     let mut conn = fresh_database(&db, &config).await?;
     let schema = std::fs::read_to_string(dir.join("schema.sql")).context("bench/seed-node/schema.sql")?;
     conn.execute(schema.as_str()).await.context("the seed's processed_event")?;
     let records = workload(orders);
-    kafka::produce_all(&kafka::producer(), &topic, &records).await;
+    kafka::produce_all_keyed(&kafka::producer(), &topic, &records).await;
 
     let group = idem_tests::unique_name("seed");
     let mut command = Command::new("node");
