@@ -14,10 +14,21 @@
 //! Batches (`[handler.batch]`): a crash rolls back the whole batch, so the
 //! killer may sit deep in it, after records that are not duplicates when
 //! they come back. Each batch's offset range is therefore written to
-//! `idem.batch_in_flight` before it starts and deleted when it ends (two
-//! writes per batch, a few µs per event); a host assigned the partition
-//! runs the records of a range that survived a crash one at a time, counted,
-//! until past it.
+//! `idem.batch_in_flight` before it starts (the lane's row, replaced by its
+//! next batch's, deleted when the lane runs out of records or stops); a
+//! host assigned the partition runs the records of a range that survived a
+//! crash one at a time, counted, until past it. A range left behind by a
+//! batch that committed costs only that: its records are duplicates, or
+//! behind the committed offset.
+//!
+//! The marks are written with `synchronous_commit = off` ([`marks_pool`]):
+//! one round trip and no WAL flush of their own. That is enough because
+//! what they guard against is the host dying, not PostgreSQL: a committed
+//! mark is visible at once and survives the host; and should PostgreSQL
+//! itself crash within the moment before the WAL writer flushes it, the
+//! batch after it lost its effects too (its own commit record comes later
+//! in the WAL), so the worst is one more crash of a killer record before it
+//! is counted.
 //!
 //! Each record is counted once per process (the in-process retries are
 //! bounded by `max_attempts` already), and a handler runs one unproven
@@ -28,6 +39,7 @@
 //! `idem.execution_attempt` (the README's provisioning section says so).
 
 use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 
 use crate::validate::Record;
 
@@ -82,6 +94,13 @@ pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record, resolv
     }
 }
 
+/// A small pool of idem's own role for the batches' marks, committing
+/// without waiting for the WAL flush (see above); connected when first used.
+pub(crate) fn marks_pool(idem: &PgPool) -> PgPool {
+    let options = (*idem.connect_options()).clone().options([("synchronous_commit", "off")]);
+    PgPoolOptions::new().max_connections(2).connect_lazy_with(options)
+}
+
 /// Where a batch runs: a handler's partition, and the lane in it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BatchPlace<'a> {
@@ -121,15 +140,19 @@ pub(crate) async fn batch_started(
     Ok(())
 }
 
-/// The batch of `at` ended in this live process (committed or rolled back).
-pub(crate) async fn batch_ended(pool: &PgPool, at: BatchPlace<'_>) {
+/// The lane's last batch, the one starting at `first`, ended in this live
+/// process and no other follows it for now. Only that mark goes: a later
+/// one (this lane's next owner's) stays.
+pub(crate) async fn batch_ended(pool: &PgPool, at: BatchPlace<'_>, first: i64) {
     let ended = sqlx::query(
-        "DELETE FROM idem.batch_in_flight WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND lane = $4",
+        "DELETE FROM idem.batch_in_flight \
+         WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND lane = $4 AND first_offset = $5",
     )
     .bind(at.handler)
     .bind(at.topic)
     .bind(at.partition)
     .bind(at.lane())
+    .bind(first)
     .execute(pool)
     .await;
     if let Err(e) = ended {

@@ -81,6 +81,8 @@ pub(crate) struct HandlerContext {
     pub dead_letters: Option<DeadLetters>,
     /// idem's own pool: execution counts that outlive the process.
     pub idem_pool: sqlx::PgPool,
+    /// The same role, for the batches' marks (`attempts::marks_pool`).
+    pub marks: sqlx::PgPool,
     /// Held by an execution of a partition that has processed nothing yet
     /// in its assignment (see `attempts`).
     pub unproven: tokio::sync::Mutex<()>,
@@ -158,6 +160,7 @@ impl Pipeline {
             stats: wiring.stats,
             fatal: wiring.fatal,
             faults: faults::FaultPoints::from_env(),
+            marks: attempts::marks_pool(&wiring.idem_pool),
             idem_pool: wiring.idem_pool,
             unproven: tokio::sync::Mutex::new(()),
         });

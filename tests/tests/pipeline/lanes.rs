@@ -45,26 +45,34 @@ fn overlapping(log: &[Ran]) -> usize {
     pairs
 }
 
-/// `keys` × `per_key` records on partition 0, interleaved (every key's
-/// first record, then every key's second, …), each holding its transaction
-/// `sleep_ms`.
-async fn send_interleaved(env: &Env, keys: &[String], per_key: i64, sleep_ms: u32) {
-    let payloads: Vec<(i32, String, Vec<u8>)> = (0..per_key)
-        .flat_map(|seq| {
-            keys.iter().map(move |key| {
-                let payload = scenario("lane", serde_json::json!({ "seq": seq, "sleep_ms": sleep_ms })).1;
-                (0, key.clone(), payload)
-            })
-        })
-        .collect();
+/// How [`run_interleaved`] orders its records on the partition.
+#[derive(Clone, Copy)]
+enum Interleave {
+    /// Every key's first record, then every key's second, …
+    Keys,
+    /// One key's records one after another, then the next key's.
+    None,
+}
+
+/// `keys` × `per_key` records on partition 0, in `interleave`'s order,
+/// each holding its transaction `sleep_ms`.
+async fn send_interleaved(env: &Env, keys: &[String], per_key: i64, sleep_ms: u32, interleave: Interleave) {
+    let record = |key: &String, seq: i64| {
+        let payload = scenario("lane", serde_json::json!({ "seq": seq, "sleep_ms": sleep_ms })).1;
+        (0, key.clone(), payload)
+    };
+    let payloads: Vec<(i32, String, Vec<u8>)> = match interleave {
+        Interleave::Keys => (0..per_key).flat_map(|seq| keys.iter().map(move |key| record(key, seq))).collect(),
+        Interleave::None => keys.iter().flat_map(|key| (0..per_key).map(move |seq| record(key, seq))).collect(),
+    };
     kafka::produce_all_keyed(&env.producer, &env.topic, &payloads).await;
 }
 
 /// Runs 6 keys × 8 records through `spec` and returns the log.
-async fn run_interleaved(spec: impl Fn(&Env) -> HandlerSpec) -> Vec<Ran> {
+async fn run_interleaved(interleave: Interleave, spec: impl Fn(&Env) -> HandlerSpec) -> Vec<Ran> {
     let env = Env::new(1).await;
     let keys: Vec<String> = (0..6).map(|k| format!("customer-{k}")).collect();
-    send_interleaved(&env, &keys, 8, 20).await;
+    send_interleaved(&env, &keys, 8, 20, interleave).await;
     let spec = spec(&env);
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
@@ -81,7 +89,7 @@ async fn run_interleaved(spec: impl Fn(&Env) -> HandlerSpec) -> Vec<Ran> {
 async fn under_key_ordering_each_keys_records_keep_their_order_while_keys_run_side_by_side() {
     let scenarios =
         |env: &Env| HandlerSpec { batch: Some((3, 5)), ..HandlerSpec::scenarios(&env.topic, &env.provider.base_url()) };
-    let log = run_interleaved(|env| scenarios(env).with_lanes("key", 4)).await;
+    let log = run_interleaved(Interleave::Keys, |env| scenarios(env).with_lanes("key", 4)).await;
     for key in (0..6).map(|k| format!("customer-{k}")) {
         let order: Vec<i64> = log.iter().filter(|r| r.key == key).map(|r| r.seq).collect();
         assert_eq!(order, (0..8).collect::<Vec<_>>(), "{key}'s records ran in their order");
@@ -91,7 +99,7 @@ async fn under_key_ordering_each_keys_records_keep_their_order_while_keys_run_si
 
     // The same stream under the default ordering: one record of the
     // partition at a time, so the check above can tell.
-    let serial = run_interleaved(scenarios).await;
+    let serial = run_interleaved(Interleave::Keys, scenarios).await;
     assert_eq!(overlapping(&serial), 0, "ordering = \"partition\" ran records of one partition at once");
     let offsets: Vec<i64> = serial.iter().map(|r| r.seq).collect();
     assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "and in offset order: {offsets:?}");
@@ -161,9 +169,11 @@ async fn a_record_in_its_backoff_holds_its_own_lane_and_the_committed_offset_not
     env.finish().await;
 }
 
+/// One key's records one after another on the partition: in turn over 4
+/// lanes, each key's first four run at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn under_no_ordering_records_of_one_key_run_side_by_side_each_once() {
-    let log = run_interleaved(|env| {
+    let log = run_interleaved(Interleave::None, |env| {
         HandlerSpec { batch: Some((2, 5)), ..HandlerSpec::scenarios(&env.topic, &env.provider.base_url()) }
             .with_lanes("none", 4)
     })

@@ -67,11 +67,6 @@ impl Worker {
         }
     }
 
-    /// Where this worker's batches run, for `idem.batch_in_flight`.
-    fn place<'a>(shared: &'a HandlerContext, state: &'a PartitionState, lane: usize) -> attempts::BatchPlace<'a> {
-        attempts::BatchPlace { handler: &shared.name, topic: &state.topic, partition: state.partition, lane }
-    }
-
     /// The longest run of valid pending records with distinct event ids: an
     /// invalid record, or an id already in the batch (redelivered within
     /// it), ends the batch; the next one starts with it.
@@ -98,25 +93,27 @@ impl Worker {
             return self.resolve_alone(None).await;
         };
         let range = (events[0].offset, last.offset);
-        let place = Self::place(&shared, &state, self.lane);
-        if let Err(e) = attempts::batch_started(&shared.idem_pool, place, range).await {
+        let place = place(&shared, &state, self.lane);
+        // Replaces the lane's previous mark, if it still has one.
+        if let Err(e) = attempts::batch_started(&shared.marks, place, range).await {
             // Without the mark a crash in this batch could not be traced: the
             // first record goes alone (the failure path rides out an outage).
             refused(&shared, "write", e);
             return self.resolve_alone(None).await;
         }
+        self.marked = Some(range.0);
         let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else {
-            attempts::batch_ended(&shared.idem_pool, place).await;
-            return;
+            return self.unmark().await;
         };
         for event in &events {
             shared.abort_point(&event.payload);
         }
         let failed = self.shrink_until_committed(&events).await;
         drop(permit);
-        attempts::batch_ended(&shared.idem_pool, place).await;
         if state.is_stopped() {
-            return;
+            // Before the lane is idle, so before the partition's next owner
+            // can read the marks.
+            return self.unmark().await;
         }
         if let Some(own) = failed {
             self.resolve_alone(own).await;
@@ -203,6 +200,15 @@ impl Worker {
             }
         }
     }
+}
+
+/// Where a worker's batches run, for `idem.batch_in_flight`.
+pub(super) fn place<'a>(
+    shared: &'a HandlerContext,
+    state: &'a PartitionState,
+    lane: usize,
+) -> attempts::BatchPlace<'a> {
+    attempts::BatchPlace { handler: &shared.name, topic: &state.topic, partition: state.partition, lane }
 }
 
 /// What a worker does after a batch failed.

@@ -48,6 +48,10 @@ pub(crate) struct Worker {
     alone_through: i64,
     /// Whether `idem.batch_in_flight` was read for this assignment.
     crash_checked: bool,
+    /// The first offset of this lane's mark in `idem.batch_in_flight`, while
+    /// it has one: its last batch's, kept until the next batch replaces it
+    /// or the lane runs out of records or stops (see `attempts`).
+    marked: Option<i64>,
 }
 
 impl Worker {
@@ -66,14 +70,28 @@ impl Worker {
             proven: false,
             alone_through: -1,
             crash_checked: false,
+            marked: None,
         }
     }
 
     /// Drains the partition's queue until it is stopped or the queue closes.
     pub(crate) async fn work(mut self) {
+        self.drain().await;
+        self.unmark().await;
+    }
+
+    async fn drain(&mut self) {
         loop {
             if self.pending.is_empty() {
-                let Some(record) = self.state.next(&mut self.queue).await else { return };
+                let record = match self.queue.try_recv() {
+                    Ok(record) => record,
+                    // Nothing to do for now: the lane's last batch ended.
+                    Err(_) => {
+                        self.unmark().await;
+                        let Some(record) = self.state.next(&mut self.queue).await else { return };
+                        record
+                    }
+                };
                 self.pending.push_back(record);
             }
             let batched = self.shared.config.batch.max_events > 1;
@@ -121,6 +139,14 @@ impl Worker {
         }
         if resolved {
             self.completed(&record);
+        }
+    }
+
+    /// Removes this lane's mark, if it has one.
+    async fn unmark(&mut self) {
+        if let Some(first) = self.marked.take() {
+            let place = batch::place(&self.shared, &self.state, self.lane);
+            super::attempts::batch_ended(&self.shared.marks, place, first).await;
         }
     }
 
