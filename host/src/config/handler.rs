@@ -141,9 +141,10 @@ pub struct HandlerBatch {
     #[serde(default = "default_max_wait_ms")]
     pub max_wait_ms: u64,
     /// Events of one batch that run at the same time, among those the
-    /// handler's `ordering` lets run at once (different keys under `"key"`,
-    /// any under `"none"`; 1 under `"partition"`): their HTTP requests go
-    /// out together, their statements take the batch's transaction in turn.
+    /// handler's `ordering` lets run at once (different partitions' when a
+    /// batch spans partitions; different keys under `"key"`, any under
+    /// `"none"`): their HTTP requests go out together, their statements take
+    /// the batch's transaction in turn.
     #[serde(default = "default_max_concurrent")]
     pub max_concurrent: usize,
 }

@@ -233,7 +233,7 @@ impl Config {
         if h.batch.max_wait_ms > 10_000 {
             bail!("{at}: batch.max_wait_ms = {} is more than 10000", h.batch.max_wait_ms);
         }
-        ordering::check_concurrent(&at, h.ordering, h.batch.max_concurrent)?;
+        ordering::check_concurrent(&at, h.batch.max_concurrent)?;
         if h.max_attempts.is_some() {
             bail!("{at}: max_attempts moved to [handler.retry] max_attempts");
         }
@@ -469,7 +469,6 @@ mod tests {
         refused("ordering = \"key\"\nmax_in_flight = 0\n", "max_in_flight = 0 must be between 1 and 256");
         refused("ordering = \"none\"\nmax_in_flight = 257\n", "max_in_flight = 257");
         refused("ordering = \"keys\"\n", "ordering");
-        refused("[handler.batch]\nmax_concurrent = 4\n", "max_concurrent = 4 needs ordering = \"key\" or \"none\"");
         refused(
             "ordering = \"key\"\n[handler.batch]\nmax_concurrent = 0\n",
             "max_concurrent = 0 must be between 1 and 64",

@@ -75,19 +75,12 @@ pub(super) fn check(at: &str, ordering: Ordering, max_in_flight: Option<u32>) ->
 /// The most events of one batch that may run at once.
 pub const MAX_CONCURRENT: usize = 64;
 
-/// `[handler.batch] max_concurrent` in range, and above 1 only where the
-/// ordering lets a batch's events run at once.
-pub(super) fn check_concurrent(at: &str, ordering: Ordering, max_concurrent: usize) -> anyhow::Result<()> {
-    match (ordering, max_concurrent) {
-        (_, n) if !(1..=MAX_CONCURRENT).contains(&n) => {
-            anyhow::bail!("{at}: batch.max_concurrent = {n} must be between 1 and {MAX_CONCURRENT}")
-        }
-        (Ordering::Partition, n) if n > 1 => anyhow::bail!(
-            "{at}: batch.max_concurrent = {n} needs ordering = \"key\" or \"none\": under \"partition\" a batch's \
-             events run one after another"
-        ),
-        _ => Ok(()),
+/// `[handler.batch] max_concurrent` in range.
+pub(super) fn check_concurrent(at: &str, max_concurrent: usize) -> anyhow::Result<()> {
+    if !(1..=MAX_CONCURRENT).contains(&max_concurrent) {
+        anyhow::bail!("{at}: batch.max_concurrent = {max_concurrent} must be between 1 and {MAX_CONCURRENT}");
     }
+    Ok(())
 }
 
 /// The lane of `lanes` that a record with `key` goes to under

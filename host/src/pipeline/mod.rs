@@ -4,6 +4,7 @@
 //! committed (or that were skipped), never ahead of them.
 
 mod attempts;
+mod combine;
 mod consumer;
 pub mod dlq;
 mod faults;
@@ -73,8 +74,11 @@ pub(crate) struct HandlerContext {
     /// The handler's current executor (swapped when a version is activated).
     pub slot: Arc<Slot>,
     pub validator: Validator,
-    /// Partitions processed at once (`concurrency`).
-    pub permits: Semaphore,
+    /// Executions at once (`concurrency`): each holds one of the handler's
+    /// connections.
+    pub permits: Arc<Semaphore>,
+    /// Batches waiting for a permit, merged by whoever gets one.
+    pub combiner: combine::Combiner,
     /// Retries, backoffs, the DLQ topic.
     pub config: HandlerConfig,
     /// `None`: `on_failure = "block"`.
@@ -154,7 +158,8 @@ impl Pipeline {
             name: config.name.clone(),
             slot: slot.clone(),
             validator,
-            permits: Semaphore::new(config.concurrency),
+            permits: Arc::new(Semaphore::new(config.concurrency)),
+            combiner: combine::Combiner::default(),
             config: config.clone(),
             dead_letters,
             stats: wiring.stats,

@@ -23,6 +23,7 @@ mod restarts;
 mod retention;
 mod revocation;
 mod security;
+mod spanning;
 mod transactions;
 
 struct Env {

@@ -13,6 +13,7 @@ use crate::event::Event;
 use crate::executor::{BatchFailure, Outcome};
 use crate::pipeline::HandlerContext;
 use crate::pipeline::attempts;
+use crate::pipeline::combine::{Combiner, Ran};
 use crate::pipeline::partition::PartitionState;
 use crate::stats::Stats;
 
@@ -102,14 +103,10 @@ impl Worker {
             return self.resolve_alone(None).await;
         }
         self.marked = Some(range.0);
-        let Some(Ok(permit)) = state.until_stopped(shared.permits.acquire()).await else {
-            return self.unmark().await;
-        };
         for event in &events {
             shared.abort_point(&event.payload);
         }
         let failed = self.shrink_until_committed(&events).await;
-        drop(permit);
         if state.is_stopped() {
             // Before the lane is idle, so before the partition's next owner
             // can read the marks.
@@ -120,8 +117,9 @@ impl Worker {
         }
     }
 
-    /// Runs `events` in one transaction; while it fails, runs the events
-    /// before the failing one again. Returns the failing event's own error
+    /// Runs `events` in one transaction (alone, or with other lanes'
+    /// batches: `combine`); while it fails, runs the events before the
+    /// failing one again. Returns the failing event's own error
     /// (`Some(None)` when it has none), or `None` when every event it was
     /// given committed or the partition stopped.
     async fn shrink_until_committed(&mut self, events: &[Event]) -> Option<Option<ExecError>> {
@@ -129,19 +127,15 @@ impl Worker {
         // The events `..end` run; the one at `end` failed.
         let (mut end, mut failed) = (events.len(), None);
         while end > 0 && !state.is_stopped() {
-            let executor = shared.slot.executor();
-            let version = executor.handler().version();
-            let between = |done: usize| {
-                shared.mid_batch_point(&events[done - 1].payload);
-                state.is_stopped()
-            };
-            let failure = match executor.execute_batch(&events[..end], between).await {
-                Ok(outcomes) => {
+            let failure = match Combiner::run(&shared, events[..end].to_vec(), &state).await {
+                (version, Ran::Committed(outcomes)) => {
                     self.committed(version, outcomes);
                     break;
                 }
-                Err(failure) => failure,
+                (_, Ran::Again) => continue,
+                (version, Ran::Failed(failure)) => (version, failure),
             };
+            let (version, failure) = failure;
             let (at, own) = match self.after_batch_failure(failure, version, events[end - 1].offset).await {
                 AfterBatch::Stop => break,
                 AfterBatch::Again => continue,
@@ -185,7 +179,6 @@ impl Worker {
     /// A batch of `outcomes` committed on `version`: its records are resolved.
     fn committed(&mut self, version: Option<i32>, outcomes: Vec<Outcome>) {
         let shared = &self.shared;
-        Stats::add(&shared.stats.transactions);
         shared.fault_point();
         for outcome in outcomes {
             shared.slot.count(version, Ok(outcome));
