@@ -154,7 +154,7 @@ impl Executor {
                     outcomes[index] = Some(outcome);
                     schedule.done(index);
                 }
-                Err(error) => return Err(Halt::at(index, error, !running.is_empty())),
+                Err(error) => return Err(Halt::at(index, error, !running.is_empty(), max > 1)),
             }
         }
         // Every event has its outcome, or the batch must not commit.
@@ -248,10 +248,14 @@ struct Halt {
 impl Halt {
     /// The event at `index` failed with `error`, others still running if
     /// `in_flight`; the failure keeps `error` as the event's own when it is
-    /// the handler's doing.
-    fn at(index: usize, error: ExecError, in_flight: bool) -> Self {
+    /// the handler's doing. With events running `at_once`, an overrun is not
+    /// counted as the event's: its budget ran while others' statements held
+    /// the transaction (a guest's long statement would get innocent events
+    /// blamed), so it runs again alone, where its time is its own.
+    fn at(index: usize, error: ExecError, in_flight: bool, at_once: bool) -> Self {
         let unknown = matches!(error, ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_));
         let own = match error {
+            ExecError::TimedOut(_) if at_once => None,
             ExecError::HandlerRetryable(_)
             | ExecError::HandlerPermanent(_)
             | ExecError::Trapped(_)

@@ -279,3 +279,30 @@ async fn a_failure_among_events_running_at_once_rolls_back_and_nothing_doubles()
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(30)]);
     env.finish().await;
 }
+
+/// Two events of one batch at once, each within its budget alone, but one
+/// waits for the other's long statement and overruns: the overrun is not
+/// counted against it (with one attempt allowed it would be dead-lettered);
+/// it runs again alone and commits.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_for_another_events_statement_is_not_counted_as_an_events_own_overrun() {
+    let env = Env::new(1).await;
+    let slow = scenario("statement", serde_json::json!({ "sql": "SELECT pg_sleep(0.9)" })).1;
+    let quick = scenario("lane", serde_json::json!({ "seq": 0, "sleep_ms": 300 })).1;
+    // The first record of an assignment runs alone: an ordinary one first.
+    let first = scenario("ok", serde_json::json!({})).1;
+    kafka::produce_all_keyed(&env.producer, &env.topic, &[(0, "o", first), (0, "a", slow), (0, "b", quick)]).await;
+    let spec = HandlerSpec {
+        max_attempts: 1,
+        batch: Some((2, 200)),
+        extra: "timeout_ms = 1000\n".into(),
+        ..HandlerSpec::scenarios(&env.topic, &env.provider.base_url())
+    }
+    .with_lanes("key", 1)
+    .with_max_concurrent(2);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.failed, r.dead_lettered), (3, 0, 0), "{r:?}");
+    assert_eq!(env.count("SELECT count(*) FROM scenario.lane_log").await, 1);
+    env.finish().await;
+}
