@@ -205,6 +205,11 @@ impl SharedTx {
         self.tx.lock().await
     }
 
+    /// A statement is on the connection now (a share holds it).
+    pub fn in_use(&self) -> bool {
+        self.tx.try_lock().is_err()
+    }
+
     /// The transaction itself, if this is the last share.
     pub fn into_whole(self) -> Option<EventTx> {
         std::sync::Arc::try_unwrap(self.tx).ok().map(tokio::sync::Mutex::into_inner)

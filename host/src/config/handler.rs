@@ -144,7 +144,9 @@ pub struct HandlerBatch {
     /// handler's `ordering` lets run at once (different partitions' when a
     /// batch spans partitions; different keys under `"key"`, any under
     /// `"none"`): their HTTP requests go out together, their statements take
-    /// the batch's transaction in turn.
+    /// the batch's transaction in turn. They share that transaction, so a
+    /// row lock of one does not hold another back (README, "Events of a
+    /// batch at once").
     #[serde(default = "default_max_concurrent")]
     pub max_concurrent: usize,
 }

@@ -72,8 +72,8 @@ impl BatchFailure {
 impl Executor {
     /// Executes `events` (distinct ids) in one transaction. `Ok` only
     /// after COMMIT succeeded, with one outcome per event. `stop` is asked
-    /// before each event after the first, with the number of events started
-    /// so far; when it answers true (the partition was revoked, the host is
+    /// before each event after the first, with one past the index of the
+    /// event started last; when it answers true (the partition was revoked, the host is
     /// stopping), the batch is rolled back at once, so that the
     /// partition's next owner finds its events unclaimed instead of waiting
     /// for up to `max_events` executions; they run again there (HTTP calls
@@ -126,7 +126,7 @@ impl Executor {
         let mut schedule = Schedule::new(events, settings.ordering);
         let mut outcomes = vec![None; events.len()];
         let mut running = FuturesUnordered::new();
-        let mut started = 0;
+        let mut last_started = None;
         loop {
             while running.len() < max {
                 let Some(index) = schedule.take_ready() else { break };
@@ -137,13 +137,13 @@ impl Executor {
                         schedule.done(index);
                         continue;
                     }
-                    Claimed::Refused(failure) => return Err(Halt { failure, abandon: !running.is_empty() }),
+                    Claimed::Refused(failure) => return Err(Halt { failure, abandon: shared.in_use() }),
                     Claimed::Run => {}
                 }
-                if started > 0 && stop(started) {
-                    return Err(Halt { failure: BatchFailure::Stopped, abandon: !running.is_empty() });
+                if last_started.is_some_and(|last: usize| stop(last + 1)) {
+                    return Err(Halt { failure: BatchFailure::Stopped, abandon: shared.in_use() });
                 }
-                started += 1;
+                last_started = Some(index);
                 let lent = shared.lend(budget);
                 let span = self.event_span(event);
                 running.push(async move { (index, self.invoke(lent, event, 1, true).instrument(span).await.1) });
@@ -154,7 +154,7 @@ impl Executor {
                     outcomes[index] = Some(outcome);
                     schedule.done(index);
                 }
-                Err(error) => return Err(Halt::at(index, error, !running.is_empty(), max > 1)),
+                Err(error) => return Err(Halt::at(index, error, shared.in_use(), max > 1)),
             }
         }
         // Every event has its outcome, or the batch must not commit.
@@ -240,28 +240,31 @@ enum Claimed {
 struct Halt {
     failure: BatchFailure,
     /// The connection is closed rather than rolled back: a statement may
-    /// still run on it (an invocation overran, or others were still running
-    /// and are dropped mid-flight), or its state is unknown.
+    /// still run on it (an invocation overran mid-statement, or one still
+    /// running is dropped mid-statement), or its state is unknown.
     abandon: bool,
 }
 
 impl Halt {
-    /// The event at `index` failed with `error`, others still running if
-    /// `in_flight`; the failure keeps `error` as the event's own when it is
-    /// the handler's doing. With events running `at_once`, an overrun is not
-    /// counted as the event's: its budget ran while others' statements held
-    /// the transaction (a guest's long statement would get innocent events
-    /// blamed), so it runs again alone, where its time is its own.
-    fn at(index: usize, error: ExecError, in_flight: bool, at_once: bool) -> Self {
+    /// The event at `index` failed with `error`, a statement of another
+    /// still on the connection if `in_use`; the failure keeps `error` as the
+    /// event's own when it is the handler's doing.
+    ///
+    /// With events running `at_once`, no failure is counted as the event's
+    /// own: it may have read another event's unfinished writes, or spent its
+    /// budget while others' statements held the transaction (a guest's long
+    /// statement would get innocent events blamed). It runs again alone, on
+    /// committed state and with its time its own, before any final decision.
+    fn at(index: usize, error: ExecError, in_use: bool, at_once: bool) -> Self {
         let unknown = matches!(error, ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_));
         let own = match error {
-            ExecError::TimedOut(_) if at_once => None,
+            _ if at_once => None,
             ExecError::HandlerRetryable(_)
             | ExecError::HandlerPermanent(_)
             | ExecError::Trapped(_)
             | ExecError::TimedOut(_) => Some(error),
             _ => None,
         };
-        Self { failure: BatchFailure::at(index, own), abandon: unknown || in_flight }
+        Self { failure: BatchFailure::at(index, own), abandon: unknown || in_use }
     }
 }

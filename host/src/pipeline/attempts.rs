@@ -24,11 +24,13 @@
 //! The marks are written with `synchronous_commit = off` ([`marks_pool`]):
 //! one round trip and no WAL flush of their own. That is enough because
 //! what they guard against is the host dying, not PostgreSQL: a committed
-//! mark is visible at once and survives the host; and should PostgreSQL
-//! itself crash within the moment before the WAL writer flushes it, the
-//! batch after it lost its effects too (its own commit record comes later
-//! in the WAL), so the worst is one more crash of a killer record before it
-//! is counted.
+//! mark is visible at once and survives the host. Should PostgreSQL itself
+//! crash within the moment (the WAL writer's 200 ms) before a mark is
+//! flushed, the batch after it lost its effects too (its own commit record
+//! comes later in the WAL) and runs again as a batch. A record that kills
+//! the host *and* PostgreSQL that quickly every time would therefore never
+//! be counted; one that kills only the host (what counting is for) always
+//! is.
 //!
 //! Each record is counted once per process (the in-process retries are
 //! bounded by `max_attempts` already), and a handler runs one unproven

@@ -99,7 +99,16 @@ impl Combiner {
                         // Its own task: this lane answers its own partition's
                         // stop meanwhile, whichever batches it runs.
                         let shared = shared.clone();
-                        tokio::spawn(async move { execute(&shared, taken).await; drop(permit) });
+                        tokio::spawn(async move {
+                            let execution = std::panic::AssertUnwindSafe(execute(&shared, taken));
+                            if futures::FutureExt::catch_unwind(execution).await.is_err() {
+                                tracing::error!(
+                                    handler = %shared.name,
+                                    "a batch's execution panicked (a bug in idem): its lanes run their records alone"
+                                );
+                            }
+                            drop(permit);
+                        });
                     }
                 }
             }
@@ -149,8 +158,9 @@ async fn execute(shared: &HandlerContext, taken: Vec<Submission>) {
     let executor = shared.slot.executor();
     let version = executor.handler().version();
     let events: Vec<Event> = taken.iter().flat_map(|s| s.events.iter().cloned()).collect();
-    let between = |done: usize| {
-        shared.mid_batch_point(&events[done - 1].payload);
+    // Before each event after the first: the one started last ran (or runs).
+    let between = |next: usize| {
+        shared.mid_batch_point(&events[next - 1].payload);
         taken.iter().any(|s| s.state.is_stopped())
     };
     let result = executor.execute_batch(&events, between).await;
