@@ -40,6 +40,7 @@
 pub mod bindings;
 pub mod config;
 pub mod db;
+pub mod emit;
 mod error;
 mod event;
 pub mod http;

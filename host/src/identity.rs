@@ -159,7 +159,7 @@ fn lock_path(host: &str, slot: u32) -> PathBuf {
 }
 
 /// The kernel's host name (a container's is its own).
-fn hostname() -> Option<String> {
+pub(crate) fn hostname() -> Option<String> {
     let raw =
         std::fs::read_to_string("/proc/sys/kernel/hostname").ok().or_else(|| crate::env::get(crate::env::HOSTNAME))?;
     Some(raw.trim().to_owned())

@@ -40,6 +40,7 @@ pub mod kafka_client;
 pub mod migrate;
 pub mod modules;
 pub mod offsets;
+pub mod outbox;
 pub mod pipeline;
 pub mod retention;
 pub mod runtime;

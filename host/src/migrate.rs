@@ -39,6 +39,7 @@ pub async fn provision(admin: &PgPool, config: &crate::config::Config) -> anyhow
             done.push(format!("handler `{}`: {line}", h.name));
         }
     }
+    done.extend(crate::outbox::provision::apply(admin, config).await?);
     Ok(done)
 }
 

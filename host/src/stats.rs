@@ -269,3 +269,16 @@ pub struct HandlerReport {
     #[serde(default)]
     pub latency_p99_ms: u64,
 }
+
+/// What a scrape reads of a producer's outbox relay on this host.
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    pub published: AtomicU64,
+    pub failed: AtomicU64,
+    /// Rows not yet published nor failed, as last counted.
+    pub pending: AtomicU64,
+    /// The age of the oldest of them, in milliseconds.
+    pub oldest_ms: AtomicU64,
+    /// Whether this host holds the producer's lease.
+    pub holding: std::sync::atomic::AtomicBool,
+}

@@ -13,9 +13,10 @@ use sqlx::{Connection as _, Executor as _, PgConnection, PgPool};
 pub const PREFIX: &str = "idem_t";
 
 /// The handlers the tests run: name, schema, migrations folder.
-pub const HANDLERS: [(&str, &str, &str); 3] = [
+pub const HANDLERS: [(&str, &str, &str); 4] = [
     ("billing", "billing", "examples/billing/migrations"),
     ("notification", "notification", "examples/notification/migrations"),
+    ("payments", "payments", "examples/payments/migrations"),
     ("scenarios", "scenario", "tests/guests/scenarios/migrations"),
 ];
 
@@ -84,6 +85,14 @@ impl TestDb {
             idem::sandbox::provision::apply(&db.pool, &db.place(handler, schema)).await?;
         }
         Ok(db)
+    }
+
+    /// What the handlers and producers of the config at `path` may
+    /// publish through the outbox, recorded as `idem migrate --config`
+    /// records it.
+    pub async fn allow_emits(&self, path: &Path) {
+        let config = idem::config::Config::load(path).unwrap_or_else(|e| panic!("config: {e:#}"));
+        idem::outbox::provision::apply(&self.pool, &config).await.unwrap_or_else(|e| panic!("outbox: {e:#}"));
     }
 
     /// Where `handler` lives in this database: its role is named the way

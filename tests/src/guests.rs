@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-pub const CRATES: &[&str] = &["billing", "notification", "scenarios", "not-a-handler"];
+pub const CRATES: &[&str] = &["billing", "notification", "payments", "scenarios", "not-a-handler"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -46,6 +46,10 @@ pub struct HandlerSpec {
     pub batch: Option<(usize, u64)>,
     /// `[handler.batch] max_concurrent` (1, idem's default, is not written).
     pub max_concurrent: usize,
+    /// `[[handler.emit]]`: topic, event types, schema.
+    pub emit: Vec<(String, Vec<String>, PathBuf)>,
+    /// More `[handler.config]` keys.
+    pub config: Vec<(String, String)>,
 }
 
 impl HandlerSpec {
@@ -70,6 +74,8 @@ impl HandlerSpec {
             extra: String::new(),
             batch: None,
             max_concurrent: 1,
+            emit: Vec::new(),
+            config: Vec::new(),
         }
     }
 
@@ -86,6 +92,38 @@ impl HandlerSpec {
     /// max_concurrent`; the ordering must allow it).
     pub fn with_max_concurrent(self, n: usize) -> Self {
         Self { max_concurrent: n, ..self }
+    }
+
+    /// `self` allowed to emit `event_types` to `topic`, checked against
+    /// `schema` (`[[handler.emit]]`).
+    pub fn emitting(mut self, topic: &str, event_types: &[&str], schema: PathBuf) -> Self {
+        self.emit.push((topic.into(), event_types.iter().map(|t| (*t).to_owned()).collect(), schema));
+        self
+    }
+
+    /// The billing example announcing each charge on `topic` (its
+    /// `payment_requests_topic`, and the `[[handler.emit]]` for it).
+    pub fn billing_announcing(topic: &str, provider_url: &str, requests: &str) -> Self {
+        let mut spec = Self::billing(topic, provider_url).emitting(
+            requests,
+            &["payment.requested.v1"],
+            example_path("billing/payment-requested.v1.schema.json"),
+        );
+        spec.config.push(("payment_requests_topic".into(), requests.into()));
+        spec
+    }
+
+    /// The payments example, taking `payment.requested.v1` from `topic`.
+    pub fn payments(topic: &str) -> Self {
+        Self {
+            name: "payments".into(),
+            component: "payments",
+            db_schema: "payments",
+            group_id: crate::unique_name("payments"),
+            event_types: vec!["payment.requested.v1".into()],
+            schema: example_path("billing/payment-requested.v1.schema.json"),
+            ..Self::billing(topic, "http://127.0.0.1:9")
+        }
     }
 
     pub fn with_consumer_protocol(self) -> Self {
@@ -183,7 +221,7 @@ pub fn write_config_with(
              {extra}\
              [handler.retry]\nmax_attempts = {max_attempts}\ninitial_backoff_ms = {initial}\nmax_backoff_ms = {max}\n{retry}\
              {batch}[handler.database]\nschema = \"{db_schema}\"\nmigrations = \"{migrations}\"\n\
-             [handler.http]\nallow = [\"{url}\"]\nallow_private = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n",
+             [handler.http]\nallow = [\"{url}\"]\nallow_private = [\"{url}\"]\ntimeout_ms = 5000\n{prefix}[handler.config]\npayment_base_url = \"{url}\"\nprovider_base_url = \"{url}\"\n{config}{emit}",
             name = h.name,
             topic = h.topic,
             group = h.group_id,
@@ -207,6 +245,15 @@ pub fn write_config_with(
                 .unwrap_or_default(),
             url = h.provider_url,
             prefix = h.key_prefix.as_ref().map(|p| format!("key_prefix = \"{p}\"\n")).unwrap_or_default(),
+            config = h.config.iter().map(|(k, v)| format!("{k} = {v:?}\n")).collect::<String>(),
+            emit = h
+                .emit
+                .iter()
+                .map(|(topic, types, schema)| format!(
+                    "[[handler.emit]]\ntopic = \"{topic}\"\nevent_types = {types:?}\nschema = \"{}\"\n",
+                    schema.display()
+                ))
+                .collect::<String>(),
         ));
     }
     let path = dir.join("idem.toml");

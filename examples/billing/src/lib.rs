@@ -1,9 +1,11 @@
 //! The seed's billing consumer as an idem handler: one `order.confirmed.v1`
 //! event → one row in `billing.charge` and one charge at the payment
 //! provider. Dedup, the transaction, offsets and the `Idempotency-Key`
-//! header are the host's job.
+//! header are the host's job. With `payment_requests_topic` configured it
+//! also announces each charge as `payment.requested.v1` through the outbox
+//! (the `payments` example takes them).
 
-use idem_guest::{Db, Event, config, http};
+use idem_guest::{Db, Event, config, emit, http};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -22,6 +24,11 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)",
         &[&event.id(), &order.order_id, &order.customer_id, &order.total_amount, &order.currency],
     )?;
+    // Published once this event's transaction commits, keyed by the order.
+    if let Some(topic) = config::get("payment_requests_topic") {
+        let request = json!({ "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency });
+        emit::event(topic, "payment.requested.v1").key(order.order_id.to_string()).json(&request)?.send()?;
+    }
     // `charge_payment = "false"` leaves the provider out: only the benchmark
     // sets it, to measure the database path alone.
     if config::get("charge_payment").as_deref() == Some("false") {

@@ -1,6 +1,6 @@
 //! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`,
 //! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`,
-//! `idem status`. The `idem`
+//! `idem outbox`, `idem status`. The `idem`
 //! binary is [`main`] and nothing else.
 
 use std::path::PathBuf;
@@ -88,6 +88,27 @@ enum Command {
     Maintenance {
         #[arg(long, default_value = "idem.toml")]
         config: PathBuf,
+        /// One JSON line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The outbox: each producer's pending, published and failed rows and
+    /// its relay's holder; the rows the broker refused; re-driving them.
+    Outbox {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// Only this producer (a handler, or an [[outbox.producer]]).
+        #[arg(long)]
+        producer: Option<String>,
+        /// Also list the failed rows (at most 100).
+        #[arg(long)]
+        failed: bool,
+        /// Make the failed rows pending again (`--id` some of them only):
+        /// the relay publishes them (after the cause is fixed).
+        #[arg(long)]
+        redrive: bool,
+        #[arg(long = "id")]
+        ids: Vec<i64>,
         /// One JSON line instead of text.
         #[arg(long)]
         json: bool,
@@ -291,6 +312,9 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             crate::telemetry::status::show(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
         }
         Command::Maintenance { config, json } => maintenance(&config, json).await,
+        Command::Outbox { config, producer, failed, redrive, ids, json } => {
+            outbox(&config, OutboxQuery { producer, failed, redrive, ids, json }).await
+        }
         Command::Migrate { database_url, config } => migrate(database_url, config).await,
     }
 }
@@ -400,6 +424,58 @@ async fn dlq_replay(
 }
 
 /// `idem maintenance`.
+/// What `idem outbox` was asked.
+struct OutboxQuery {
+    producer: Option<String>,
+    failed: bool,
+    redrive: bool,
+    ids: Vec<i64>,
+    json: bool,
+}
+
+/// `idem outbox`.
+async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(config)?;
+    let shown = crate::app::startup::redact(&config.database.url);
+    let pool = sqlx::PgPool::connect(&config.database.url)
+        .await
+        .with_context(|| format!("database unreachable at {shown}"))?;
+    crate::migrate::check(&pool).await?;
+    let producer = q.producer.as_deref();
+    let redriven = if q.redrive { Some(crate::outbox::store::redrive(&pool, producer, &q.ids).await?) } else { None };
+    let mut summary = crate::outbox::store::summary(&pool, &crate::outbox::producers(&config)).await?;
+    summary.retain(|s| producer.is_none_or(|p| p == s.producer));
+    let failed = if q.failed { crate::outbox::store::failed(&pool, producer, 100).await? } else { Vec::new() };
+    if q.json {
+        let answer = serde_json::json!({ "producers": summary, "failed": failed, "redriven": redriven });
+        println!("{answer}");
+        return Ok(());
+    }
+    if let Some(n) = redriven {
+        println!("idem: outbox: {n} failed row(s) made pending again");
+    }
+    for s in &summary {
+        let oldest = s.oldest_pending_s.map_or(String::new(), |a| format!(" (oldest {a:.1} s)"));
+        let holder = s.holder.as_deref().unwrap_or("no relay");
+        println!(
+            "{}: {} pending{oldest}, {} published, {} failed; relay: {holder}",
+            s.producer, s.pending, s.published, s.failed
+        );
+    }
+    for f in &failed {
+        let reason = crate::text::shown(f.failure.as_deref().unwrap_or(""), 500);
+        println!(
+            "  failed #{} {} key {} event {} at {}: {reason}",
+            f.id,
+            f.topic,
+            crate::text::shown(&f.key, 100),
+            f.event_id,
+            f.failed_at.to_rfc3339()
+        );
+    }
+    Ok(())
+}
+
 async fn maintenance(config: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let config = crate::config::Config::load(config)?;
     let shown = crate::app::startup::redact(&config.database.url);

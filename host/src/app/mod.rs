@@ -82,7 +82,12 @@ pub async fn run(
     // The services start once every handler is registered: the admin API
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
-    let services = services(&prepared, slots, admin, &stop_rx);
+    let mut services = services(&prepared, slots, admin, &stop_rx);
+    let (relays, relay_stats) = crate::outbox::start(&prepared.config, &prepared.pool, &stop_rx)?;
+    for (producer, stats) in relay_stats {
+        telemetry.register_relay(producer, stats);
+    }
+    services.extend(relays);
     let bound = prepared.config.shutdown.timeout.0;
     let threads: Vec<_> = pipelines
         .into_iter()

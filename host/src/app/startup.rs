@@ -75,6 +75,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         validators.push(validator);
     }
     let pool = open_database(&config, seed).await?;
+    crate::outbox::provision::check(&pool, &config).await?;
     check_broker(&config)?;
     // `idem run` logs these from a task of its own (see `app::run`):
     // a broker without DescribeConfigs makes them wait for a timeout.
@@ -163,15 +164,16 @@ impl Preparing<'_> {
         let handler_pool = crate::sandbox::pool::connect(&config.database.url, &place, max_connections).await?;
         let pins =
             Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
-        let http = crate::capabilities::http::client(&crate::runtime::HandlerSettings::of(&h).http)
-            .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
         let at = || format!("handler `{}`", h.name);
+        let settings = crate::runtime::HandlerSettings::of(&h).with_context(at)?;
+        let http = crate::capabilities::http::client(&settings.http)
+            .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
         let stored = crate::modules::store::active(pool, &h.name).await.with_context(at)?;
         let body = match (&stored, &h.native) {
-            (_, Some(_)) | (None, None) => load(self.runtime, &h, self.natives).with_context(at)?,
+            (_, Some(_)) | (None, None) => load(self.runtime, &h, self.natives, settings).with_context(at)?,
             (Some(active), None) => {
                 let what = format!("{} version {} (module store)", h.name, active.version);
-                Handler::from_bytes(self.runtime, &what, &active.bytes, crate::runtime::HandlerSettings::of(&h))
+                Handler::from_bytes(self.runtime, &what, &active.bytes, settings)
                     .with_context(at)?
                     .with_version(active.version)
             }
@@ -252,9 +254,14 @@ fn note_file_differs(name: &str, path: &Path, active: &crate::modules::store::Ac
 
 /// The handler's body when the store has none: its component file, or a
 /// native handler registered here.
-fn load(runtime: &Runtime, h: &HandlerConfig, natives: &NativeHandlers) -> anyhow::Result<Handler> {
+fn load(
+    runtime: &Runtime,
+    h: &HandlerConfig,
+    natives: &NativeHandlers,
+    settings: crate::runtime::HandlerSettings,
+) -> anyhow::Result<Handler> {
     if let Some(path) = &h.component {
-        return Ok(Handler::load(runtime, path, crate::runtime::HandlerSettings::of(h))?);
+        return Ok(Handler::load(runtime, path, settings)?);
     }
     if h.module.is_some() {
         bail!(
@@ -269,7 +276,7 @@ fn load(runtime: &Runtime, h: &HandlerConfig, natives: &NativeHandlers) -> anyho
         let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
         bail!("no native handler `{name}` is registered in this program (registered: {known})");
     };
-    Ok(Handler::native(runtime, name, native, crate::runtime::HandlerSettings::of(h)))
+    Ok(Handler::native(runtime, name, native, settings))
 }
 
 /// Fails unless the brokers answer a metadata request, with the `[kafka]`
@@ -290,6 +297,16 @@ fn check_broker(config: &Config) -> anyhow::Result<()> {
         checked.push(own);
         if !metadata.topics().iter().any(|t| t.name() == h.topic) {
             tracing::warn!(handler = %h.name, topic = %h.topic, "topic does not exist (yet); consuming will wait for it");
+        }
+        let emitted = config.outbox.producers.iter().flat_map(|p| p.topics.iter().map(|t| t.topic.as_str()));
+        for topic in h.emit.iter().map(|e| e.topic.as_str()).chain(emitted) {
+            // Present with no error: a topic being created has an error.
+            if !metadata.topics().iter().any(|t| t.name() == topic && t.error().is_none()) {
+                bail!(
+                    "outbox topic `{topic}` does not exist on the broker: create it (idem publishes to topics, it \
+                     does not create them)"
+                );
+            }
         }
     }
     Ok(())

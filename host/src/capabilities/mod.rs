@@ -16,6 +16,7 @@
 mod allowance;
 pub(crate) mod config;
 pub(crate) mod db;
+pub(crate) mod emit;
 mod fault;
 pub(crate) mod http;
 pub(crate) mod log;
@@ -32,7 +33,7 @@ use crate::wit;
 
 /// The `idem:handler` interfaces served here: what a component may import
 /// of idem's world (`runtime::imports`, module uploads).
-pub(crate) const INTERFACES: &[&str] = &["types", "db", "http", "config", "log"];
+pub(crate) const INTERFACES: &[&str] = &["types", "db", "http", "config", "log", "emit"];
 
 /// One invocation's capabilities, and the transaction they share.
 pub(crate) struct Capabilities {
@@ -43,6 +44,7 @@ pub(crate) struct Capabilities {
     pub(crate) http: http::HttpCapability,
     pub(crate) config: config::ConfigCapability,
     pub(crate) log: log::LogCapability,
+    pub(crate) emit: emit::EmitCapability,
 }
 
 /// What one invocation's capabilities are built from: the executor fills
@@ -57,6 +59,12 @@ pub(crate) struct Grants {
     pub(crate) http_client: reqwest::Client,
     pub(crate) http_policy: Arc<http::HttpPolicy>,
     pub(crate) config: Arc<BTreeMap<String, String>>,
+    pub(crate) emit_policy: Arc<emit::EmitPolicy>,
+    pub(crate) max_emits: u32,
+    pub(crate) max_emit_bytes: usize,
+    /// The provenance headers every event this invocation emits carries
+    /// (`idem.correlation-id`, `traceparent`).
+    pub(crate) provenance: Vec<(String, String)>,
 }
 
 impl Capabilities {
@@ -70,9 +78,12 @@ impl Capabilities {
             max_http_requests,
             tx.deadline(),
         );
+        let emit =
+            emit::EmitCapability::new(grants.emit_policy, grants.max_emits, grants.max_emit_bytes, grants.provenance);
         Self {
             db: db::DbCapability::new(handler.clone(), max_db_statements, batched),
             http,
+            emit,
             config: config::ConfigCapability::new(grants.config),
             log: log::LogCapability::new(handler, event_id),
             tx,
@@ -98,6 +109,7 @@ pub(crate) fn add_to_linker<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmt
     wit::http::add_to_linker::<T, HasSelf<http::HttpCapability>>(linker, |t| &mut t.capabilities().http)?;
     wit::config::add_to_linker::<T, HasSelf<config::ConfigCapability>>(linker, |t| &mut t.capabilities().config)?;
     wit::log::add_to_linker::<T, HasSelf<log::LogCapability>>(linker, |t| &mut t.capabilities().log)?;
+    wit::emit::add_to_linker::<T, HasSelf<emit::EmitCapability>>(linker, |t| &mut t.capabilities().emit)?;
     Ok(())
 }
 

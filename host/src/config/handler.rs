@@ -119,6 +119,9 @@ pub struct HandlerConfig {
     pub retry: HandlerRetry,
     #[serde(default)]
     pub batch: HandlerBatch,
+    /// The topics it may emit events to (the outbox): `[[handler.emit]]`.
+    #[serde(default)]
+    pub emit: Vec<super::HandlerEmit>,
     /// How long this handler's dedup rows are kept (`"7d"`): a redelivery
     /// later than that may find its row gone (see `stale_events`).
     #[serde(default = "retention::default_dedup_retention")]
@@ -252,6 +255,12 @@ pub struct HandlerLimits {
     /// spilling, MiB: `work_mem` on the role.
     #[serde(default = "default_work_mem_mib")]
     pub work_mem_mib: u32,
+    /// Events one invocation may emit (`[[handler.emit]]`).
+    #[serde(default = "default_max_emits")]
+    pub max_emits: u32,
+    /// Bytes of one emitted event's payload and headers together.
+    #[serde(default = "default_max_emit_bytes")]
+    pub max_emit_bytes: usize,
 }
 
 impl Default for HandlerLimits {
@@ -261,10 +270,18 @@ impl Default for HandlerLimits {
             max_http_requests: default_max_http_requests(),
             temp_file_limit_mib: default_temp_file_limit_mib(),
             work_mem_mib: default_work_mem_mib(),
+            max_emits: default_max_emits(),
+            max_emit_bytes: default_max_emit_bytes(),
         }
     }
 }
 
+fn default_max_emits() -> u32 {
+    16
+}
+fn default_max_emit_bytes() -> usize {
+    64 << 10
+}
 fn default_temp_file_limit_mib() -> u32 {
     256
 }

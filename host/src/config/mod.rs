@@ -13,6 +13,7 @@ mod dlq;
 mod group;
 mod handler;
 mod ordering;
+mod outbox;
 mod properties;
 mod ranges;
 mod retention;
@@ -25,6 +26,7 @@ pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, OnFailure,
 };
 pub use ordering::{DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, Ordering, key_lane};
+pub use outbox::{HandlerEmit, OutboxConfig, OutboxProducer, ProducerTopic};
 use properties::check_properties;
 pub use retention::{RetentionConfig, RetentionMode, Span, StalePolicy};
 pub use runtime::RuntimeConfig;
@@ -49,6 +51,8 @@ pub struct Config {
     pub dlq: DlqConfig,
     #[serde(default)]
     pub shutdown: ShutdownConfig,
+    #[serde(default)]
+    pub outbox: OutboxConfig,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -152,6 +156,9 @@ impl Config {
                 *component = base.join(&*component);
             }
             h.schema = base.join(&h.schema);
+            for emit in &mut h.emit {
+                emit.schema = base.join(&emit.schema);
+            }
             if let Some(m) = &mut h.database.migrations {
                 *m = base.join(&*m);
             }
@@ -182,6 +189,8 @@ impl Config {
                 self.database.synchronous_commit
             );
         }
+        let names: Vec<String> = self.handlers.iter().map(|h| h.name.clone()).collect();
+        self.outbox.check(&names)?;
         let database = self.database_name()?;
         let mut taken = Taken::default();
         for h in &self.handlers {

@@ -97,10 +97,19 @@ impl Executor {
         let Some(tx) = shared.into_whole() else {
             return Err(BatchFailure::Whole(None));
         };
-        let outcomes = match ran {
-            Ok(outcomes) => outcomes,
+        let (outcomes, emits) = match ran {
+            Ok(ran) => ran,
             Err(halt) => return Err(self.halted(tx, halt).await),
         };
+        let mut tx = tx;
+        if !emits.is_empty() {
+            // Their transaction's failure names no one event: the batch's
+            // events then run alone, each writing its own.
+            if let Err(error) = crate::outbox::write(&mut tx, &emits).await {
+                tx.abandon(&self.pool);
+                return Err(BatchFailure::whole(error));
+            }
+        }
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).
         let span = tracing::trace_span!(target: TRACE, "idem.commit", events = events.len());
@@ -120,13 +129,14 @@ impl Executor {
         events: &[Event],
         claims: &[Claim],
         stop: impl Fn(usize) -> bool,
-    ) -> Result<Vec<Outcome>, Halt> {
+    ) -> Result<(Vec<Outcome>, Emits), Halt> {
         let settings = self.handler.settings();
         let (budget, max) = (settings.timeout, settings.max_concurrent.max(1));
         let mut schedule = Schedule::new(events, settings.ordering);
         let mut outcomes = vec![None; events.len()];
         let mut running = FuturesUnordered::new();
         let mut last_started = None;
+        let mut emits = Vec::new();
         loop {
             while running.len() < max {
                 let Some(index) = schedule.take_ready() else { break };
@@ -146,22 +156,31 @@ impl Executor {
                 last_started = Some(index);
                 let lent = shared.lend(budget);
                 let span = self.event_span(event);
-                running.push(async move { (index, self.invoke(lent, event, 1, true).instrument(span).await.1) });
+                running.push(async move {
+                    let (_, result, emitted) = self.invoke(lent, event, 1, true).instrument(span).await;
+                    (index, result, emitted)
+                });
             }
-            let Some((index, result)) = running.next().await else { break };
+            let Some((index, result, emitted)) = running.next().await else { break };
             match result {
                 Ok(outcome) => {
                     outcomes[index] = Some(outcome);
+                    if !emitted.is_empty() {
+                        emits.push((index, emitted));
+                    }
                     schedule.done(index);
                 }
                 Err(error) => return Err(Halt::at(index, error, shared.in_use(), max > 1)),
             }
         }
         // Every event has its outcome, or the batch must not commit.
-        outcomes
+        let outcomes = outcomes
             .into_iter()
             .collect::<Option<Vec<_>>>()
-            .ok_or(Halt { failure: BatchFailure::Whole(None), abandon: false })
+            .ok_or(Halt { failure: BatchFailure::Whole(None), abandon: false })?;
+        // The events' emits in the events' order, each with its cause.
+        emits.sort_by_key(|(index, _)| *index);
+        Ok((outcomes, emits.into_iter().map(|(index, emitted)| (events[index].id, emitted)).collect()))
     }
 
     /// What `claim` means for `event`, the batch's `index`th.
@@ -226,6 +245,9 @@ impl Executor {
         span
     }
 }
+
+/// The events a batch emitted: each event's id (their cause) and its emits.
+type Emits = Vec<(uuid::Uuid, Vec<crate::capabilities::emit::Emitted>)>;
 
 /// What a claim means for its event in a batch.
 enum Claimed {

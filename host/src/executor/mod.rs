@@ -141,10 +141,16 @@ impl Executor {
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
         let began = std::time::Instant::now();
         let tx = self.begin().await?;
-        let (lent, result) = self.run_in(tx, event, attempt).await;
-        let tx = taken_back(lent)?;
+        let (lent, result, emitted) = self.run_in(tx, event, attempt).await;
+        let mut tx = taken_back(lent)?;
         match result {
             Ok(Outcome::Processed) => {
+                if !emitted.is_empty()
+                    && let Err(e) = crate::outbox::write(&mut tx, &[(event.id, emitted)]).await
+                {
+                    tx.abandon(&self.pool);
+                    return Err(e);
+                }
                 tx.commit().instrument(tracing::trace_span!(target: TRACE, "idem.commit")).await?;
                 if let Some(stats) = self.stats() {
                     stats.transaction.observe_duration(began.elapsed());
@@ -188,7 +194,7 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let state = self.state(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false);
+        let state = self.state(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false, Vec::new());
         let (state, result) = self.handler.try_instantiate(state).await;
         if let Some(tx) = state.caps.tx.into_whole() {
             tx.rollback().await;
@@ -205,12 +211,18 @@ impl Executor {
 
     /// A store's state for one event of this handler: its limits and
     /// the capabilities of the invocation, holding `tx`.
-    fn state(&self, tx: Lent, event_id: String, batched: bool) -> HostState {
-        HostState::new(self.handler.limits(), self.capabilities(tx, event_id, batched))
+    fn state(&self, tx: Lent, event_id: String, batched: bool, provenance: Vec<(String, String)>) -> HostState {
+        HostState::new(self.handler.limits(), self.capabilities(tx, event_id, batched, provenance))
     }
 
     /// One invocation's capabilities (`batched`: see `DbCapability`).
-    fn capabilities(&self, tx: Lent, event_id: String, batched: bool) -> Capabilities {
+    fn capabilities(
+        &self,
+        tx: Lent,
+        event_id: String,
+        batched: bool,
+        provenance: Vec<(String, String)>,
+    ) -> Capabilities {
         let settings = self.handler.settings();
         let grants = Grants {
             handler: settings.name.clone(),
@@ -221,35 +233,44 @@ impl Executor {
             http_client: self.http.clone(),
             http_policy: self.handler.http_policy(),
             config: self.handler.config_values(),
+            emit_policy: settings.emit.clone(),
+            max_emits: settings.max_emits,
+            max_emit_bytes: settings.max_emit_bytes,
+            provenance,
         };
         Capabilities::new(tx, grants)
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
     /// takes back ([`taken_back`]) and commits or rolls back.
-    async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> (Lent, Result<Outcome, ExecError>) {
+    async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> Invoked {
         let deadline = tx.statement_deadline();
         let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
         let span = tracing::trace_span!(target: TRACE, "idem.claim");
-        match crate::transaction::within(deadline, "claim", claim).instrument(span).await {
-            Ok(Claim::Claimed) => {}
-            Ok(Claim::Unguarded) => self.unguarded(event),
-            Ok(Claim::Duplicate) => return (Lent::Whole(tx), Ok(Outcome::Duplicate)),
-            Ok(Claim::Conflict) => return (Lent::Whole(tx), Err(ExecError::Conflict)),
-            Ok(refused @ (Claim::Stale | Claim::Future)) => return (Lent::Whole(tx), self.refused(event, refused)),
-            Err(e) => return (Lent::Whole(tx), Err(e)),
-        }
-        self.invoke(Lent::Whole(tx), event, attempt, false).await
+        let early = match crate::transaction::within(deadline, "claim", claim).instrument(span).await {
+            Ok(Claim::Claimed) => return self.invoke(Lent::Whole(tx), event, attempt, false).await,
+            Ok(Claim::Unguarded) => {
+                self.unguarded(event);
+                return self.invoke(Lent::Whole(tx), event, attempt, false).await;
+            }
+            Ok(Claim::Duplicate) => Ok(Outcome::Duplicate),
+            Ok(Claim::Conflict) => Err(ExecError::Conflict),
+            Ok(refused @ (Claim::Stale | Claim::Future)) => self.refused(event, refused),
+            Err(e) => Err(e),
+        };
+        (Lent::Whole(tx), early, Vec::new())
     }
 
     /// Runs the handler on a claimed `event` inside `tx` (the whole
-    /// transaction, or a share of a batch's), and hands `tx` back.
-    async fn invoke(&self, tx: Lent, event: &Event, attempt: u32, batched: bool) -> (Lent, Result<Outcome, ExecError>) {
+    /// transaction, or a share of a batch's), and hands `tx` back with the
+    /// events it emitted (the caller writes them if it commits).
+    async fn invoke(&self, tx: Lent, event: &Event, attempt: u32, batched: bool) -> Invoked {
         let deadline = tx.deadline();
-        let state = self.state(tx, event.id.hyphenated().to_string(), batched);
+        let state = self.state(tx, event.id.hyphenated().to_string(), batched, crate::outbox::provenance(event));
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
-        let (state, invocation) = self.handler.invoke(state, &event.to_wit(attempt), deadline).instrument(span).await;
+        let (mut state, invocation) =
+            self.handler.invoke(state, &event.to_wit(attempt), deadline).instrument(span).await;
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(started.elapsed());
             let caps = &state.caps;
@@ -264,6 +285,7 @@ impl Executor {
         state.log_output();
         let stderr = state.stderr_tail();
         let infrastructure = state.caps.db.infrastructure_failure().map(str::to_owned);
+        let emitted = state.caps.emit.take();
         let tx = state.caps.tx;
         let result = match invocation {
             // Whatever the guest made of it, a transaction in which the
@@ -299,9 +321,13 @@ impl Executor {
                 )),
             }),
         };
-        (tx, result)
+        (tx, result, emitted)
     }
 }
+
+/// What an invocation hands back: the transaction (or its share), its
+/// result, and the events it emitted (to be written if it commits).
+type Invoked = (Lent, Result<Outcome, ExecError>, Vec<crate::capabilities::emit::Emitted>);
 
 /// The transaction back from an invocation that held it whole. It always
 /// is: only a batch shares one, and it takes its own back.

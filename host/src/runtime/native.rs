@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::state::HostState;
-use crate::wit::{config, db, http, types};
+use crate::wit::{config, db, emit, http, types};
 
 /// What a native handler's `handle` returns: the outer error is a host
 /// fault (as for a component, it fails the event the way a trap does); the
@@ -43,6 +43,11 @@ pub struct NativeContext<'s> {
 }
 
 impl NativeContext<'_> {
+    /// As the `emit.send` import.
+    pub async fn emit(&mut self, message: emit::Message) -> wasmtime::Result<Result<String, emit::EmitError>> {
+        emit::Host::send(&mut self.state.caps.emit, message).await
+    }
+
     /// As the `db.execute` import.
     pub async fn execute(
         &mut self,

@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use crate::capabilities::emit::EmitPolicy;
 use crate::capabilities::http::{Credential, HttpPolicy, RetryPolicy};
 use crate::config::HandlerConfig;
 
@@ -34,6 +37,11 @@ pub struct HandlerSettings {
     pub ordering: crate::config::Ordering,
     /// How many of them at most (`[handler.batch] max_concurrent`).
     pub max_concurrent: usize,
+    /// What it may emit (`[[handler.emit]]`, schemas compiled).
+    pub emit: Arc<EmitPolicy>,
+    /// Events one invocation may emit, and the bytes of each.
+    pub max_emits: u32,
+    pub max_emit_bytes: usize,
 }
 
 impl HandlerSettings {
@@ -51,13 +59,17 @@ impl HandlerSettings {
             max_compile: Duration::from_secs(crate::config::DEFAULT_MAX_COMPILE_SECONDS),
             ordering: crate::config::Ordering::Partition,
             max_concurrent: 1,
+            emit: Arc::new(EmitPolicy::default()),
+            max_emits: 16,
+            max_emit_bytes: 64 << 10,
         }
     }
 
     /// What `h` configures, as the runtime needs it (credentials read from
-    /// the environment now).
-    pub fn of(h: &HandlerConfig) -> Self {
-        HandlerSettings {
+    /// the environment now, emit schemas read and compiled).
+    pub fn of(h: &HandlerConfig) -> anyhow::Result<Self> {
+        let emit = Arc::new(EmitPolicy::load(&h.emit)?);
+        Ok(HandlerSettings {
             name: h.name.clone(),
             config: h.config.clone(),
             http: HttpPolicy {
@@ -90,6 +102,9 @@ impl HandlerSettings {
             max_compile: Duration::from_secs(h.max_compile_seconds),
             ordering: h.ordering,
             max_concurrent: h.batch.max_concurrent,
-        }
+            emit,
+            max_emits: h.limits.max_emits,
+            max_emit_bytes: h.limits.max_emit_bytes,
+        })
     }
 }

@@ -190,7 +190,8 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
                  GRANT USAGE ON SCHEMA idem_api TO {role}; \
                  REVOKE EXECUTE ON FUNCTION idem_api.claim(uuid, text, integer, bigint, bytea) FROM {role}; \
                  REVOKE EXECUTE ON FUNCTION idem_api.claim_many(uuid[], text[], integer[], bigint[], bytea[]) FROM {role}; \
-                 GRANT EXECUTE ON FUNCTION idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer, boolean) TO {role}"
+                 GRANT EXECUTE ON FUNCTION idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer, boolean) TO {role}; \
+                 GRANT EXECUTE ON FUNCTION idem_api.emit_events(uuid[], text[], text[], text[], jsonb[], jsonb[], uuid[]) TO {role}"
             )
             .as_str(),
         )

@@ -55,6 +55,8 @@ pub struct Telemetry {
     /// idem's own pool: readiness probes it.
     pool: PgPool,
     handlers: Mutex<Vec<Arc<HandlerTelemetry>>>,
+    /// Each outbox producer's relay on this host.
+    relays: Mutex<Vec<(String, Arc<crate::stats::RelayStats>)>>,
     /// The last database probe and when it ran: probes answer anyone, so
     /// at most one runs at a time and its answer serves for [`PROBE_FOR`].
     probe: tokio::sync::Mutex<Option<(std::time::Instant, Option<&'static str>)>>,
@@ -85,6 +87,7 @@ impl Telemetry {
         Arc::new(Self {
             pool,
             handlers: Mutex::default(),
+            relays: Mutex::default(),
             probe: tokio::sync::Mutex::default(),
             listener: ListenerStats::default(),
         })
@@ -94,13 +97,18 @@ impl Telemetry {
         self.handlers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(handler));
     }
 
+    pub(crate) fn register_relay(&self, producer: String, stats: Arc<crate::stats::RelayStats>) {
+        self.relays.lock().unwrap_or_else(|e| e.into_inner()).push((producer, stats));
+    }
+
     fn handlers(&self) -> Vec<Arc<HandlerTelemetry>> {
         self.handlers.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The Prometheus text exposition (format 0.0.4) of every metric.
     pub fn render(&self) -> String {
-        render::render(&self.handlers(), &self.pool, &self.listener)
+        let relays = self.relays.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        render::render(&self.handlers(), &relays, &self.pool, &self.listener)
     }
 
     pub fn listener(&self) -> &ListenerStats {

@@ -12,6 +12,7 @@ use sqlx::PgPool;
 use super::HandlerTelemetry;
 use super::histogram::Histogram;
 use super::listener::ListenerStats;
+use crate::stats::RelayStats;
 
 /// A per-handler family: its name, help, and where it is in `Stats`.
 type Family<T> = (&'static str, &'static str, fn(&crate::stats::Stats) -> &T);
@@ -67,7 +68,12 @@ fn number(value: f64) -> String {
     if value.fract() == 0.0 && value.abs() < 1e15 { format!("{}", value as i64) } else { format!("{value}") }
 }
 
-pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool, listener: &ListenerStats) -> String {
+pub(super) fn render(
+    handlers: &[Arc<HandlerTelemetry>],
+    relays: &[(String, Arc<RelayStats>)],
+    pool: &PgPool,
+    listener: &ListenerStats,
+) -> String {
     let mut e = Exposition { out: String::with_capacity(16 << 10) };
 
     e.family("idem_records_total", "counter", "Records resolved, by outcome.");
@@ -229,5 +235,39 @@ pub(super) fn render(handlers: &[Arc<HandlerTelemetry>], pool: &PgPool, listener
             e.sample(f.name, labels, n as f64);
         }
     }
+    outbox(&mut e, relays);
     e.out
+}
+
+/// Each outbox producer's relay on this host (its pending rows and their
+/// age as its last round counted them, while it holds the lease).
+fn outbox(e: &mut Exposition, relays: &[(String, Arc<RelayStats>)]) {
+    if relays.is_empty() {
+        return;
+    }
+    type Read = fn(&RelayStats) -> f64;
+    let families: [(&str, &str, &str, Read); 5] = [
+        ("idem_outbox_published_total", "counter", "Outbox rows this host published.", |s| get(&s.published)),
+        (
+            "idem_outbox_failed_total",
+            "counter",
+            "Outbox rows the broker refused for good (idem outbox shows them).",
+            |s| get(&s.failed),
+        ),
+        ("idem_outbox_pending", "gauge", "Outbox rows not yet published, as the lease holder last counted.", |s| {
+            get(&s.pending)
+        }),
+        ("idem_outbox_oldest_pending_seconds", "gauge", "The age of the oldest of them.", |s| {
+            get(&s.oldest_ms) / 1000.0
+        }),
+        ("idem_outbox_lease_held", "gauge", "1 when this host's relay holds the producer's lease.", |s| {
+            f64::from(u8::from(s.holding.load(Ordering::Relaxed)))
+        }),
+    ];
+    for (name, kind, help, read) in families {
+        e.family(name, kind, help);
+        for (producer, stats) in relays {
+            e.sample(name, &[("producer", producer)], read(stats));
+        }
+    }
 }

@@ -19,6 +19,7 @@ mod hostile_records;
 mod lanes;
 mod modules;
 mod observability;
+mod outbox;
 mod restarts;
 mod retention;
 mod revocation;

@@ -26,6 +26,18 @@ const HOURS: i64 = 3_600_000;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_event_is_dead_lettered_and_replayed_only_with_force() {
     let env = Env::new(1).await;
+    // Another consumer of the database keeps 7 days: no window goes. With
+    // only this handler's 1 h, yesterday's window (the 3-hour-old event's,
+    // from midnight to 3 a.m. UTC) would be dropped by the pass at start-up,
+    // and the forced replay below would run it a second time with no dedup
+    // row, which is another test's case ("unguarded").
+    sqlx::query(
+        "INSERT INTO idem.consumer_retention (consumer, retention, future_skew, recorded_by) \
+         VALUES ('another', interval '7 days', interval '1 hour', 'the test')",
+    )
+    .execute(&env.db.pool)
+    .await
+    .unwrap_or_else(|e| panic!("another retention: {e}"));
     let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
     spec.extra = "dedup_retention = \"1h\"\n".into();
     let (_, old) = scenario_created(3 * HOURS);

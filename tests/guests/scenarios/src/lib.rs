@@ -24,6 +24,38 @@ struct Payload {
     /// `lane`: how long the record holds its transaction.
     #[serde(default)]
     sleep_ms: Option<u32>,
+    /// `emit`, `emit-then-fail`: the events to emit, in order.
+    #[serde(default)]
+    emits: Vec<Emit>,
+}
+
+/// One event for the `emit` scenarios to emit.
+#[derive(Deserialize)]
+struct Emit {
+    topic: String,
+    key: String,
+    event_type: String,
+    /// Any JSON: the test decides whether it is a valid payload.
+    payload: serde_json::Value,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+}
+
+/// Emits each of `emits`, recording in `scenario.effect` what became of it:
+/// `emitted <n> <eventId>` or `refused <n> <why>` (the guest's view).
+fn emit_all(db: &Db, event: &Event, emits: &[Emit]) -> idem_guest::Result {
+    for (n, e) in emits.iter().enumerate() {
+        let mut builder = idem_guest::emit::event(&e.topic, &e.event_type).key(&e.key).json(&e.payload)?;
+        for (name, value) in &e.headers {
+            builder = builder.header(name, value);
+        }
+        let note = match builder.send() {
+            Ok(id) => format!("emitted {n} {id}"),
+            Err(why) => format!("refused {n} {why}"),
+        };
+        record(db, event, &note)?;
+    }
+    Ok(())
 }
 
 fn record(db: &Db, event: &Event, note: &str) -> idem_guest::Result {
@@ -40,6 +72,11 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
     record(db, event, "start")?;
     match p.scenario.as_str() {
         "ok" => Ok(()),
+        "emit" => emit_all(db, event, &p.emits),
+        "emit-then-fail" => {
+            emit_all(db, event, &p.emits)?;
+            Err(Error::permanent("failing on purpose after emitting"))
+        }
         "retry-until" => {
             // Tells the provider which attempt this is (an HTTP call outlives
             // the rolled-back transaction), then fails retryably until
