@@ -118,3 +118,298 @@ async fn an_event_emitted_is_published_once_after_its_commit_and_never_when_it_r
     assert_eq!((env.count("SELECT count(*) FROM idem.outbox").await, unpublished), (3, 0), "marked published");
     env.finish().await;
 }
+
+/// What a guest may not do with `emit`: each refusal reaches the guest with
+/// its reason, and nothing of it is published. Its role can neither read
+/// nor write the outbox, nor emit for an event it did not claim.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_cannot_emit_what_it_is_not_allowed_nor_forge_the_envelope_nor_reach_the_outbox() {
+    let env = Env::new(1).await;
+    let out = kafka::create_topic(1).await;
+    let other = kafka::create_topic(1).await;
+    let forged = serde_json::json!({ "eventId": "019a0000-0000-7000-8000-000000000001", "amount": 1 });
+    let mut host_header = emit(&out, "k", serde_json::json!({ "amount": 1 }));
+    host_header["headers"] = serde_json::json!([["idem.causation-id", "019a0000-0000-7000-8000-000000000002"]]);
+    let mut trace = emit(&out, "k", serde_json::json!({ "amount": 1 }));
+    trace["headers"] = serde_json::json!([["traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"]]);
+    let mut wrong_type = emit(&out, "k", serde_json::json!({ "amount": 1 }));
+    wrong_type["event_type"] = "order.confirmed.v1".into();
+    let attempts = vec![
+        emit(&other, "k", serde_json::json!({ "amount": 1 })),
+        wrong_type,
+        emit(&out, "k", forged),
+        host_header,
+        trace,
+        emit(&out, "k", serde_json::json!({ "amount": "lots" })),
+        emit(&out, "k", serde_json::json!(["not", "an", "object"])),
+        emit(&out, "", serde_json::json!({ "amount": 1 })),
+    ];
+    let (event, payload) = scenario("emit", serde_json::json!({ "emits": attempts }));
+    env.send(0, &payload).await;
+    let spec = emitter(&env, &out);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    env.db.allow_emits(&config).await;
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!(r.processed, 1, "{r:?}");
+    let notes = notes(&env, event).await;
+    let expected = [
+        "refused 0 emit refused: topic",
+        "refused 1 emit refused: event type `order.confirmed.v1` is not configured",
+        "refused 2 emit invalid: `eventId` is the host's",
+        "refused 3 emit refused: header `idem.causation-id` is the host's",
+        "refused 4 emit refused: header `traceparent` is the host's",
+        "refused 5 emit invalid: the event violates topic",
+        "refused 6 emit invalid: the payload is not a JSON object",
+        "refused 7 emit refused: a key is 1 to",
+    ];
+    assert_eq!(notes.len(), expected.len(), "{notes:?}");
+    for (note, start) in notes.iter().zip(expected) {
+        assert!(note.starts_with(start), "`{note}` does not start with `{start}`");
+    }
+    assert_eq!(env.count("SELECT count(*) FROM idem.outbox").await, 0, "nothing written");
+
+    // Its role (the boundary the statement guard only backs up): no rights
+    // on the outbox, and the emit function only for events it claimed in
+    // the same transaction.
+    let role = env.db.handler_pool("scenarios", "scenario").await;
+    for sql in
+        ["SELECT count(*) FROM idem.outbox", "DELETE FROM idem.outbox", "UPDATE idem.outbox_lease SET holder = 'me'"]
+    {
+        let e = sqlx::query(sql).execute(&role).await.expect_err(sql).to_string();
+        assert!(e.contains("permission denied"), "{sql}: {e}");
+    }
+    let e = sqlx::query(
+        "SELECT idem_api.emit_events(ARRAY[$3::uuid], ARRAY[$1], ARRAY['k'], ARRAY['test.emitted.v1'], \
+         ARRAY['{}'::jsonb], ARRAY['{}'::jsonb], ARRAY[$2::uuid])",
+    )
+    .bind(&out)
+    .bind(event)
+    .bind(uuid::Uuid::now_v7())
+    .execute(&role)
+    .await
+    .expect_err("an emit for an event not claimed in this transaction")
+    .to_string();
+    assert!(e.contains("not claimed in this transaction"), "{e}");
+    let e = sqlx::query("SELECT idem_api.publish($1, 'k', 'test.emitted.v1', '{}'::jsonb)")
+        .bind(&out)
+        .execute(&role)
+        .await
+        .expect_err("a handler's role is no producer")
+        .to_string();
+    assert!(e.contains("permission denied"), "{e}");
+    env.finish().await;
+}
+
+/// An `order.confirmed.v1` payload as an order service passes it to
+/// `idem_api.publish` (the envelope is the outbox's to add).
+fn order(id: i64) -> serde_json::Value {
+    serde_json::json!({ "aggregateType": "Order", "orderId": id, "customerId": 7, "totalAmount": 12.5, "currency": "EUR" })
+}
+
+/// The order service's role, created as an application's would be, and
+/// the config's `[[outbox.producer]]` for it (publishing `topic`).
+async fn order_service(env: &Env, config: &Path, topic: &str) -> String {
+    let role = format!("{}_orders", env.db.name);
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN")).execute(&env.db.pool).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut text = std::fs::read_to_string(config).unwrap_or_default();
+    text.push_str(&format!(
+        "\n[[outbox.producer]]\nname = \"orders\"\nrole = \"{role}\"\n[[outbox.producer.topic]]\ntopic = \"{topic}\"\n\
+         event_types = [\"order.confirmed.v1\"]\n"
+    ));
+    std::fs::write(config, text).unwrap_or_else(|e| panic!("{e}"));
+    env.db.allow_emits(config).await;
+    role
+}
+
+async fn charged(env: &Env, order: i64) -> bool {
+    env.count(&format!("SELECT count(*) FROM billing.charge WHERE order_id = {order}")).await > 0
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_services_transactions_publish_once_each_in_commit_order_per_key() {
+    let env = Env::new(1).await;
+    let spec = env.billing();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let role = order_service(&env, &config, &env.topic).await;
+    let mut url = reqwest::Url::parse(&env.db.url).unwrap_or_else(|e| panic!("{e}"));
+    url.set_username(&role).unwrap_or_else(|()| panic!("user"));
+    let service = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(url.as_str())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let publish = "SELECT idem_api.publish($1, $2, 'order.confirmed.v1', $3)";
+
+    // T1 writes key a and stays open; T2 writes key b and commits first.
+    let mut t1 = service.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    sqlx::query(publish)
+        .bind(&env.topic)
+        .bind("a")
+        .bind(order(1))
+        .execute(&mut *t1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut t2 = service.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    sqlx::query(publish)
+        .bind(&env.topic)
+        .bind("b")
+        .bind(order(2))
+        .execute(&mut *t2)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    t2.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    // T3 writes key a too: it waits for T1, whatever their ids.
+    let (t3_service, topic) = (service.clone(), env.topic.clone());
+    let t3 = tokio::spawn(async move {
+        let mut t3 = t3_service.begin().await.unwrap_or_else(|e| panic!("{e}"));
+        sqlx::query(publish)
+            .bind(&topic)
+            .bind("a")
+            .bind(order(3))
+            .execute(&mut *t3)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        t3.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    });
+    // T4 rolls back: nothing of it is ever published.
+    let mut t4 = service.begin().await.unwrap_or_else(|e| panic!("{e}"));
+    sqlx::query(publish)
+        .bind(&env.topic)
+        .bind("r")
+        .bind(order(4))
+        .execute(&mut *t4)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    t4.rollback().await.unwrap_or_else(|e| panic!("{e}"));
+
+    let running = host::InProcess::start(&config);
+    idem_tests::wait_until_async("order 2 is published and charged", || async { charged(&env, 2).await }).await;
+    assert!(!charged(&env, 1).await, "order 1's transaction has not committed");
+    t1.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    t3.await.unwrap_or_else(|e| panic!("{e}"));
+    idem_tests::wait_until_async("orders 1 and 3 are published and charged", || async {
+        charged(&env, 1).await && charged(&env, 3).await
+    })
+    .await;
+    let r = running.stop().await;
+    assert_eq!(r[0].processed, 3, "{r:?}");
+    assert!(!charged(&env, 4).await, "a rolled-back publish is never published");
+    let records = kafka::read_all(&env.topic);
+    let keyed_a: Vec<i64> = records
+        .iter()
+        .filter(|m| m.key() == Some(b"a".as_slice()))
+        .map(|m| value(m)["orderId"].as_i64().unwrap_or_default())
+        .collect();
+    assert_eq!(keyed_a, vec![1, 3], "key a's events in the order their transactions committed");
+    assert_eq!(records.len(), 3);
+    for m in &records {
+        assert_eq!(header(m, "idem.producer").as_deref(), Some("orders"));
+    }
+    env.finish().await;
+}
+
+/// `n` orders from `first` on, on the partitions in turn, keyed by customer.
+async fn send_orders_from(env: &Env, first: i64, n: i64) {
+    let records: Vec<(i32, String, Vec<u8>)> = (first..first + n)
+        .map(|id| ((id % i64::from(env.partitions)) as i32, format!("customer-{}", id % 7), host::order_payload(id).1))
+        .collect();
+    kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
+}
+
+/// The order ids of the payment requests published on `topic` so far.
+fn requested(topic: &str) -> std::collections::BTreeSet<i64> {
+    kafka::read_all(topic).iter().filter_map(|m| value(m)["orderId"].as_i64()).collect()
+}
+
+async fn holds_lease(config: &Path) -> bool {
+    host::metrics(config).await.iter().any(|l| l == "idem_outbox_lease_held{producer=\"billing\"} 1")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_host_relays_a_producer_and_another_takes_over_when_it_is_killed() {
+    let env = Env::new(2).await;
+    let requests = kafka::create_topic(1).await;
+    let spec = HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
+    let configs = [
+        host::write_config(&env.db.url, std::slice::from_ref(&spec)),
+        host::write_config(&env.db.url, std::slice::from_ref(&spec)),
+    ];
+    env.db.allow_emits(&configs[0]).await;
+    let mut hosts: Vec<_> = configs.iter().map(|c| host::spawn(c, false, &[])).collect();
+    send_orders_from(&env, 1, 40).await;
+    idem_tests::wait_until("the first 40 payment requests are published", || requested(&requests).len() == 40).await;
+    let mut holding = Vec::new();
+    for _ in 0..100 {
+        holding = Vec::new();
+        for (i, c) in configs.iter().enumerate() {
+            if holds_lease(c).await {
+                holding.push(i);
+            }
+        }
+        if !holding.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(holding.len(), 1, "one relay holds the producer's lease: {holding:?}");
+    let (dead, survivor) = (holding[0], 1 - holding[0]);
+    host::signal(&hosts[dead], "KILL");
+    let _ = hosts[dead].wait();
+    send_orders_from(&env, 41, 40).await;
+    let started = Instant::now();
+    idem_tests::wait_until("the survivor publishes the next 40", || requested(&requests).len() == 80).await;
+    assert!(holds_lease(&configs[survivor]).await, "the survivor took the lease over");
+    eprintln!("taken over and published within {:?} of the kill", started.elapsed());
+    host::signal(&hosts[survivor], "TERM");
+    let (status, _) = host::wait_report(hosts.remove(survivor));
+    assert!(status.success(), "{status}");
+    assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM billing.charge").await, 80);
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge").await, 80, "each order charged once");
+    env.finish().await;
+}
+
+/// The design notes' chain: orders → billing (charges, emits
+/// `payment.requested.v1`) → payments, in one host killed twice mid-stream,
+/// a third of the orders redelivered: each request taken once, caused by its
+/// order's charge.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_its_host() {
+    let env = Env::new(3).await;
+    let requests = kafka::create_topic(3).await;
+    let billing = HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
+    let payments = HandlerSpec::payments(&requests);
+    let config = host::write_config(&env.db.url, &[billing, payments]);
+    env.db.allow_emits(&config).await;
+    let n = 1_000;
+    let orders: Vec<(i32, String, Vec<u8>)> =
+        (1..=n).map(|id| ((id % 3) as i32, format!("customer-{}", id % 7), host::order_payload(id).1)).collect();
+    let again: Vec<(i32, String, Vec<u8>)> = orders.iter().step_by(3).cloned().collect();
+    kafka::produce_all_keyed(&env.producer, &env.topic, &orders).await;
+    kafka::produce_all_keyed(&env.producer, &env.topic, &again).await;
+    let taken = || async { env.count("SELECT count(*) FROM payments.request").await };
+    for target in [200, 500] {
+        let child = host::spawn(&config, false, &[]);
+        idem_tests::wait_until_async("the chain makes progress", || async { taken().await >= target }).await;
+        host::signal(&child, "KILL");
+        let mut child = child;
+        let _ = child.wait();
+    }
+    let last = host::spawn(&config, false, &[]);
+    idem_tests::wait_until_async("every request is taken", || async { taken().await >= n }).await;
+    // A little longer: anything taken twice would show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    host::signal(&last, "TERM");
+    let (status, _) = host::wait_report(last);
+    assert!(status.success(), "{status}");
+    assert_eq!(env.count("SELECT count(*) FROM billing.charge").await, n, "each order charged once");
+    assert_eq!(env.count("SELECT count(*) FROM payments.request").await, n, "each request taken once");
+    assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM payments.request").await, n);
+    let mismatched = env
+        .count(
+            "SELECT count(*) FROM payments.request r JOIN billing.charge c ON c.order_id = r.order_id \
+             WHERE r.caused_by IS DISTINCT FROM c.event_id",
+        )
+        .await;
+    assert_eq!(mismatched, 0, "each request names the order event that caused it");
+    env.finish().await;
+}
