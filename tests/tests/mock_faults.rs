@@ -43,10 +43,66 @@ async fn a_dlq_outage_is_ridden_out_without_an_envelope_or_an_alert() {
     assert_eq!((r.dlq_refused, r.enveloped), (0, 0), "an outage is neither the topic's nor the record's: {r:?}");
 }
 
+/// One fault at a time: the cluster, and its queue of injected errors, is
+/// this process's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The fault: every Produce request fails as an outage would
+/// (NOT_ENOUGH_REPLICAS) for 30 s, then they succeed. Apache Kafka gives it
+/// only with several brokers and one stopped at the right moment; here only
+/// the outbox relay produces, so the orders go on being consumed and
+/// charged while the payment requests they emitted wait in the outbox.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_of_the_broker_holds_the_outbox_rows_and_loses_none() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    kafka::use_mock_cluster("every Produce request fails with NOT_ENOUGH_REPLICAS for 30 s, then they succeed");
+    idem_tests::init_logging();
+    let db = TestDb::new().await.unwrap_or_else(|e| panic!("database: {e:#}"));
+    let provider = PaymentProvider::start().await;
+    let (orders, requests) = (kafka::create_topic(1).await, kafka::create_topic(1).await);
+    let producer = kafka::producer();
+    for id in 1..=20 {
+        kafka::produce(&producer, &orders, 0, "k", &host::order_payload(id).1).await;
+    }
+    // Every Produce request refused until cleared: more errors queued than
+    // the relay's retries can use up in the outage.
+    kafka::on_mock(|cluster| {
+        let errors = vec![rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000];
+        cluster.request_errors(rdkafka::types::RDKafkaApiKey::Produce, &errors);
+    });
+    let spec = HandlerSpec::billing_announcing(&orders, &provider.base_url(), &requests);
+    let config = host::write_config(&db.url, std::slice::from_ref(&spec));
+    db.allow_emits(&config).await;
+    let running = host::InProcess::start(&config);
+    let charged = || async { db.count("SELECT count(*) FROM billing.charge").await };
+    idem_tests::wait_until_async("the 20 orders are charged during the outage", || async { charged().await == 20 })
+        .await;
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_secs(30) {
+        let (pending, failed, published) = (
+            db.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NULL AND failed_at IS NULL").await,
+            db.count("SELECT count(*) FROM idem.outbox WHERE failed_at IS NOT NULL").await,
+            db.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NOT NULL").await,
+        );
+        assert_eq!((pending, failed, published), (20, 0, 0), "the rows wait through the outage, none failed");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    kafka::on_mock(|cluster| cluster.clear_request_errors(rdkafka::types::RDKafkaApiKey::Produce));
+    wait_until("the broker back, every request is published", || {
+        let ids: std::collections::BTreeSet<String> = kafka::read_all(&requests)
+            .iter()
+            .filter_map(|m| idem::pipeline::replay::header(m, "idem.causation-id"))
+            .collect();
+        ids.len() == 20
+    })
+    .await;
+    let r = running.stop().await.remove(0);
+    assert_eq!(r.processed, 20, "{r:?}");
+    assert_eq!(db.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NULL").await, 0);
+    db.drop_database().await;
+}
+
 async fn refused_produces(fault: &str, code: rdkafka::types::RDKafkaRespErr) -> idem::stats::HandlerReport {
-    // One fault at a time: the cluster, and its queue of injected errors,
-    // is this process's.
-    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _alone = ONE_AT_A_TIME.lock().await;
     kafka::use_mock_cluster(fault);
     idem_tests::init_logging();
