@@ -4,11 +4,16 @@
 //! 6-partition topic, and a local payment provider; produces a burst of
 //! `order.confirmed.v1` events with redelivered duplicates (same eventId,
 //! new offsets, some on other partitions) and a few invalid records; runs
-//! `idem run` until the topic is drained, deploying a v2 of the module
-//! mid-stream with `idem deploy`; prints a summary with the events each
-//! version processed, and the steady-state throughput: records resolved
-//! from the first commit to the last, the build profile named (the demo
-//! runs the dev build; `scripts/bench` measures release).
+//! `idem run` until every order is charged and its payment request taken,
+//! deploying a v2 of the module mid-stream with `idem deploy`; prints a
+//! summary with the events each version processed, and the steady-state
+//! throughput: records resolved from the first commit to the last, the
+//! build profile named (the demo runs the dev build; `scripts/bench`
+//! measures release).
+//!
+//! The chain of the design notes runs in it: billing charges each order and
+//! emits `payment.requested.v1` through the outbox, and the payments
+//! example takes each request once, from a topic of its own.
 //!
 //! The broker is the one `KAFKA_BROKERS` names (`scripts/demo` starts
 //! Apache Kafka when it is unset); `--embedded-broker` runs on librdkafka's
@@ -37,11 +42,13 @@ async fn main() -> anyhow::Result<()> {
 
     let provider = PaymentProvider::start().await;
     let topic = kafka::create_topic(PARTITIONS).await;
-    let spec = HandlerSpec::billing(&topic, &provider.base_url());
-    let config = host::write_config(&db_url, &[spec]);
+    let requests = kafka::create_topic(PARTITIONS).await;
+    let billing = HandlerSpec::billing_announcing(&topic, &provider.base_url(), &requests);
+    let config = host::write_config(&db_url, &[billing, HandlerSpec::payments(&requests)]);
 
     println!("1. database {db_url}: recreate, then `idem migrate --config {}`", config.display());
-    println!("   (idem's schema; the billing handler's role, schema, migrations and grants)");
+    println!("   (idem's schema; the billing and payments handlers' roles, schemas, migrations and grants,");
+    println!("   and billing's right to publish payment.requested.v1 on {requests})");
     let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
     admin.execute("DROP DATABASE IF EXISTS idem_demo WITH (FORCE)").await?;
     admin.execute("CREATE DATABASE idem_demo").await?;
@@ -52,7 +59,10 @@ async fn main() -> anyhow::Result<()> {
     let mut conn = PgConnection::connect(&db_url).await?;
 
     println!("2. billing component: {}", guests::component("billing").display());
-    println!("3. broker {}, topic {topic} ({PARTITIONS} partitions)", kafka::describe());
+    println!(
+        "3. broker {}, topic {topic} ({PARTITIONS} partitions) → billing → topic {requests} → payments",
+        kafka::describe()
+    );
 
     let producer = kafka::producer();
     let originals: Vec<(i32, Vec<u8>)> =
@@ -73,12 +83,13 @@ async fn main() -> anyhow::Result<()> {
     kafka::produce_all(&producer, &topic, &records).await;
     println!("4. produced {orders} orders, {duplicates_n} redelivered duplicates, {invalid_n} invalid records");
 
-    println!("5. idem run --config {} --exit-when-drained", config.display());
+    println!("5. idem run --config {} (stopped with SIGTERM once the chain is done)", config.display());
     let started = Instant::now();
     let admin_url = host::admin_url(&config);
     // The admin API takes a token, as it should wherever it can deploy code.
     let token = uuid::Uuid::now_v7().simple().to_string();
-    let child = host::spawn(&config, true, &[("IDEM_ADMIN_TOKEN", &token)]);
+    let child = host::spawn(&config, false, &[("IDEM_ADMIN_TOKEN", &token)]);
+    let pid = child.id();
     let running = tokio::task::spawn_blocking(move || host::wait_report(child));
 
     // A live deploy: once a third of the orders are charged, v2 of the
@@ -103,12 +114,33 @@ async fn main() -> anyhow::Result<()> {
     if !deploy.success() {
         bail!("idem deploy failed");
     }
+    // Done when every order is charged and its request taken (the relay
+    // publishes requests as their charges commit).
+    let deadline = Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let (charged, taken): (i64, i64) =
+            sqlx::query_as("SELECT (SELECT count(*) FROM billing.charge), (SELECT count(*) FROM payments.request)")
+                .fetch_one(&mut conn)
+                .await?;
+        if (charged >= orders && taken >= orders) || Instant::now() > deadline || running.is_finished() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
     let (status, reports) = running.await?;
     let elapsed = started.elapsed().as_secs_f64();
     if !status.success() {
         bail!("idem run failed: {status}");
     }
     let report = reports.first().context("idem run printed no report")?;
+    let taken: i64 = sqlx::query_scalar("SELECT count(*) FROM payments.request").fetch_one(&mut conn).await?;
+    let caused: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM payments.request r JOIN billing.charge c ON c.order_id = r.order_id \
+         WHERE r.caused_by = c.event_id",
+    )
+    .fetch_one(&mut conn)
+    .await?;
 
     let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM billing.charge").fetch_one(&mut conn).await?;
     let doubled: i64 = sqlx::query_scalar(
@@ -127,11 +159,13 @@ async fn main() -> anyhow::Result<()> {
         provider.charges()
     );
     println!("  double charges:       {}", doubled as usize + provider_double);
+    println!("  payment requests:     {taken} taken by payments, {caused} naming the charge that caused them");
     println!("  failed events:        {}", report.failed);
-    let per_version: Vec<(Option<i32>, i64)> =
-        sqlx::query_as("SELECT module_version, count(*) FROM idem.processed_event GROUP BY 1 ORDER BY 1")
-            .fetch_all(&mut conn)
-            .await?;
+    let per_version: Vec<(Option<i32>, i64)> = sqlx::query_as(
+        "SELECT module_version, count(*) FROM idem.processed_event WHERE consumer = 'billing' GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await?;
     let shown: Vec<String> = per_version
         .iter()
         .map(|(v, n)| format!("{n} on {}", v.map_or("no version".to_owned(), |v| format!("v{v}"))))
@@ -140,10 +174,11 @@ async fn main() -> anyhow::Result<()> {
     // Steady state: from the first transaction to the last (processed_at is
     // each transaction's time), so that start-up, the group join and the
     // drain check are not in the rate.
-    let (first, last): (Option<chrono::DateTime<chrono::Utc>>, Option<chrono::DateTime<chrono::Utc>>) =
-        sqlx::query_as("SELECT min(processed_at), max(processed_at) FROM idem.processed_event")
-            .fetch_one(&mut conn)
-            .await?;
+    let (first, last): (Option<chrono::DateTime<chrono::Utc>>, Option<chrono::DateTime<chrono::Utc>>) = sqlx::query_as(
+        "SELECT min(processed_at), max(processed_at) FROM idem.processed_event WHERE consumer = 'billing'",
+    )
+    .fetch_one(&mut conn)
+    .await?;
     let steady = match (first, last) {
         (Some(a), Some(b)) => (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6,
         _ => 0.0,
@@ -163,6 +198,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if charges != orders || doubled != 0 || provider_double != 0 || provider.charges() as i64 != orders {
         bail!("the example did not charge every order exactly once");
+    }
+    if taken != orders || caused != orders {
+        bail!("the chain did not take every payment request exactly once ({taken} taken, {caused} caused)");
     }
     let produced = orders as u64 + (duplicates_n + invalid_n) as u64;
     if report.delivered != produced || report.duplicates != duplicates_n as u64 || report.invalid != invalid_n as u64 {
