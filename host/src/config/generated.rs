@@ -76,6 +76,8 @@ migrations = "migrations"
 [handler.limits]
 max_db_statements = 1000
 max_http_requests = 16
+max_emits = 16
+max_emit_bytes = 65536
 
 [handler.http]
 allow = ["http://127.0.0.1:18080"]
@@ -93,6 +95,20 @@ value_env = "PATH"
 
 [handler.config]
 payment_base_url = "http://127.0.0.1:18080"
+
+[[handler.emit]]
+topic = "payments.requested"
+event_types = ["payment.requested.v1"]
+schema = "payment-requested.v1.schema.json"
+
+[outbox]
+retention = "1d"
+[[outbox.producer]]
+name = "orders"
+role = "orders_app"
+[[outbox.producer.topic]]
+topic = "orders.confirmed"
+event_types = ["order.confirmed.v1"]
 "#;
 
 const HOSTILE: &[&str] = &[
@@ -261,6 +277,8 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
         (set("max_in_flight", "4294967296"), "max_in_flight"),
         (set("ordering", r#""random""#), "ordering"),
         (set("max_concurrent", "0"), "batch.max_concurrent = 0 must be between 1 and 64"),
+        (set("max_emits", "0"), "limits.max_emits must be 1 to 1000000"),
+        (set("role", r#""Orders-App""#), "role `Orders-App` must be lowercase"),
         (set("max_concurrent", "18446744073709551616"), "max_concurrent"),
         (set("concurrency", r#""three""#), "key `concurrency` of [[handler]]"),
         (set("header_timeout", r#""0ms""#), "[admin] header_timeout = \"0ms\" must be between"),

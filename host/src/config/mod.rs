@@ -243,6 +243,7 @@ impl Config {
             bail!("{at}: batch.max_wait_ms = {} is more than 10000", h.batch.max_wait_ms);
         }
         ordering::check_concurrent(&at, h.batch.max_concurrent)?;
+        outbox::check_topics(&at, h.emit.iter().map(|e| (e.topic.as_str(), e.event_types.as_slice())))?;
         if h.max_attempts.is_some() {
             bail!("{at}: max_attempts moved to [handler.retry] max_attempts");
         }
@@ -505,6 +506,24 @@ mod tests {
         refused("dedup_retention = \"30m\"\n", "dedup_retention = \"30m\" must be between 1h and 3650d");
         refused("dedup_retention = \"7 days\"\n", "the unit is one of");
         refused("stale_events = \"drop\"\n", "unknown variant `drop`");
+        let emit = "[[handler.emit]]\ntopic = \"payments.requested\"\nevent_types = [\"p.v1\"]\nschema = \"p.json\"\n";
+        let emitting = load(format!("{base}{emit}")).expect("an emit topic");
+        assert!(emitting.handlers[0].emit[0].schema.ends_with("p.json"), "relative to the config file");
+        refused(
+            &emit.replace("payments.requested", "payments requested"),
+            "emit topic `payments requested` is not a Kafka topic",
+        );
+        refused(&format!("{emit}{emit}"), "emit topic `payments.requested` is named twice");
+        refused(&emit.replace("[\"p.v1\"]", "[]"), "needs event_types");
+        refused("[handler.limits]\nmax_emit_bytes = 0\n", "limits.max_emit_bytes");
+        let producer = "[[outbox.producer]]\nname = \"h\"\nrole = \"app\"\n[[outbox.producer.topic]]\ntopic = \"t\"\n\
+                        event_types = [\"e\"]\n";
+        let taken = load(format!("{base}{producer}")).expect_err("a producer named as a handler");
+        assert!(taken.contains("the name is taken"), "{taken}");
+        let without_topics =
+            producer.split("[[outbox.producer.topic]]").next().unwrap_or_default().replace("\"h\"", "\"o\"");
+        let bare = load(format!("{base}{without_topics}")).expect_err("a producer without topics");
+        assert!(bare.contains("topic"), "{bare}");
         let ok =
             load(format!("{base}dedup_retention = \"30d\"\nstale_events = \"process\"\n")).expect("retention keys");
         assert_eq!(ok.handlers[0].dedup_retention, super::Span::days(30));
