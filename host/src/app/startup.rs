@@ -77,6 +77,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     let pool = open_database(&config, seed).await?;
     crate::outbox::provision::check(&pool, &config).await?;
     check_broker(&config)?;
+    crate::outbox::check_producer(&config)?;
     // `idem run` logs these from a task of its own (see `app::run`):
     // a broker without DescribeConfigs makes them wait for a timeout.
     let mut warnings = Vec::new();

@@ -34,6 +34,15 @@ pub fn producers(config: &Config) -> Vec<String> {
     handlers.chain(config.outbox.producers.iter().map(|p| p.name.clone())).collect()
 }
 
+/// A start-up check (`idem check`, `idem run`): the relays' producer can
+/// be made from the config's `[kafka]` properties.
+pub fn check_producer(config: &Config) -> anyhow::Result<()> {
+    match producers(config).first() {
+        Some(producer) => relay::kafka_producer(config, producer).map(drop),
+        None => Ok(()),
+    }
+}
+
 /// The relays' tasks on a host, and each relay's stats by producer.
 pub type Started = (Vec<tokio::task::JoinHandle<()>>, Vec<(String, Arc<RelayStats>)>);
 

@@ -60,6 +60,23 @@ fn next_backoff(backoff: &mut Duration) -> Duration {
     now
 }
 
+/// The relay's Kafka producer: `[kafka]`'s properties, idempotent, every
+/// replica's acknowledgement awaited.
+pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<FutureProducer> {
+    let mut client = crate::kafka_client::client_config(config, None, crate::kafka_client::ClientKind::Producer)?;
+    client
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("client.id", format!("idem-outbox-{producer}"))
+        .set("message.timeout.ms", "30000")
+        .set("linger.ms", "5");
+    crate::kafka_client::create(
+        &client,
+        rdkafka::client::DefaultClientContext,
+        &format!("the outbox relay of `{producer}`"),
+    )
+}
+
 /// One producer's relay on this host.
 pub struct Relay {
     pool: PgPool,
@@ -72,6 +89,8 @@ pub struct Relay {
     retention: Duration,
     /// When the lease holder last deleted published rows past it.
     cleaned: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// When it last counted the pending rows (`RelayStats::pending`).
+    counted: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// What a round did.
@@ -98,18 +117,7 @@ struct Row {
 impl Relay {
     /// `producer`'s relay, as `holder` (this host, unique among hosts).
     pub fn new(config: &Config, pool: PgPool, producer: &str, holder: &str, wake: Arc<Notify>) -> anyhow::Result<Self> {
-        let mut client = crate::kafka_client::client_config(config, None, crate::kafka_client::ClientKind::Producer)?;
-        client
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("client.id", format!("idem-outbox-{producer}"))
-            .set("message.timeout.ms", "30000")
-            .set("linger.ms", "5");
-        let kafka: FutureProducer = crate::kafka_client::create(
-            &client,
-            rdkafka::client::DefaultClientContext,
-            &format!("the outbox relay of `{producer}`"),
-        )?;
+        let kafka = kafka_producer(config, producer)?;
         Ok(Self {
             pool,
             producer: producer.to_owned(),
@@ -119,6 +127,7 @@ impl Relay {
             wake,
             retention: config.outbox.retention.0,
             cleaned: std::sync::Mutex::new(None),
+            counted: std::sync::Mutex::new(None),
         })
     }
 
@@ -187,6 +196,7 @@ impl Relay {
             return Ok(Round::Idle);
         }
         let (published, failed, outage) = self.send(&rows).await;
+        crate::pipeline::outbox_published();
         if !published.is_empty() {
             sqlx::query("UPDATE idem.outbox SET published_at = now() WHERE id = ANY($1)")
                 .bind(&published)
@@ -203,7 +213,12 @@ impl Relay {
                 .await?;
         }
         self.stats.failed.fetch_add(failed.len() as u64, Ordering::Relaxed);
-        self.count_pending().await?;
+        // While rows flow, counted at most once a second (it reads every
+        // pending row); an idle round counts each time.
+        let counted = *self.counted.lock().unwrap_or_else(|e| e.into_inner());
+        if counted.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            self.count_pending().await?;
+        }
         Ok(match outage {
             Some(why) => Round::Outage(why),
             None => Round::Sent,
@@ -282,6 +297,7 @@ impl Relay {
     }
 
     async fn count_pending(&self) -> Result<(), sqlx::Error> {
+        *self.counted.lock().unwrap_or_else(|e| e.into_inner()) = Some(tokio::time::Instant::now());
         let (pending, oldest): (i64, f64) = sqlx::query_as(
             "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM idem.outbox \
              WHERE producer = $1 AND published_at IS NULL AND failed_at IS NULL",

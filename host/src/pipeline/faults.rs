@@ -15,7 +15,9 @@
 //!   where a next event follows it in the batch (never on a batch's last
 //!   event, nor on a record run alone);
 //! - `IDEM_TEST_NO_MODULE_WATCH`: no module watcher, so the host hears of
-//!   no activation, as one whose notifications and polls were lost would.
+//!   no activation, as one whose notifications and polls were lost would;
+//! - `IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH`: abort once the broker has
+//!   acknowledged an outbox relay's rows, before they are marked published.
 
 #[cfg(feature = "test-hooks")]
 mod enabled {
@@ -95,6 +97,15 @@ mod disabled {
         pub(crate) fn after_in_batch(&self, _ran: &str) {}
         #[inline]
         pub(crate) fn committed(&self) {}
+    }
+}
+
+/// Where an outbox relay has its rows acknowledged and not yet marked.
+pub(crate) fn outbox_published() {
+    #[cfg(feature = "test-hooks")]
+    if crate::env::get("IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH").is_some() {
+        eprintln!("idem: IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH: aborting between the acknowledgement and the mark");
+        std::process::abort();
     }
 }
 

@@ -380,14 +380,14 @@ async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_its_ho
     let payments = HandlerSpec::payments(&requests);
     let config = host::write_config(&env.db.url, &[billing, payments]);
     env.db.allow_emits(&config).await;
-    let n = 1_000;
+    let n = 5_000;
     let orders: Vec<(i32, String, Vec<u8>)> =
         (1..=n).map(|id| ((id % 3) as i32, format!("customer-{}", id % 7), host::order_payload(id).1)).collect();
     let again: Vec<(i32, String, Vec<u8>)> = orders.iter().step_by(3).cloned().collect();
     kafka::produce_all_keyed(&env.producer, &env.topic, &orders).await;
     kafka::produce_all_keyed(&env.producer, &env.topic, &again).await;
     let taken = || async { env.count("SELECT count(*) FROM payments.request").await };
-    for target in [200, 500] {
+    for target in [1_000, 3_000] {
         let child = host::spawn(&config, false, &[]);
         idem_tests::wait_until_async("the chain makes progress", || async { taken().await >= target }).await;
         host::signal(&child, "KILL");
@@ -411,5 +411,56 @@ async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_its_ho
         )
         .await;
     assert_eq!(mismatched, 0, "each request names the order event that caused it");
+    env.finish().await;
+}
+
+/// A host crash at the two places that matter: right after a commit (its
+/// rows committed, not yet published) and after the broker acknowledged a
+/// round (published, not yet marked). The next hosts publish what was left,
+/// some rows a second time with the same `eventId`, and the downstream
+/// handler takes each request once.
+#[tokio::test(flavor = "multi_thread")]
+async fn crashes_between_commit_and_publish_and_between_publish_and_mark_take_each_request_once() {
+    let env = Env::new(2).await;
+    let requests = kafka::create_topic(2).await;
+    let billing = HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
+    let config = host::write_config(&env.db.url, &[billing, HandlerSpec::payments(&requests)]);
+    env.db.allow_emits(&config).await;
+    send_orders_from(&env, 1, 50).await;
+    let crashed = |variable: &'static str| {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut child = host::spawn(&config, false, &[(variable, "3")]);
+            child.wait().unwrap_or_else(|e| panic!("{e}"))
+        })
+    };
+    let status = crashed("IDEM_TEST_CRASH_AFTER_COMMITS").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(!status.success(), "the first host aborted after its third commit: {status}");
+    let pending = "SELECT count(*) FROM idem.outbox WHERE published_at IS NULL";
+    assert!(env.count(pending).await > 0, "it died with committed rows not yet published");
+    let status = crashed("IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(!status.success(), "the second host aborted after a round's acknowledgement: {status}");
+    let sent = kafka::read_all(&requests).len();
+    assert!(sent > 0, "the second host's relay published before it died");
+    assert!(env.count(pending).await > 0, "and marked nothing");
+
+    let last = host::spawn(&config, false, &[]);
+    let taken = "SELECT count(*) FROM payments.request";
+    // Until the dead host's lease expires the last one's relay waits; then
+    // it publishes (again) what was never marked.
+    idem_tests::wait_until_async("every request is taken and every row marked", || async {
+        env.count(taken).await >= 50 && env.count(pending).await == 0
+    })
+    .await;
+    host::signal(&last, "TERM");
+    let (status, _) = host::wait_report(last);
+    assert!(status.success(), "{status}");
+    let records = kafka::read_all(&requests);
+    let ids: std::collections::HashSet<String> =
+        records.iter().filter_map(|m| value(m)["eventId"].as_str().map(str::to_owned)).collect();
+    assert_eq!(ids.len(), 50, "one eventId per request");
+    assert!(records.len() > 50, "some were published twice ({} records)", records.len());
+    assert_eq!((env.count(taken).await, env.count("SELECT count(*) FROM billing.charge").await), (50, 50));
+    assert_eq!(env.count(pending).await, 0);
     env.finish().await;
 }

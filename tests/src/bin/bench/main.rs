@@ -14,6 +14,7 @@
 
 mod ceiling;
 mod compare;
+mod emit;
 mod measure;
 mod restarts;
 mod seed;
@@ -82,6 +83,9 @@ enum Kind {
     Seed,
     /// The skewed stream under an `ordering` (`skewed`; only with HTTP).
     Skewed(&'static str),
+    /// Billing emitting one event per order through the outbox, taken by a
+    /// second handler (`emit`; only without HTTP).
+    Emit,
 }
 
 struct Variant {
@@ -101,6 +105,7 @@ const VARIANTS: &[Variant] = &[
         kind: Kind::Idem(Shape { concurrent: AT_ONCE, ..BATCHED }),
     },
     Variant { name: "i: SQL ceiling, 8 events of a batch at once", kind: Kind::Ceiling { concurrent: AT_ONCE } },
+    Variant { name: "o: a, each order emitting an event a second handler takes", kind: Kind::Emit },
     Variant { name: "k: skewed stream, ordering = partition", kind: Kind::Skewed("partition") },
     Variant { name: "k: skewed stream, ordering = key", kind: Kind::Skewed("key") },
     Variant { name: "s: the seed's stack (kafkajs, TypeORM, zod)", kind: Kind::Seed },
@@ -117,13 +122,15 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghiks".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioks".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     let mut rows = Vec::new();
+    let mut relayed = None;
     for http in [false, true] {
         for variant in VARIANTS {
             let http_only = matches!(variant.kind, Kind::Idem(Shape { drops: true, .. }) | Kind::Skewed(_));
-            if (http_only && !http) || !chosen(variant.name) {
+            let without_only = matches!(variant.kind, Kind::Emit);
+            if (http_only && !http) || (without_only && http) || !chosen(variant.name) {
                 continue;
             }
             eprintln!("bench: {} ({}), {orders} orders", variant.name, if http { "with HTTP" } else { "no HTTP" });
@@ -132,12 +139,32 @@ async fn main() -> anyhow::Result<()> {
                 Kind::Ceiling { concurrent } => ceiling_variant(variant.name, http, orders, concurrent).await?,
                 Kind::Seed => seed::variant(variant.name, http, orders).await?,
                 Kind::Skewed(ordering) => skewed::variant(variant.name, ordering).await?,
+                Kind::Emit => {
+                    let (row, figures) = emit::variant(variant.name, orders).await?;
+                    relayed = Some(figures);
+                    row
+                }
             };
             eprintln!("bench:   {:.0} records/s", row.events_per_s);
             rows.push(row);
         }
     }
     let mut report = render(&rows);
+    if let Some(r) = &relayed {
+        let a = rows.iter().find(|r| !r.http && r.variant.starts_with('a')).map_or(f64::NAN, |r| r.events_per_s);
+        let o = rows.iter().find(|r| r.variant.starts_with('o')).map_or(f64::NAN, |r| r.events_per_s);
+        report.push_str(&format!(
+            "\no: o/a = {:.2} (goal ≥ 0.8); the relay published {:.0} rows/s against {:.0} emitted/s (goal ≥ 1: {:.2}); \
+             charge to request at half o's throughput: p50 {:.0} ms, p99 {:.0} ms (goal ≤ 250)\n",
+            o / a,
+            r.relay_per_s,
+            r.emit_per_s,
+            r.relay_per_s / r.emit_per_s,
+            r.p50_ms,
+            r.p99_ms
+        ));
+        std::fs::write(out.join("emit.json"), serde_json::to_string_pretty(r)?)?;
+    }
     if chosen("g") {
         eprintln!("bench: g: restarts");
         let figures = restarts::run(&PaymentProvider::start().await).await?;
@@ -483,6 +510,7 @@ async fn admin_drop(db: &str) {
         let _ = admin.execute(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)").as_str()).await;
         let _ = admin.execute(format!("DROP ROLE IF EXISTS {db}_billing").as_str()).await;
         let _ = admin.execute(format!("DROP ROLE IF EXISTS {db}_scenario").as_str()).await;
+        let _ = admin.execute(format!("DROP ROLE IF EXISTS {db}_payments").as_str()).await;
     }
 }
 
