@@ -4,10 +4,12 @@
 --
 -- Nobody but idem's own role reads or changes these tables. Handler roles
 -- write rows only through idem_api.emit_events (the host calls it just
--- before COMMIT, with what its guests emitted), other applications' roles
--- through idem_api.publish: both SECURITY DEFINER, both taking the producer
--- from `session_user` (never from an argument), both minting the event id
--- themselves, so no caller chooses one.
+-- before COMMIT, with what its guests emitted and the ids it minted for
+-- them, which must be UUID v7 of this transaction's minute), other
+-- applications' roles through idem_api.publish (which mints the id): both
+-- SECURITY DEFINER, both taking the producer from `session_user`, never from
+-- an argument. Their refusals are SQLSTATE ID004: the event's own failure,
+-- never the host's.
 
 -- A UUID v7 (RFC 9562): 48 bits of Unix milliseconds, version 7, 74 random
 -- bits (PostgreSQL 15 has no uuidv7()). Ids minted in one millisecond are
@@ -64,8 +66,11 @@ CREATE INDEX outbox_unpublished ON idem.outbox (producer, id) WHERE published_at
 CREATE INDEX outbox_published ON idem.outbox (published_at) WHERE published_at IS NOT NULL;
 
 -- A producer's topic's keys hashed into 1,024 buckets, a row each, locked by
--- every transaction writing one of its keys (in bucket order: two never
--- wait on each other in a cycle). Bounded, whatever the number of keys.
+-- every transaction writing one of its keys (in bucket order within a call:
+-- the host writes a transaction's emits in one, so two of idem's never wait
+-- on each other in a cycle; an application calling publish for keys A then
+-- B can deadlock with one doing B then A, and PostgreSQL ends one of them).
+-- Bounded, whatever the number of keys.
 CREATE TABLE idem.outbox_bucket (
     producer text     NOT NULL,
     topic    text     NOT NULL,
@@ -86,8 +91,8 @@ REVOKE ALL ON idem.outbox_topic, idem.outbox_producer, idem.outbox, idem.outbox_
 -- Writes `producer`'s rows; the callers below have checked who it is.
 -- Every array holds one entry per row; headers are JSON objects of text.
 -- `p_event_ids`: the ids the host minted and already told its guests
--- (UUID v7 within an hour of this database's clock, each new), or NULL to
--- mint them here.
+-- (UUID v7 of this transaction's time, a minute either way for the host's
+-- clock, each new), or NULL to mint them here.
 CREATE FUNCTION idem.outbox_write(
     p_producer text, p_topics text[], p_keys text[], p_event_types text[], p_payloads jsonb[], p_headers jsonb[],
     p_event_ids uuid[]
@@ -103,12 +108,18 @@ DECLARE
 BEGIN
     IF cardinality(p_keys) <> n OR cardinality(p_event_types) <> n OR cardinality(p_payloads) <> n
         OR cardinality(p_headers) <> n OR coalesce(cardinality(p_event_ids), n) <> n THEN
-        RAISE EXCEPTION 'outbox: the arrays differ in length' USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'outbox: the arrays differ in length' USING ERRCODE = 'ID004';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_event_ids) AS e
                WHERE e IS NULL OR substring(e::text FROM 15 FOR 1) <> '7'
-                  OR abs(idem.uuid_v7_ms(e) - floor(extract(epoch FROM clock_timestamp()) * 1000)) > 3600000) THEN
-        RAISE EXCEPTION 'outbox: an event id is not a UUID v7 of the last hour' USING ERRCODE = 'invalid_parameter_value';
+                  OR idem.uuid_v7_ms(e) < floor(extract(epoch FROM now()) * 1000) - 60000
+                  OR idem.uuid_v7_ms(e) > floor(extract(epoch FROM clock_timestamp()) * 1000) + 60000) THEN
+        RAISE EXCEPTION 'outbox: an event id is not a UUID v7 of this transaction''s time' USING ERRCODE = 'ID004';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_headers) AS h
+               WHERE h IS NOT NULL AND (jsonb_typeof(h) <> 'object'
+                  OR EXISTS (SELECT 1 FROM jsonb_each(h) AS e WHERE jsonb_typeof(e.value) <> 'string'))) THEN
+        RAISE EXCEPTION 'outbox: headers must be JSON objects of text values' USING ERRCODE = 'ID004';
     END IF;
     SELECT format('%s (%s)', u.t, u.e) INTO refused
     FROM unnest(p_topics, p_event_types) AS u(t, e)
@@ -117,15 +128,15 @@ BEGIN
     LIMIT 1;
     IF refused IS NOT NULL THEN
         RAISE EXCEPTION 'producer %: may not publish % (its topics and event types are configured)', p_producer, refused
-            USING ERRCODE = 'insufficient_privilege';
+            USING ERRCODE = 'ID004';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(p_payloads) AS p WHERE jsonb_typeof(p) <> 'object') THEN
-        RAISE EXCEPTION 'outbox: a payload is not a JSON object' USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'outbox: a payload is not a JSON object' USING ERRCODE = 'ID004';
     END IF;
     -- The keys' buckets, locked in order, before any row is inserted.
     INSERT INTO idem.outbox_bucket AS b (producer, topic, bucket, rows)
     SELECT p_producer, t, k, count(*) FROM (
-        SELECT u.t, (abs(hashtext(u.k)) % 1024)::smallint AS k FROM unnest(p_topics, p_keys) AS u(t, k)
+        SELECT u.t, (hashtext(u.k) & 1023)::smallint AS k FROM unnest(p_topics, p_keys) AS u(t, k)
     ) AS keyed GROUP BY t, k ORDER BY t, k
     ON CONFLICT (producer, topic, bucket) DO UPDATE SET rows = b.rows + excluded.rows;
     WITH minted AS (
@@ -176,16 +187,22 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF cardinality(p_causations) <> cardinality(p_topics) THEN
-        RAISE EXCEPTION 'emit_events: the arrays differ in length' USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'emit_events: the arrays differ in length' USING ERRCODE = 'ID004';
     END IF;
-    SELECT c INTO unclaimed FROM unnest(p_causations) AS c
-    WHERE c IS NULL OR NOT EXISTS (
-        SELECT 1 FROM idem.processed_event pe
-        WHERE pe.event_id = c AND pe.consumer = h AND pe.xmin = pg_current_xact_id()::xid)
-    LIMIT 1;
-    IF FOUND THEN
+    -- Claimed by this very transaction: its xmin (and, against a frozen
+    -- row's reused xid, its time). Planned on each call (EXECUTE), so only
+    -- the causes' windows are opened (see migration 8).
+    EXECUTE $q$
+        SELECT c FROM unnest($1::uuid[]) AS c
+        WHERE c IS NULL OR NOT EXISTS (
+            SELECT 1 FROM idem.processed_event pe
+            WHERE pe.event_id = c AND pe.consumer = $2 AND pe.event_id = ANY ($1)
+              AND pe.xmin = pg_current_xact_id()::xid AND pe.processed_at = now())
+        LIMIT 1
+    $q$ INTO unclaimed USING p_causations, h;
+    IF unclaimed IS NOT NULL OR array_position(p_causations, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'handler %: event % was not claimed in this transaction: only it may emit', h, unclaimed
-            USING ERRCODE = 'insufficient_privilege';
+            USING ERRCODE = 'ID004';
     END IF;
     RETURN idem.outbox_write(h, p_topics, p_keys, p_event_types, p_payloads, ARRAY(
         SELECT coalesce(u.hd, '{}') - 'idem.causation-id' - 'idem.producer'
@@ -216,11 +233,14 @@ BEGIN
             session_user USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF p_headers IS NOT NULL AND jsonb_typeof(p_headers) <> 'object' THEN
-        RAISE EXCEPTION 'publish: headers must be a JSON object of text values' USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'publish: headers must be a JSON object of text values' USING ERRCODE = 'ID004';
     END IF;
+    -- The application's headers, less those the outbox sets or carries
+    -- along a chain (whatever their case).
     ids := idem.outbox_write(p, ARRAY[p_topic], ARRAY[p_key], ARRAY[p_event_type], ARRAY[p_payload], ARRAY[
         (SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM jsonb_each(coalesce(p_headers, '{}')) AS e(k, v)
-         WHERE k NOT LIKE 'idem.%' AND lower(k) <> 'traceparent') || jsonb_build_object('idem.producer', p)], NULL);
+         WHERE lower(k) NOT LIKE 'idem.%' AND lower(k) NOT IN ('traceparent', 'tracestate'))
+        || jsonb_build_object('idem.producer', p)], NULL);
     RETURN ids[1];
 END
 $$;

@@ -129,6 +129,12 @@ impl ExecError {
             Some("ID002") => {
                 Self::Infrastructure(e.as_database_error().map(|d| d.message().to_owned()).unwrap_or_default())
             }
+            // The outbox refused what the event emitted (not claimed in
+            // this transaction, a topic not allowed, malformed): the
+            // event's own failure, for good.
+            Some("ID004") => {
+                Self::HandlerPermanent(e.as_database_error().map(|d| d.message().to_owned()).unwrap_or_default())
+            }
             // undefined table / schema / column / function, insufficient privilege
             Some("42P01" | "3F000" | "42703" | "42883" | "42501") => Self::Schema(e),
             _ => Self::Database(e),

@@ -58,6 +58,7 @@ mod structure_tests;
 
 pub use app::{cli, startup};
 pub use capabilities::HostFault;
+pub use capabilities::emit::EmitPolicy;
 pub use capabilities::http::client as http_client;
 pub use error::{ErrorClass, ExecError};
 pub use event::Event;

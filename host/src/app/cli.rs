@@ -109,6 +109,14 @@ enum Command {
         redrive: bool,
         #[arg(long = "id")]
         ids: Vec<i64>,
+        /// End an `[[outbox.producer]]` removed from the configs: its topics,
+        /// its role's mapping and its grant go (with `--database-url` of an
+        /// administrator, as for `idem migrate`).
+        #[arg(long)]
+        remove_producer: Option<String>,
+        /// The database URL for `--remove-producer` (else the config's).
+        #[arg(long)]
+        database_url: Option<String>,
         /// One JSON line instead of text.
         #[arg(long)]
         json: bool,
@@ -312,7 +320,10 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             crate::telemetry::status::show(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
         }
         Command::Maintenance { config, json } => maintenance(&config, json).await,
-        Command::Outbox { config, producer, failed, redrive, ids, json } => {
+        Command::Outbox { config, producer, failed, redrive, ids, remove_producer, database_url, json } => {
+            if let Some(name) = remove_producer {
+                return end_producer(&config, &name, database_url).await;
+            }
             outbox(&config, OutboxQuery { producer, failed, redrive, ids, json }).await
         }
         Command::Migrate { database_url, config } => migrate(database_url, config).await,
@@ -472,6 +483,21 @@ async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::Result<()> 
             f.event_id,
             f.failed_at.to_rfc3339()
         );
+    }
+    Ok(())
+}
+
+/// `idem outbox --remove-producer`.
+async fn end_producer(config: &std::path::Path, name: &str, database_url: Option<String>) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(config)?;
+    if crate::outbox::producers(&config).iter().any(|p| p == name) {
+        anyhow::bail!("`{name}` is a producer of this config: remove it from the config first");
+    }
+    let url = database_url.unwrap_or_else(|| config.database.url.clone());
+    let shown = crate::app::startup::redact(&url);
+    let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("database unreachable at {shown}"))?;
+    for line in crate::outbox::provision::remove(&pool, name).await? {
+        println!("idem: outbox: {line}");
     }
     Ok(())
 }

@@ -98,8 +98,9 @@ pub(crate) struct EmitCapability {
     policy: Arc<EmitPolicy>,
     allowance: Allowance,
     max_bytes: usize,
-    /// The host's headers every emitted event carries (correlation, trace).
-    provenance: Vec<(String, String)>,
+    /// The host's headers every emitted event carries (correlation, trace);
+    /// `None` when its event runs without a dedup row: it may emit nothing.
+    provenance: Option<Vec<(String, String)>>,
     emitted: Vec<Emitted>,
 }
 
@@ -108,7 +109,7 @@ impl EmitCapability {
         policy: Arc<EmitPolicy>,
         max_emits: u32,
         max_bytes: usize,
-        provenance: Vec<(String, String)>,
+        provenance: Option<Vec<(String, String)>>,
     ) -> Self {
         Self { policy, allowance: Allowance::new(max_emits, "max_emits"), max_bytes, provenance, emitted: Vec::new() }
     }
@@ -122,6 +123,13 @@ impl EmitCapability {
     fn accept(&self, message: Message) -> Result<Emitted, EmitError> {
         let Message { topic, key, event_type, payload, headers } = message;
         let shown = |s: &str| crate::text::shown(s, 200);
+        let Some(provenance) = &self.provenance else {
+            return Err(EmitError::Refused(
+                "this event runs without a dedup row (older than the dedup retention, run anyway): it may not emit, \
+                 as nothing could say it was processed once"
+                    .into(),
+            ));
+        };
         let Some(rules) = self.policy.topics.get(&topic) else {
             return Err(EmitError::Refused(format!("topic `{}` is not configured for this handler", shown(&topic))));
         };
@@ -141,7 +149,7 @@ impl EmitCapability {
                 self.max_bytes
             )));
         }
-        let headers = self.headers(headers)?;
+        let headers = headers_of(headers, provenance)?;
         let payload = match crate::strict_json::from_slice(payload.as_bytes()) {
             Ok(serde_json::Value::Object(object)) => object,
             Ok(_) => return Err(EmitError::Invalid("the payload is not a JSON object".into())),
@@ -154,7 +162,9 @@ impl EmitCapability {
         let mut value = payload.clone();
         value.insert("eventId".into(), event_id.hyphenated().to_string().into());
         value.insert("eventType".into(), event_type.clone().into());
-        value.insert("occurredAt".into(), chrono::Utc::now().to_rfc3339().into());
+        // As the outbox writes it (the transaction's time, microseconds, Z).
+        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+        value.insert("occurredAt".into(), now.into());
         let value = serde_json::Value::Object(value);
         let errors: Vec<String> =
             rules.schema.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
@@ -166,30 +176,33 @@ impl EmitCapability {
         }
         Ok(Emitted { event_id, topic, key, event_type, payload, headers })
     }
+}
 
-    /// The guest's headers (none of the host's names), then the host's.
-    fn headers(&self, guest: Vec<(String, String)>) -> Result<serde_json::Map<String, serde_json::Value>, EmitError> {
-        if guest.len() > MAX_HEADERS {
-            return Err(EmitError::Refused(format!("more than {MAX_HEADERS} headers")));
-        }
-        let mut headers = serde_json::Map::new();
-        for (name, value) in guest {
-            let lower = name.to_ascii_lowercase();
-            if name.is_empty() || lower.starts_with("idem.") || lower == "traceparent" || lower == "tracestate" {
-                return Err(EmitError::Refused(format!(
-                    "header `{}` is the host's (idem.*, traceparent, tracestate) or empty",
-                    crate::text::shown(&name, 200)
-                )));
-            }
-            if headers.insert(name.clone(), value.into()).is_some() {
-                return Err(EmitError::Refused(format!("header `{}` is named twice", crate::text::shown(&name, 200))));
-            }
-        }
-        for (name, value) in &self.provenance {
-            headers.insert(name.clone(), value.clone().into());
-        }
-        Ok(headers)
+/// The guest's headers (none of the host's names), then the host's.
+fn headers_of(
+    guest: Vec<(String, String)>,
+    provenance: &[(String, String)],
+) -> Result<serde_json::Map<String, serde_json::Value>, EmitError> {
+    if guest.len() > MAX_HEADERS {
+        return Err(EmitError::Refused(format!("more than {MAX_HEADERS} headers")));
     }
+    let mut headers = serde_json::Map::new();
+    for (name, value) in guest {
+        let lower = name.to_ascii_lowercase();
+        if name.is_empty() || lower.starts_with("idem.") || lower == "traceparent" || lower == "tracestate" {
+            return Err(EmitError::Refused(format!(
+                "header `{}` is the host's (idem.*, traceparent, tracestate) or empty",
+                crate::text::shown(&name, 200)
+            )));
+        }
+        if headers.insert(name.clone(), value.into()).is_some() {
+            return Err(EmitError::Refused(format!("header `{}` is named twice", crate::text::shown(&name, 200))));
+        }
+    }
+    for (name, value) in provenance {
+        headers.insert(name.clone(), value.clone().into());
+    }
+    Ok(headers)
 }
 
 impl emit::Host for EmitCapability {

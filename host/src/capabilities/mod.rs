@@ -63,8 +63,9 @@ pub(crate) struct Grants {
     pub(crate) max_emits: u32,
     pub(crate) max_emit_bytes: usize,
     /// The provenance headers every event this invocation emits carries
-    /// (`idem.correlation-id`, `traceparent`).
-    pub(crate) provenance: Vec<(String, String)>,
+    /// (`idem.correlation-id`, `traceparent`); `None`: it may emit nothing
+    /// (its event runs without a dedup row).
+    pub(crate) provenance: Option<Vec<(String, String)>>,
 }
 
 impl Capabilities {

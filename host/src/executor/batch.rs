@@ -141,15 +141,15 @@ impl Executor {
             while running.len() < max {
                 let Some(index) = schedule.take_ready() else { break };
                 let (event, claim) = (&events[index], claims[index]);
-                match self.claimed(event, claim, index) {
+                let guarded = match self.claimed(event, claim, index) {
                     Claimed::Skip(outcome) => {
                         outcomes[index] = Some(outcome);
                         schedule.done(index);
                         continue;
                     }
                     Claimed::Refused(failure) => return Err(Halt { failure, abandon: shared.in_use() }),
-                    Claimed::Run => {}
-                }
+                    Claimed::Run(guarded) => guarded,
+                };
                 if last_started.is_some_and(|last: usize| stop(last + 1)) {
                     return Err(Halt { failure: BatchFailure::Stopped, abandon: shared.in_use() });
                 }
@@ -157,7 +157,8 @@ impl Executor {
                 let lent = shared.lend(budget);
                 let span = self.event_span(event);
                 running.push(async move {
-                    let (_, result, emitted) = self.invoke(lent, event, 1, true).instrument(span).await;
+                    let run = super::Run { attempt: 1, batched: true, guarded };
+                    let (_, result, emitted) = self.invoke(lent, event, run).instrument(span).await;
                     (index, result, emitted)
                 });
             }
@@ -186,10 +187,10 @@ impl Executor {
     /// What `claim` means for `event`, the batch's `index`th.
     fn claimed(&self, event: &Event, claim: Claim, index: usize) -> Claimed {
         match claim {
-            Claim::Claimed => Claimed::Run,
+            Claim::Claimed => Claimed::Run(true),
             Claim::Unguarded => {
                 self.unguarded(event);
-                Claimed::Run
+                Claimed::Run(false)
             }
             Claim::Duplicate => Claimed::Skip(Outcome::Duplicate),
             Claim::Conflict => Claimed::Refused(BatchFailure::at(index, None)),
@@ -251,7 +252,8 @@ type Emits = Vec<(uuid::Uuid, Vec<crate::capabilities::emit::Emitted>)>;
 
 /// What a claim means for its event in a batch.
 enum Claimed {
-    Run,
+    /// Run it: with a dedup row (`true`), or without (unguarded).
+    Run(bool),
     /// Resolved without running: a duplicate, or skipped as stale.
     Skip(Outcome),
     /// The batch cannot commit with it.

@@ -194,7 +194,7 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let state = self.state(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false, Vec::new());
+        let state = self.state(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false, None);
         let (state, result) = self.handler.try_instantiate(state).await;
         if let Some(tx) = state.caps.tx.into_whole() {
             tx.rollback().await;
@@ -211,7 +211,7 @@ impl Executor {
 
     /// A store's state for one event of this handler: its limits and
     /// the capabilities of the invocation, holding `tx`.
-    fn state(&self, tx: Lent, event_id: String, batched: bool, provenance: Vec<(String, String)>) -> HostState {
+    fn state(&self, tx: Lent, event_id: String, batched: bool, provenance: Option<Vec<(String, String)>>) -> HostState {
         HostState::new(self.handler.limits(), self.capabilities(tx, event_id, batched, provenance))
     }
 
@@ -221,7 +221,7 @@ impl Executor {
         tx: Lent,
         event_id: String,
         batched: bool,
-        provenance: Vec<(String, String)>,
+        provenance: Option<Vec<(String, String)>>,
     ) -> Capabilities {
         let settings = self.handler.settings();
         let grants = Grants {
@@ -248,10 +248,12 @@ impl Executor {
         let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
         let span = tracing::trace_span!(target: TRACE, "idem.claim");
         let early = match crate::transaction::within(deadline, "claim", claim).instrument(span).await {
-            Ok(Claim::Claimed) => return self.invoke(Lent::Whole(tx), event, attempt, false).await,
+            Ok(Claim::Claimed) => {
+                return self.invoke(Lent::Whole(tx), event, Run { attempt, batched: false, guarded: true }).await;
+            }
             Ok(Claim::Unguarded) => {
                 self.unguarded(event);
-                return self.invoke(Lent::Whole(tx), event, attempt, false).await;
+                return self.invoke(Lent::Whole(tx), event, Run { attempt, batched: false, guarded: false }).await;
             }
             Ok(Claim::Duplicate) => Ok(Outcome::Duplicate),
             Ok(Claim::Conflict) => Err(ExecError::Conflict),
@@ -264,9 +266,13 @@ impl Executor {
     /// Runs the handler on a claimed `event` inside `tx` (the whole
     /// transaction, or a share of a batch's), and hands `tx` back with the
     /// events it emitted (the caller writes them if it commits).
-    async fn invoke(&self, tx: Lent, event: &Event, attempt: u32, batched: bool) -> Invoked {
+    async fn invoke(&self, tx: Lent, event: &Event, run: Run) -> Invoked {
+        let Run { attempt, batched, guarded } = run;
         let deadline = tx.deadline();
-        let state = self.state(tx, event.id.hyphenated().to_string(), batched, crate::outbox::provenance(event));
+        // An event run without a dedup row emits nothing: its emits could
+        // not name it as their cause (README, "The outbox").
+        let provenance = guarded.then(|| crate::outbox::provenance(event));
+        let state = self.state(tx, event.id.hyphenated().to_string(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
         let (mut state, invocation) =
@@ -323,6 +329,15 @@ impl Executor {
         };
         (tx, result, emitted)
     }
+}
+
+/// How an event is invoked: its attempt, in a batch or alone, and whether
+/// it has a dedup row (claimed, not unguarded).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    attempt: u32,
+    batched: bool,
+    guarded: bool,
 }
 
 /// What an invocation hands back: the transaction (or its share), its

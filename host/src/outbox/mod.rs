@@ -11,6 +11,7 @@
 pub mod lease;
 pub mod provision;
 pub mod relay;
+mod send;
 pub mod store;
 mod write;
 
@@ -38,7 +39,7 @@ pub fn producers(config: &Config) -> Vec<String> {
 /// be made from the config's `[kafka]` properties.
 pub fn check_producer(config: &Config) -> anyhow::Result<()> {
     match producers(config).first() {
-        Some(producer) => relay::kafka_producer(config, producer).map(drop),
+        Some(producer) => send::kafka_producer(config, producer).map(drop),
         None => Ok(()),
     }
 }

@@ -44,6 +44,56 @@ pub async fn apply(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String
     for p in &config.outbox.producers {
         done.push(producer_role(admin, &p.name, &p.role).await?);
     }
+    done.extend(strangers(admin, config).await?);
+    Ok(done)
+}
+
+/// What the database has of producers this config does not name (another
+/// config's, or one removed from this one), said, never changed: several
+/// configs may share a database. `remove` is how an operator ends one.
+async fn strangers(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String>> {
+    let named: Vec<String> = super::producers(config);
+    let others: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT p.producer, (SELECT count(*) FROM idem.outbox o WHERE o.producer = p.producer \
+                               AND published_at IS NULL AND failed_at IS NULL) \
+         FROM (SELECT producer FROM idem.outbox_topic UNION SELECT producer FROM idem.outbox_producer \
+               UNION SELECT DISTINCT producer FROM idem.outbox) p \
+         WHERE NOT (p.producer = ANY($1)) ORDER BY 1",
+    )
+    .bind(&named)
+    .fetch_all(admin)
+    .await?;
+    Ok(others
+        .into_iter()
+        .map(|(producer, pending)| {
+            format!(
+                "`{producer}` is an outbox producer this config does not name ({pending} row(s) pending): a host \
+                 whose config names it publishes them; `idem outbox --remove-producer {producer}` ends it"
+            )
+        })
+        .collect())
+}
+
+/// Ends the producer `name`: its topics, its role's mapping and grant go
+/// (its published and pending rows stay, for `idem outbox`).
+pub async fn remove(admin: &PgPool, name: &str) -> anyhow::Result<Vec<String>> {
+    let mut done = Vec::new();
+    let roles: Vec<String> =
+        sqlx::query_scalar("DELETE FROM idem.outbox_producer WHERE producer = $1 RETURNING role_name")
+            .bind(name)
+            .fetch_all(admin)
+            .await?;
+    for role in roles {
+        let revoke = format!(
+            "REVOKE EXECUTE ON FUNCTION idem_api.publish(text, text, text, jsonb, jsonb) FROM {}",
+            ident(&role)
+        );
+        if admin.execute(revoke.as_str()).await.is_ok() {
+            done.push(format!("role {role} may no longer publish"));
+        }
+    }
+    let topics = sqlx::query("DELETE FROM idem.outbox_topic WHERE producer = $1").bind(name).execute(admin).await?;
+    done.push(format!("`{name}` may publish to nothing ({} topic(s) removed)", topics.rows_affected()));
     Ok(done)
 }
 
@@ -64,6 +114,14 @@ async fn producer_role(admin: &PgPool, name: &str, role: &str) -> anyhow::Result
         .await?;
     if let Some(handler) = handler {
         bail!("{at}: role {role} is handler `{handler}`'s: a producer's role is the application's own");
+    }
+    // One namespace: a producer named as a handler would publish as it.
+    let as_handler: Option<String> = sqlx::query_scalar("SELECT role_name FROM idem.handler_role WHERE handler = $1")
+        .bind(name)
+        .fetch_optional(admin)
+        .await?;
+    if let Some(handler_role) = as_handler {
+        bail!("{at}: `{name}` is a handler of this database (role {handler_role}): name the producer otherwise");
     }
     sqlx::query(
         "INSERT INTO idem.outbox_producer (role_name, producer) VALUES ($1, $2) \

@@ -17,24 +17,28 @@
 //! - **Failures.** A row the broker refuses for good (too large, the topic
 //!   gone or not authorised) is marked failed with the reason (`idem outbox`
 //!   shows and re-drives it) and holds nothing else back. An outage leaves
-//!   the rows where they are and backs off, up to 5 s between tries.
+//!   the rows where they are and holds back the topics it hit, backing off
+//!   up to 5 s between tries, while the producer's other topics go on. A
+//!   producer librdkafka calls broken for good (a fatal error of the
+//!   idempotent producer) is made anew.
 //! - **Waking.** A commit that wrote rows NOTIFYs `idem_outbox` with the
 //!   producer's name; the relay wakes on it, at most once per
 //!   [`MIN_ROUND`] (any role may NOTIFY: wake-ups are coalesced, never
 //!   queued), and polls every [`POLL`] without one.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
 use super::lease;
+use super::send::{Row, Sent, kafka_producer, send};
 use crate::config::Config;
-use crate::pipeline::dlq::refusal;
 pub use crate::stats::RelayStats;
 
 /// Rows read and sent per round.
@@ -53,32 +57,9 @@ const CLEAN_EVERY: Duration = Duration::from_secs(60);
 /// How often a relay without the lease tries to take it.
 const LEASE_RETRY: Duration = Duration::from_secs(2);
 
-/// The backoff to wait now; the next one doubles, up to [`MAX_BACKOFF`].
-fn next_backoff(backoff: &mut Duration) -> Duration {
-    let now = *backoff;
-    *backoff = (now * 2).min(MAX_BACKOFF);
-    now
-}
-
-/// The relay's Kafka producer: `[kafka]`'s properties, idempotent, every
-/// replica's acknowledgement awaited.
-pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<FutureProducer> {
-    let mut client = crate::kafka_client::client_config(config, None, crate::kafka_client::ClientKind::Producer)?;
-    client
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("client.id", format!("idem-outbox-{producer}"))
-        .set("message.timeout.ms", "30000")
-        .set("linger.ms", "5");
-    crate::kafka_client::create(
-        &client,
-        rdkafka::client::DefaultClientContext,
-        &format!("the outbox relay of `{producer}`"),
-    )
-}
-
 /// One producer's relay on this host.
 pub struct Relay {
+    config: Config,
     pool: PgPool,
     pub producer: String,
     holder: String,
@@ -87,70 +68,56 @@ pub struct Relay {
     wake: Arc<Notify>,
     /// How long published rows are kept (`[outbox] retention`).
     retention: Duration,
-    /// When the lease holder last deleted published rows past it.
-    cleaned: std::sync::Mutex<Option<tokio::time::Instant>>,
-    /// When it last counted the pending rows (`RelayStats::pending`).
-    counted: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// When the published rows past it were last deleted.
+    cleaned: Option<Instant>,
+    /// When the pending rows were last counted (`RelayStats::pending`).
+    counted: Option<Instant>,
+    /// Topics an outage held rows of back, until when they wait; the next
+    /// backoff for each.
+    held: HashMap<String, (Instant, Duration)>,
 }
 
 /// What a round did.
 enum Round {
-    /// Sent rows (each published or failed): more may wait.
+    /// Sent rows (each published, failed, or held back): more may wait.
     Sent,
     Idle,
     /// Another host holds the lease.
     NotHolder,
-    /// The broker did not take some rows: they wait.
-    Outage(String),
-}
-
-/// One row as the relay reads it.
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: i64,
-    topic: String,
-    key: String,
-    value: String,
-    headers: sqlx::types::Json<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Relay {
     /// `producer`'s relay, as `holder` (this host, unique among hosts).
     pub fn new(config: &Config, pool: PgPool, producer: &str, holder: &str, wake: Arc<Notify>) -> anyhow::Result<Self> {
-        let kafka = kafka_producer(config, producer)?;
         Ok(Self {
+            config: config.clone(),
+            kafka: kafka_producer(config, producer)?,
             pool,
             producer: producer.to_owned(),
             holder: holder.to_owned(),
-            kafka,
             stats: Arc::default(),
             wake,
             retention: config.outbox.retention.0,
-            cleaned: std::sync::Mutex::new(None),
-            counted: std::sync::Mutex::new(None),
+            cleaned: None,
+            counted: None,
+            held: HashMap::new(),
         })
     }
 
     /// Publishes until `stop`, then gives the lease up.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut backoff = MIN_BACKOFF;
         while !*stop.borrow() {
             // How long until the next round, and whether a NOTIFY ends the
-            // wait (not an outage's backoff: nothing spins on a dead broker).
+            // wait early (only while idle: nothing spins on a dead broker or
+            // a lease another host holds).
             let (pause, wakes) = match self.round().await {
                 Ok(Round::Sent) => {
                     backoff = MIN_BACKOFF;
                     continue;
                 }
-                Ok(Round::Idle) => {
-                    backoff = MIN_BACKOFF;
-                    (POLL, true)
-                }
-                Ok(Round::NotHolder) => (LEASE_RETRY, true),
-                Ok(Round::Outage(why)) => {
-                    tracing::warn!(producer = %self.producer, "outbox: {why}; the rows wait, retrying in {backoff:?}");
-                    (next_backoff(&mut backoff), false)
-                }
+                Ok(Round::Idle) => (self.next_held().unwrap_or(POLL).min(POLL), true),
+                Ok(Round::NotHolder) => (LEASE_RETRY, false),
                 Err(e) => {
                     tracing::warn!(producer = %self.producer, "outbox: the database failed ({e}); retrying in {backoff:?}");
                     (next_backoff(&mut backoff), false)
@@ -164,8 +131,8 @@ impl Relay {
         }
         // What committed before the stop goes out now, if it can quickly
         // (a drained host's last events); the rest is the next holder's.
-        let deadline = tokio::time::Instant::now() + FINAL_ROUNDS;
-        while self.stats.holding.load(Ordering::Relaxed) && tokio::time::Instant::now() < deadline {
+        let deadline = Instant::now() + FINAL_ROUNDS;
+        while self.stats.holding.load(Ordering::Relaxed) && Instant::now() < deadline {
             match tokio::time::timeout_at(deadline, self.round()).await {
                 Ok(Ok(Round::Sent)) => {}
                 _ => break,
@@ -176,35 +143,61 @@ impl Relay {
         }
     }
 
-    async fn round(&self) -> Result<Round, sqlx::Error> {
+    /// How long until the first held-back topic may be tried again.
+    fn next_held(&self) -> Option<Duration> {
+        self.held.values().map(|(until, _)| until.saturating_duration_since(Instant::now())).min()
+    }
+
+    async fn round(&mut self) -> Result<Round, sqlx::Error> {
         let holding = lease::hold(&self.pool, &self.producer, &self.holder).await?;
         self.stats.holding.store(holding, Ordering::Relaxed);
         if !holding {
             return Ok(Round::NotHolder);
         }
+        self.clean().await?;
+        let now = Instant::now();
+        let waiting: Vec<String> =
+            self.held.iter().filter(|(_, (until, _))| *until > now).map(|(t, _)| t.clone()).collect();
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, topic, key, value::text AS value, headers FROM idem.outbox \
-             WHERE producer = $1 AND published_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $2",
+             WHERE producer = $1 AND published_at IS NULL AND failed_at IS NULL AND NOT (topic = ANY($3)) \
+             ORDER BY id LIMIT $2",
         )
         .bind(&self.producer)
         .bind(ROUND_ROWS)
+        .bind(&waiting)
         .fetch_all(&self.pool)
         .await?;
         if rows.is_empty() {
             self.count_pending().await?;
-            self.clean().await?;
             return Ok(Round::Idle);
         }
-        let (published, failed, outage) = self.send(&rows).await;
+        let sent = send(&self.kafka, &rows).await;
         crate::pipeline::outbox_published();
-        if !published.is_empty() {
+        self.mark(&sent).await?;
+        self.hold_back(&sent);
+        if sent.fatal {
+            self.renew_producer();
+        }
+        // While rows flow, counted at most once a second (it reads every
+        // pending row); an idle round counts each time.
+        if self.counted.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+            self.count_pending().await?;
+        }
+        // Rows went out: more may wait. Only held back: wait for them.
+        Ok(if sent.published.is_empty() && sent.failed.is_empty() { Round::Idle } else { Round::Sent })
+    }
+
+    /// Marks what the broker acknowledged, and what it refused for good.
+    async fn mark(&self, sent: &Sent) -> Result<(), sqlx::Error> {
+        if !sent.published.is_empty() {
             sqlx::query("UPDATE idem.outbox SET published_at = now() WHERE id = ANY($1)")
-                .bind(&published)
+                .bind(&sent.published)
                 .execute(&self.pool)
                 .await?;
-            self.stats.published.fetch_add(published.len() as u64, Ordering::Relaxed);
+            self.stats.published.fetch_add(sent.published.len() as u64, Ordering::Relaxed);
         }
-        for (id, reason) in &failed {
+        for (id, reason) in &sent.failed {
             tracing::error!(producer = %self.producer, id, "outbox: the broker refused a row for good: {reason}");
             sqlx::query("UPDATE idem.outbox SET failed_at = now(), failure = $2 WHERE id = $1")
                 .bind(id)
@@ -212,74 +205,41 @@ impl Relay {
                 .execute(&self.pool)
                 .await?;
         }
-        self.stats.failed.fetch_add(failed.len() as u64, Ordering::Relaxed);
-        // While rows flow, counted at most once a second (it reads every
-        // pending row); an idle round counts each time.
-        let counted = *self.counted.lock().unwrap_or_else(|e| e.into_inner());
-        if counted.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
-            self.count_pending().await?;
-        }
-        Ok(match outage {
-            Some(why) => Round::Outage(why),
-            None => Round::Sent,
-        })
+        self.stats.failed.fetch_add(sent.failed.len() as u64, Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Produces `rows` in order and waits for every acknowledgement:
-    /// the ids published, the ids refused for good with why, and an outage
-    /// if one held any row back.
-    async fn send(&self, rows: &[Row]) -> (Vec<i64>, Vec<(i64, String)>, Option<String>) {
-        let mut deliveries = Vec::with_capacity(rows.len());
-        for row in rows {
-            let mut headers = OwnedHeaders::new();
-            for (name, value) in row.headers.iter() {
-                let value = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
-                headers = headers.insert(Header { key: name, value: Some(value.as_bytes()) });
-            }
-            let record =
-                FutureRecord::to(&row.topic).key(row.key.as_bytes()).payload(row.value.as_bytes()).headers(headers);
-            deliveries.push(self.kafka.send_result(record).map_err(|(e, _)| e));
+    /// Holds the topics an outage hit back (their rows wait, the producer's
+    /// other topics go on), each with its own doubling backoff; a topic
+    /// whose wait is over and that held nothing back is free again.
+    fn hold_back(&mut self, sent: &Sent) {
+        let now = Instant::now();
+        self.held.retain(|topic, (until, _)| sent.held.contains(topic) || *until > now);
+        let Some(why) = &sent.outage else { return };
+        for topic in &sent.held {
+            let mut backoff = self.held.get(topic).map_or(MIN_BACKOFF, |(_, next)| *next);
+            let wait = next_backoff(&mut backoff);
+            tracing::warn!(producer = %self.producer, topic, "outbox: {why}; its rows wait, retrying in {wait:?}");
+            self.held.insert(topic.clone(), (now + wait, backoff));
         }
-        let (mut published, mut failed, mut outage) = (Vec::new(), Vec::new(), None);
-        for (row, delivery) in rows.iter().zip(deliveries) {
-            let result = match delivery {
-                Ok(future) => match future.await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(e),
-                    Err(_) => Err(rdkafka::error::KafkaError::Canceled),
-                },
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(()) => published.push(row.id),
-                Err(e) => match refusal::classify(&row.topic, &e) {
-                    refusal::Refusal::Outage(_) => {
-                        outage.get_or_insert_with(|| format!("the broker did not take a row for {}: {e}", row.topic));
-                    }
-                    refused => {
-                        let scope = match refused {
-                            refusal::Refusal::Topic(_) => " (the topic refuses every record)",
-                            _ => "",
-                        };
-                        failed.push((row.id, format!("topic {}: {e}{scope}", row.topic)));
-                    }
-                },
-            }
+    }
+
+    /// A fatal error of the idempotent producer ends it for good: another.
+    fn renew_producer(&mut self) {
+        tracing::error!(producer = %self.producer, "outbox: the Kafka producer failed for good; making another");
+        match kafka_producer(&self.config, &self.producer) {
+            Ok(kafka) => self.kafka = kafka,
+            Err(e) => tracing::error!(producer = %self.producer, "outbox: cannot make another producer: {e:#}"),
         }
-        (published, failed, outage)
     }
 
     /// Deletes published rows older than the retention, at most once a
     /// minute, in chunks (the lease holder's work, like the publishing).
-    async fn clean(&self) -> Result<(), sqlx::Error> {
-        let now = tokio::time::Instant::now();
-        {
-            let mut cleaned = self.cleaned.lock().unwrap_or_else(|e| e.into_inner());
-            if cleaned.is_some_and(|at| now.duration_since(at) < CLEAN_EVERY) {
-                return Ok(());
-            }
-            *cleaned = Some(now);
+    async fn clean(&mut self) -> Result<(), sqlx::Error> {
+        if self.cleaned.is_some_and(|at| at.elapsed() < CLEAN_EVERY) {
+            return Ok(());
         }
+        self.cleaned = Some(Instant::now());
         loop {
             let deleted = sqlx::query(
                 "DELETE FROM idem.outbox WHERE id IN (SELECT id FROM idem.outbox \
@@ -296,8 +256,8 @@ impl Relay {
         }
     }
 
-    async fn count_pending(&self) -> Result<(), sqlx::Error> {
-        *self.counted.lock().unwrap_or_else(|e| e.into_inner()) = Some(tokio::time::Instant::now());
+    async fn count_pending(&mut self) -> Result<(), sqlx::Error> {
+        self.counted = Some(Instant::now());
         let (pending, oldest): (i64, f64) = sqlx::query_as(
             "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at))::float8, 0) FROM idem.outbox \
              WHERE producer = $1 AND published_at IS NULL AND failed_at IS NULL",
@@ -309,4 +269,11 @@ impl Relay {
         self.stats.oldest_ms.store((oldest * 1000.0) as u64, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// The backoff to wait now; the next one doubles, up to [`MAX_BACKOFF`].
+fn next_backoff(backoff: &mut Duration) -> Duration {
+    let now = *backoff;
+    *backoff = (now * 2).min(MAX_BACKOFF);
+    now
 }

@@ -198,6 +198,21 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         .await
         .with_context(|| format!("{at}: failed to grant the role its rights"))?;
 
+    // One namespace with the outbox's producers: a handler named as one
+    // would have that application's role publish as the handler.
+    let producer_role: Option<String> =
+        sqlx::query_scalar("SELECT role_name FROM idem.outbox_producer WHERE producer = $1")
+            .bind(&place.handler)
+            .fetch_optional(admin)
+            .await?;
+    if let Some(other) = producer_role {
+        bail!(
+            "{at}: `{}` is an outbox producer of this database (role {other}): `idem outbox --remove-producer {}` \
+             first, or name the handler otherwise",
+            place.handler,
+            place.handler
+        );
+    }
     let mut tx = admin.begin().await?;
     sqlx::query("DELETE FROM idem.handler_role WHERE handler = $1 AND role_name <> $2")
         .bind(&place.handler)

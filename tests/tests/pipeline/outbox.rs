@@ -250,14 +250,28 @@ async fn another_services_transactions_publish_once_each_in_commit_order_per_key
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let mut t2 = service.begin().await.unwrap_or_else(|e| panic!("{e}"));
-    sqlx::query(publish)
+    let headers = serde_json::json!({ "IDEM.correlation-id": "forged", "TraceParent": "forged", "x-app": "orders" });
+    sqlx::query("SELECT idem_api.publish($1, $2, 'order.confirmed.v1', $3, $4)")
         .bind(&env.topic)
         .bind("b")
         .bind(order(2))
+        .bind(headers)
         .execute(&mut *t2)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     t2.commit().await.unwrap_or_else(|e| panic!("{e}"));
+    // Headers are JSON objects of text, or refused as the call's error.
+    for bad in [serde_json::json!({ "x": 1 }), serde_json::json!(["x"])] {
+        let e = sqlx::query("SELECT idem_api.publish($1, 'c', 'order.confirmed.v1', $2, $3)")
+            .bind(&env.topic)
+            .bind(order(5))
+            .bind(&bad)
+            .execute(&service)
+            .await
+            .expect_err("malformed headers")
+            .to_string();
+        assert!(e.contains("headers must be"), "{bad}: {e}");
+    }
     // T3 writes key a too: it waits for T1, whatever their ids.
     let (t3_service, topic) = (service.clone(), env.topic.clone());
     let t3 = tokio::spawn(async move {
@@ -304,7 +318,14 @@ async fn another_services_transactions_publish_once_each_in_commit_order_per_key
     assert_eq!(records.len(), 3);
     for m in &records {
         assert_eq!(header(m, "idem.producer").as_deref(), Some("orders"));
+        assert_eq!(
+            (header(m, "IDEM.correlation-id"), header(m, "TraceParent")),
+            (None, None),
+            "the outbox's own names"
+        );
     }
+    let b = records.iter().find(|m| m.key() == Some(b"b".as_slice())).unwrap_or_else(|| panic!("key b"));
+    assert_eq!(header(b, "x-app").as_deref(), Some("orders"), "the application's own header");
     env.finish().await;
 }
 

@@ -175,3 +175,49 @@ async fn an_event_whose_window_was_not_created_waits_for_maintenance() {
     assert_eq!(scenarios.execute(&late, 1).await.expect("again"), Outcome::Duplicate);
     s.finish().await;
 }
+
+/// An event run without a dedup row (`stale_events = "process"`, its
+/// window gone) may not emit: nothing could name it as the cause of what it
+/// published, and a redelivery would publish again. The guest is told; the
+/// event itself commits, and the handler goes on.
+#[tokio::test]
+async fn an_event_run_without_a_dedup_row_may_not_emit() {
+    let s = Setup::new().await;
+    s.record("scenarios", "1 hour").await;
+    let now = s.now_ms().await;
+    let schema = json!({ "type": "object" });
+    let types = ["test.emitted.v1".to_owned()];
+    let policy = idem::EmitPolicy::new([("out", &types[..], &schema)]).expect("policy");
+    let process = s.scenarios(|h| {
+        h.stale_events = StalePolicy::Process;
+        h.emit = std::sync::Arc::new(policy);
+    });
+    s.db.pool
+        .execute("INSERT INTO idem.outbox_topic (producer, topic, event_types) VALUES ('scenarios', 'out', '{test.emitted.v1}')")
+        .await
+        .expect("the topic, as idem migrate --config records it");
+    let emits = json!([{ "topic": "out", "key": "k", "event_type": "test.emitted.v1", "payload": { "amount": 1 } }]);
+    let emitting = |ms: i64| {
+        idem_tests::event(
+            v7_at(ms),
+            json!({ "eventType": "test.scenario.v1", "scenario": "emit", "emits": emits }),
+            "scenarios",
+            0,
+        )
+    };
+    let ancient = emitting(now - 20 * DAY_MS);
+    assert_eq!(process.execute(&ancient, 1).await.expect("unguarded"), Outcome::Processed);
+    let notes: Vec<String> =
+        sqlx::query_scalar("SELECT note FROM scenario.effect WHERE event_id = $1 AND note <> 'start'")
+            .bind(ancient.id)
+            .fetch_all(&s.db.pool)
+            .await
+            .expect("notes");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].starts_with("refused 0 emit refused: this event runs without a dedup row"), "{notes:?}");
+    // A fresh event of the same handler emits as usual.
+    let fresh = emitting(now);
+    assert_eq!(process.execute(&fresh, 1).await.expect("fresh"), Outcome::Processed);
+    assert_eq!(s.count("SELECT count(*) FROM idem.outbox").await, 1, "only the fresh event's");
+    s.finish().await;
+}

@@ -1,0 +1,121 @@
+//! One round's rows to the broker: produced in order, every
+//! acknowledgement awaited, each row's fate classified.
+
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+
+use crate::config::Config;
+use crate::pipeline::dlq::refusal;
+
+/// How long the broker may take to acknowledge a row, retries included:
+/// well inside the lease ([`super::lease::TTL`]), so a holder waiting out an
+/// outage renews it before another host could take over.
+pub(super) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The relay's Kafka producer: `[kafka]`'s properties, idempotent, every
+/// replica's acknowledgement awaited.
+pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<FutureProducer> {
+    let mut client = crate::kafka_client::client_config(config, None, crate::kafka_client::ClientKind::Producer)?;
+    client
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("client.id", format!("idem-outbox-{producer}"))
+        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+        .set("linger.ms", "5");
+    crate::kafka_client::create(
+        &client,
+        rdkafka::client::DefaultClientContext,
+        &format!("the outbox relay of `{producer}`"),
+    )
+}
+
+/// One row as the relay reads it.
+#[derive(sqlx::FromRow)]
+pub(super) struct Row {
+    pub id: i64,
+    pub topic: String,
+    pub key: String,
+    pub value: String,
+    pub headers: sqlx::types::Json<serde_json::Value>,
+}
+
+/// What became of a round's rows.
+#[derive(Debug, Default)]
+pub(super) struct Sent {
+    /// Acknowledged by the broker.
+    pub published: Vec<i64>,
+    /// Refused for good, with why.
+    pub failed: Vec<(i64, String)>,
+    /// The topics an outage held rows of back, and the first reason.
+    pub held: Vec<String>,
+    pub outage: Option<String>,
+    /// The producer cannot go on (librdkafka's fatal error): make another.
+    pub fatal: bool,
+}
+
+/// Produces `rows` in order and waits for every acknowledgement.
+pub(super) async fn send(kafka: &FutureProducer, rows: &[Row]) -> Sent {
+    let mut deliveries = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Some(headers) = headers(&row.headers.0) else {
+            deliveries.push(Err(None));
+            continue;
+        };
+        let record =
+            FutureRecord::to(&row.topic).key(row.key.as_bytes()).payload(row.value.as_bytes()).headers(headers);
+        deliveries.push(kafka.send_result(record).map_err(|(e, _)| Some(e)));
+    }
+    let mut sent = Sent::default();
+    for (row, delivery) in rows.iter().zip(deliveries) {
+        let result = match delivery {
+            Ok(future) => match future.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err((e, _))) => Err(Some(e)),
+                Err(_) => Err(Some(KafkaError::Canceled)),
+            },
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => sent.published.push(row.id),
+            // Never a map of text: not a record anyone can send (the
+            // database refuses such headers; only a row written around it).
+            Err(None) => sent.failed.push((row.id, "its headers are not a JSON object of text values".into())),
+            Err(Some(e)) => classify(&mut sent, row, &e),
+        }
+    }
+    sent.fatal = kafka.client().fatal_error().is_some();
+    sent
+}
+
+fn classify(sent: &mut Sent, row: &Row, e: &KafkaError) {
+    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+        sent.fatal = true;
+    }
+    match refusal::classify(&row.topic, e) {
+        refusal::Refusal::Outage(_) => {
+            if !sent.held.contains(&row.topic) {
+                sent.held.push(row.topic.clone());
+            }
+            sent.outage.get_or_insert_with(|| format!("the broker did not take a row for {}: {e}", row.topic));
+        }
+        refused => {
+            let scope = match refused {
+                refusal::Refusal::Topic(_) => " (the topic refuses every record)",
+                _ => "",
+            };
+            sent.failed.push((row.id, format!("topic {}: {e}{scope}", row.topic)));
+        }
+    }
+}
+
+/// A row's headers as Kafka's: `None` unless a JSON object of text.
+fn headers(json: &serde_json::Value) -> Option<OwnedHeaders> {
+    let mut headers = OwnedHeaders::new();
+    for (name, value) in json.as_object()? {
+        headers = headers.insert(Header { key: name, value: Some(value.as_str()?.as_bytes()) });
+    }
+    Some(headers)
+}
