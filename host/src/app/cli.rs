@@ -444,14 +444,21 @@ struct OutboxQuery {
     json: bool,
 }
 
-/// `idem outbox`.
-async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::Result<()> {
-    let config = crate::config::Config::load(config)?;
+/// The config at `path` and idem's own pool on its database, its
+/// migrations checked: what the commands that read idem's tables start with.
+async fn config_and_pool(path: &std::path::Path) -> anyhow::Result<(crate::config::Config, sqlx::PgPool)> {
+    let config = crate::config::Config::load(path)?;
     let shown = crate::app::startup::redact(&config.database.url);
     let pool = sqlx::PgPool::connect(&config.database.url)
         .await
         .with_context(|| format!("database unreachable at {shown}"))?;
     crate::migrate::check(&pool).await?;
+    Ok((config, pool))
+}
+
+/// `idem outbox`.
+async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::Result<()> {
+    let (config, pool) = config_and_pool(config).await?;
     let producer = q.producer.as_deref();
     let redriven = if q.redrive { Some(crate::outbox::store::redrive(&pool, producer, &q.ids).await?) } else { None };
     let mut summary = crate::outbox::store::summary(&pool, &crate::outbox::producers(&config)).await?;
@@ -503,12 +510,7 @@ async fn end_producer(config: &std::path::Path, name: &str, database_url: Option
 }
 
 async fn maintenance(config: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    let config = crate::config::Config::load(config)?;
-    let shown = crate::app::startup::redact(&config.database.url);
-    let pool = sqlx::PgPool::connect(&config.database.url)
-        .await
-        .with_context(|| format!("database unreachable at {shown}"))?;
-    crate::migrate::check(&pool).await?;
+    let (config, pool) = config_and_pool(config).await?;
     crate::retention::check_mode(&pool, &config.retention).await?;
     // As a host starting with this config would.
     crate::retention::record(&pool, &config).await?;

@@ -269,13 +269,7 @@ async fn a_failure_among_events_running_at_once_rolls_back_and_nothing_doubles()
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
     assert_eq!((r.processed, r.dead_lettered, r.retries), (28, 2, 2), "{r:?}");
-    let effects: Vec<(uuid::Uuid, i64)> =
-        sqlx::query_as("SELECT event_id, count(*) FROM scenario.effect GROUP BY event_id")
-            .fetch_all(&env.db.pool)
-            .await
-            .expect("effects");
-    assert_eq!(effects.len(), 28, "the two failed events left nothing: {effects:?}");
-    assert!(effects.iter().all(|(id, n)| *n == 1 && ok.contains(id)), "each effect once: {effects:?}");
+    env.assert_effects_once(&ok).await;
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(30)]);
     env.finish().await;
 }

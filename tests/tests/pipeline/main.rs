@@ -81,6 +81,18 @@ impl Env {
         self.db.count(sql).await
     }
 
+    /// Asserts that `scenario.effect` holds the effects of exactly the
+    /// events `ok`, each once (a failed event's writes rolled back).
+    async fn assert_effects_once(&self, ok: &[uuid::Uuid]) {
+        let effects: Vec<(uuid::Uuid, i64)> =
+            sqlx::query_as("SELECT event_id, count(*) FROM scenario.effect GROUP BY event_id")
+                .fetch_all(&self.db.pool)
+                .await
+                .expect("effects");
+        assert_eq!(effects.len(), ok.len(), "the failed events left nothing: {effects:?}");
+        assert!(effects.iter().all(|(id, n)| *n == 1 && ok.contains(id)), "each effect once: {effects:?}");
+    }
+
     async fn finish(self) {
         self.db.drop_database().await;
     }

@@ -61,13 +61,7 @@ async fn a_failure_in_one_partitions_share_of_a_merged_batch_doubles_nothing_els
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
     assert_eq!((r.processed, r.dead_lettered, r.retries), (39, 1, 1), "{r:?}");
-    let effects: Vec<(uuid::Uuid, i64)> =
-        sqlx::query_as("SELECT event_id, count(*) FROM scenario.effect GROUP BY event_id")
-            .fetch_all(&env.db.pool)
-            .await
-            .unwrap_or_else(|e| panic!("effects: {e}"));
-    assert_eq!(effects.len(), 39, "the failed event left nothing: {effects:?}");
-    assert!(effects.iter().all(|(id, n)| *n == 1 && ok.contains(id)), "each effect once: {effects:?}");
+    env.assert_effects_once(&ok).await;
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 4), vec![Some(10); 4]);
     env.finish().await;
 }
