@@ -105,7 +105,7 @@ impl Executor {
         if !emits.is_empty() {
             // Their transaction's failure names no one event: the batch's
             // events then run alone, each writing its own.
-            if let Err(error) = crate::outbox::write(&mut tx, &emits).await {
+            if let Err(error) = crate::outbox::write::write(&mut tx, &emits).await {
                 tx.abandon(&self.pool);
                 return Err(BatchFailure::whole(error));
             }

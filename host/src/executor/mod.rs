@@ -146,7 +146,7 @@ impl Executor {
         match result {
             Ok(Outcome::Processed) => {
                 if !emitted.is_empty()
-                    && let Err(e) = crate::outbox::write(&mut tx, &[(event.id, emitted)]).await
+                    && let Err(e) = crate::outbox::write::write(&mut tx, &[(event.id, emitted)]).await
                 {
                     tx.abandon(&self.pool);
                     return Err(e);
@@ -271,7 +271,7 @@ impl Executor {
         let deadline = tx.deadline();
         // An event run without a dedup row emits nothing: its emits could
         // not name it as their cause (README, "The outbox").
-        let provenance = guarded.then(|| crate::outbox::provenance(event));
+        let provenance = guarded.then(|| crate::outbox::write::provenance(event));
         let state = self.state(tx, event.id.hyphenated().to_string(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);

@@ -13,10 +13,9 @@ pub mod provision;
 pub mod relay;
 mod send;
 pub mod store;
-mod write;
-
-pub use write::provenance;
-pub(crate) use write::write;
+/// (The executor imports from here directly: `outbox/mod.rs` reaches the
+/// relay, which the executor must not depend on.)
+pub(crate) mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -173,7 +173,7 @@ impl Relay {
             return Ok(Round::Idle);
         }
         let sent = send(&self.kafka, &rows).await;
-        crate::pipeline::outbox_published();
+        fault_after_publish();
         self.mark(&sent).await?;
         self.hold_back(&sent);
         if sent.fatal {
@@ -268,6 +268,17 @@ impl Relay {
         self.stats.pending.store(u64::try_from(pending).unwrap_or(0), Ordering::Relaxed);
         self.stats.oldest_ms.store((oldest * 1000.0) as u64, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The crash tests' fault point between the broker's acknowledgement and
+/// the mark (`IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH`; only with the
+/// `test-hooks` feature, as the pipeline's in `pipeline/faults.rs`).
+fn fault_after_publish() {
+    #[cfg(feature = "test-hooks")]
+    if crate::env::get("IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH").is_some() {
+        eprintln!("idem: IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH: aborting between the acknowledgement and the mark");
+        std::process::abort();
     }
 }
 

@@ -17,7 +17,7 @@ mod worker;
 pub(crate) use dlq::DeadLetters;
 pub use dlq::headers as dlq_headers;
 pub use dlq::seal::Keys as DlqKeys;
-pub(crate) use faults::{no_module_watch, outbox_published};
+pub(crate) use faults::no_module_watch;
 pub(crate) use polling::Stopping;
 
 use std::sync::Arc;
