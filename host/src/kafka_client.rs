@@ -217,6 +217,30 @@ pub fn probe(
     create(&client, ProbeContext::default(), "a Kafka client")
 }
 
+/// The context of idem's producers (dead-letter writes, the outbox relay):
+/// librdkafka's lines into idem's log, and its client errors, which an
+/// outage repeats many times a second, each said once a while
+/// ([`crate::repeats`]).
+#[derive(Default)]
+pub struct Quiet {
+    repeats: crate::repeats::Repeats,
+}
+
+impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(held) = self.repeats.admit(&error.to_string()) {
+            tracing::error!(target: "librdkafka", "{error}: {reason}{}", crate::repeats::held_note(held));
+        }
+    }
+}
+
+/// A producer of idem's own.
+pub type Producer = rdkafka::producer::FutureProducer<Quiet>;
+
 /// librdkafka's log lines, into idem's log.
 pub fn log(level: RDKafkaLogLevel, fac: &str, message: &str) {
     use RDKafkaLogLevel::*;

@@ -42,6 +42,7 @@ pub mod modules;
 pub mod offsets;
 pub mod outbox;
 pub mod pipeline;
+mod repeats;
 pub mod retention;
 pub mod runtime;
 pub mod sandbox;

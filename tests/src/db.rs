@@ -95,6 +95,26 @@ impl TestDb {
         idem::outbox::provision::apply(&self.pool, &config).await.unwrap_or_else(|e| panic!("outbox: {e:#}"));
     }
 
+    /// An application outside idem that publishes through the outbox (the
+    /// design notes' order service): a login role created as the
+    /// application's own would be, `[[outbox.producer]] orders` for it in the
+    /// config at `path` (publishing `order.confirmed.v1` to `topic`), the
+    /// right recorded, and a pool logged in as that role.
+    pub async fn order_service(&self, path: &Path, topic: &str) -> PgPool {
+        let role = format!("{}_orders", self.name);
+        sqlx::query(&format!("CREATE ROLE {role} LOGIN")).execute(&self.pool).await.unwrap_or_else(|e| panic!("{e}"));
+        let mut text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.push_str(&format!(
+            "\n[[outbox.producer]]\nname = \"orders\"\nrole = \"{role}\"\n[[outbox.producer.topic]]\n\
+             topic = \"{topic}\"\nevent_types = [\"order.confirmed.v1\"]\n"
+        ));
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        self.allow_emits(path).await;
+        let mut url = reqwest::Url::parse(&self.url).unwrap_or_else(|e| panic!("{e}"));
+        url.set_username(&role).unwrap_or_else(|()| panic!("user {role}"));
+        PgPoolOptions::new().max_connections(4).connect(url.as_str()).await.unwrap_or_else(|e| panic!("{role}: {e}"))
+    }
+
     /// Where `handler` lives in this database: its role is named the way
     /// idem names it by default (`<database>_<schema>`).
     pub fn place(&self, handler: &str, schema: &str) -> Place {

@@ -68,6 +68,74 @@ pub fn use_mock_cluster(fault: &str) {
     }
 }
 
+/// A broker this process started for itself ([`use_own_broker`]): Apache
+/// Kafka, as `scripts/kafka/broker` starts it, in a folder of its own, which
+/// a test may stop and start again on the same port and data.
+pub struct OwnBroker {
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+static OWN: OnceLock<OwnBroker> = OnceLock::new();
+
+/// Makes this test process use an Apache Kafka broker of its own instead of
+/// the suite's shared one (`KAFKA_BROKERS`), for a test that stops the
+/// broker (`why`): stopping the shared one would fail every test running
+/// beside it. Such tests live in a binary of their own, every test of which
+/// calls this first. The broker is stopped when this process ends, however
+/// it ends (`scripts/kafka/broker`'s owner watchdog).
+pub fn use_own_broker(why: &str) -> &'static OwnBroker {
+    let own = OWN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(crate::unique_name("idem_own_broker"));
+        let port = free_port();
+        let own = OwnBroker { dir, port };
+        own.start();
+        own
+    });
+    let address = own.address();
+    let found = BROKER.get_or_init(|| Ok(Broker::External(address.clone())));
+    match found {
+        Ok(Broker::External(servers)) if *servers == address => {
+            eprintln!("on a broker of this process's own at {address}: {why}")
+        }
+        Ok(_) => panic!("this test stops its broker ({why}), but this process already uses {}", describe()),
+        Err(e) => panic!("{e}"),
+    }
+    own
+}
+
+fn free_port() -> u16 {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("a free port: {e}"));
+    socket.local_addr().unwrap_or_else(|e| panic!("a free port: {e}")).port()
+}
+
+impl OwnBroker {
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again: same port, same data) and returns once it serves.
+    pub fn start(&self) {
+        self.script(&["start", &self.dir.to_string_lossy(), &self.port.to_string()]);
+    }
+
+    /// Stops it: a controlled shutdown, killed after 15 s.
+    pub fn stop(&self) {
+        self.script(&["stop", &self.dir.to_string_lossy()]);
+    }
+
+    fn script(&self, args: &[&str]) {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker");
+        let out = std::process::Command::new(script)
+            .args(args)
+            .env("IDEM_BROKER_OWNER", std::process::id().to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("scripts/kafka/broker {args:?}: {e}"));
+        assert!(out.status.success(), "scripts/kafka/broker {args:?} failed ({}): its error above", out.status);
+    }
+}
+
 /// Starts the mock cluster on a thread that owns it (it is not `Send`) for
 /// the rest of the process.
 fn start_mock() -> Result<Broker, String> {
@@ -124,6 +192,7 @@ pub fn brokers() -> String {
 /// Which broker the tests run against, for logs and summaries.
 pub fn describe() -> String {
     match broker() {
+        Broker::External(servers) if OWN.get().is_some() => format!("{servers} (this process's own broker)"),
         Broker::External(servers) => format!("{servers} (KAFKA_BROKERS)"),
         Broker::Mock { servers, .. } => format!("{servers} (librdkafka's mock cluster, in this process)"),
     }

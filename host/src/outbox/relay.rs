@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rdkafka::producer::FutureProducer;
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -63,7 +62,7 @@ pub struct Relay {
     pool: PgPool,
     pub producer: String,
     holder: String,
-    kafka: FutureProducer,
+    kafka: crate::kafka_client::Producer,
     pub stats: Arc<RelayStats>,
     wake: Arc<Notify>,
     /// How long published rows are kept (`[outbox] retention`).

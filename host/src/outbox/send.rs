@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::{FutureRecord, Producer as _};
 
 use crate::config::Config;
+use crate::kafka_client::Producer;
 use crate::pipeline::dlq::refusal;
 
 /// How long the broker may take to acknowledge a row, retries included:
@@ -17,7 +18,7 @@ pub(super) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The relay's Kafka producer: `[kafka]`'s properties, idempotent, every
 /// replica's acknowledgement awaited.
-pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<FutureProducer> {
+pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<Producer> {
     let mut client = crate::kafka_client::client_config(config, None, crate::kafka_client::ClientKind::Producer)?;
     client
         .set("enable.idempotence", "true")
@@ -27,7 +28,7 @@ pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<
         .set("linger.ms", "5");
     crate::kafka_client::create(
         &client,
-        rdkafka::client::DefaultClientContext,
+        crate::kafka_client::Quiet::default(),
         &format!("the outbox relay of `{producer}`"),
     )
 }
@@ -57,7 +58,7 @@ pub(super) struct Sent {
 }
 
 /// Produces `rows` in order and waits for every acknowledgement.
-pub(super) async fn send(kafka: &FutureProducer, rows: &[Row]) -> Sent {
+pub(super) async fn send(kafka: &Producer, rows: &[Row]) -> Sent {
     let mut deliveries = Vec::with_capacity(rows.len());
     for row in rows {
         let Some(headers) = headers(&row.headers.0) else {

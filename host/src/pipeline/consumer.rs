@@ -84,6 +84,8 @@ pub(crate) struct IdemContext {
     pub(crate) watermarks: Mutex<std::collections::BTreeMap<(String, i32), i64>>,
     /// Shutting down: an assignment that arrives now starts no worker.
     pub(crate) closing: AtomicBool,
+    /// Client errors an outage repeats on every poll, said once a while.
+    pub(crate) repeats: crate::repeats::Repeats,
 }
 
 impl IdemContext {
@@ -106,6 +108,7 @@ impl IdemContext {
             joined: AtomicBool::new(false),
             watermarks: Mutex::default(),
             closing: AtomicBool::new(false),
+            repeats: Default::default(),
         }
     }
 
@@ -299,7 +302,10 @@ impl ClientContext for Ctx {
         self.0.on_stats(statistics);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}");
+        if let Some(held) = self.0.repeats.admit(&error.to_string()) {
+            let more = crate::repeats::held_note(held);
+            tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}{more}");
+        }
     }
 }
 

@@ -137,7 +137,11 @@ pub(super) fn poll_loop(
                 ctx.fatal(message);
                 break;
             }
-            Some(Err(e)) => tracing::warn!("consumer error: {e}"),
+            Some(Err(e)) => {
+                if let Some(held) = ctx.repeats.admit(&format!("poll: {e}")) {
+                    tracing::warn!("consumer error: {e}{}", crate::repeats::held_note(held));
+                }
+            }
             None => {}
         }
         ctx.look_up_starts(&consumer);

@@ -2,8 +2,9 @@
 //!
 //! `cargo run --release -p idem-tests --bin bench-runtime [-- EVENTS]`
 //!
-//! For the billing example (INSERT + POST) and the notification example
-//! (the INSERT alone: the runtime's cost without HTTP), runs the same work
+//! For the billing example (INSERT + POST), the notification example (the
+//! INSERT alone: the runtime's cost without HTTP) and the same effect from
+//! a Python guest (componentize-py), runs the same work
 //! two ways, one event at a time on one connection, in the same process
 //! against the same PostgreSQL and local provider:
 //! - baseline: hand-written Rust doing what the seed does per event (BEGIN,
@@ -100,13 +101,19 @@ async fn idem_run(exec: &Executor, events: &[Event]) -> anyhow::Result<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// `name`'s component: an example's, or for `python-notification` the
+/// Python guest built with componentize-py (the notification effect).
+fn component(name: &str) -> std::path::PathBuf {
+    if name.starts_with("python-") { guests::python_component(name) } else { guests::component(name) }
+}
+
 fn load(runtime: &Runtime, name: &str, provider: &PaymentProvider) -> anyhow::Result<(Handler, f64)> {
     let mut settings = HandlerSettings::new(name);
     settings.http.allow = vec![provider.base_url()];
     settings.http.allow_private = vec![provider.base_url()];
     settings.config.insert("payment_base_url".into(), provider.base_url());
     let started = Instant::now();
-    let handler = Handler::load(runtime, &guests::component(name), settings)?;
+    let handler = Handler::load(runtime, &component(name), settings)?;
     Ok((handler, started.elapsed().as_secs_f64() * 1e3))
 }
 
@@ -118,18 +125,23 @@ async fn main() -> anyhow::Result<()> {
     let runtime = Runtime::new()?;
     let http = reqwest::Client::new();
     let url = provider.base_url();
-    let per = |secs: f64| secs * 1e6 / n as f64;
-    println!("{n} events per run, one at a time, one connection");
+    println!("{n} events per run (a tenth for Python), one at a time, one connection");
 
     // billing: INSERT + POST; notification: the INSERT alone, which shows
     // the runtime's own cost without the HTTP round trip.
-    for (name, post_to) in [("billing", Some(url.as_str())), ("notification", None)] {
+    // python-notification: the notification effect from a Python guest
+    // (componentize-py: a whole CPython instantiated per event), against
+    // the same baseline; it runs a tenth of the events.
+    let handlers =
+        [("billing", Some(url.as_str()), n), ("notification", None, n), ("python-notification", None, n / 10)];
+    for (name, post_to, n) in handlers {
+        let per = |secs: f64| secs * 1e6 / n as f64;
         let (handler, load_ms) = load(&runtime, name, &provider)?;
         // The handler's own pool and role, as `idem run` opens them.
-        let schema = name;
+        let schema = name.trim_start_matches("python-");
         let pins = Pins { schema: schema.into(), synchronous_commit: "on".into() };
         let client = idem::http_client(&handler.settings().http)?;
-        let exec = Executor::new(handler, db.handler_pool(name, schema).await, client, pins);
+        let exec = Executor::new(handler, db.handler_pool(schema, schema).await, client, pins);
         // Warm both paths (connections, prepared statements, code).
         baseline(&db, &http, post_to, &(0..50).map(order).collect::<Vec<_>>()).await?;
         idem_run(&exec, &(0..50).map(order).collect::<Vec<_>>()).await?;

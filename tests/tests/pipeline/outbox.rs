@@ -206,21 +206,6 @@ fn order(id: i64) -> serde_json::Value {
     serde_json::json!({ "aggregateType": "Order", "orderId": id, "customerId": 7, "totalAmount": 12.5, "currency": "EUR" })
 }
 
-/// The order service's role, created as an application's would be, and
-/// the config's `[[outbox.producer]]` for it (publishing `topic`).
-async fn order_service(env: &Env, config: &Path, topic: &str) -> String {
-    let role = format!("{}_orders", env.db.name);
-    sqlx::query(&format!("CREATE ROLE {role} LOGIN")).execute(&env.db.pool).await.unwrap_or_else(|e| panic!("{e}"));
-    let mut text = std::fs::read_to_string(config).unwrap_or_default();
-    text.push_str(&format!(
-        "\n[[outbox.producer]]\nname = \"orders\"\nrole = \"{role}\"\n[[outbox.producer.topic]]\ntopic = \"{topic}\"\n\
-         event_types = [\"order.confirmed.v1\"]\n"
-    ));
-    std::fs::write(config, text).unwrap_or_else(|e| panic!("{e}"));
-    env.db.allow_emits(config).await;
-    role
-}
-
 async fn charged(env: &Env, order: i64) -> bool {
     env.count(&format!("SELECT count(*) FROM billing.charge WHERE order_id = {order}")).await > 0
 }
@@ -230,14 +215,7 @@ async fn another_services_transactions_publish_once_each_in_commit_order_per_key
     let env = Env::new(1).await;
     let spec = env.billing();
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
-    let role = order_service(&env, &config, &env.topic).await;
-    let mut url = reqwest::Url::parse(&env.db.url).unwrap_or_else(|e| panic!("{e}"));
-    url.set_username(&role).unwrap_or_else(|()| panic!("user"));
-    let service = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(url.as_str())
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let service = env.db.order_service(&config, &env.topic).await;
     let publish = "SELECT idem_api.publish($1, $2, 'order.confirmed.v1', $3)";
 
     // T1 writes key a and stays open; T2 writes key b and commits first.
@@ -390,17 +368,23 @@ async fn one_host_relays_a_producer_and_another_takes_over_when_it_is_killed() {
 }
 
 /// The design notes' chain: orders → billing (charges, emits
-/// `payment.requested.v1`) → payments, in one host killed twice mid-stream,
-/// a third of the orders redelivered: each request taken once, caused by its
-/// order's charge.
+/// `payment.requested.v1` keyed by customer) → payments, each handler in a
+/// host of its own, the billing host (and its relay) and the payments host
+/// each killed mid-stream, a third of the orders redelivered: each request
+/// taken once, caused by its order's charge, and each customer's requests
+/// published in the order their charges committed.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_its_host() {
+async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_either_host() {
     let env = Env::new(3).await;
     let requests = kafka::create_topic(3).await;
-    let billing = HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
-    let payments = HandlerSpec::payments(&requests);
-    let config = host::write_config(&env.db.url, &[billing, payments]);
-    env.db.allow_emits(&config).await;
+    let configs = [
+        host::write_config(
+            &env.db.url,
+            &[HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests)],
+        ),
+        host::write_config(&env.db.url, &[HandlerSpec::payments(&requests)]),
+    ];
+    env.db.allow_emits(&configs[0]).await;
     let n = 5_000;
     let orders: Vec<(i32, String, Vec<u8>)> =
         (1..=n).map(|id| ((id % 3) as i32, format!("customer-{}", id % 7), host::order_payload(id).1)).collect();
@@ -408,20 +392,22 @@ async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_its_ho
     kafka::produce_all_keyed(&env.producer, &env.topic, &orders).await;
     kafka::produce_all_keyed(&env.producer, &env.topic, &again).await;
     let taken = || async { env.count("SELECT count(*) FROM payments.request").await };
-    for target in [1_000, 3_000] {
-        let child = host::spawn(&config, false, &[]);
+    let mut hosts = [host::spawn(&configs[0], false, &[]), host::spawn(&configs[1], false, &[])];
+    // billing's host, then payments', then billing's again.
+    for (target, victim) in [(1_000, 0), (2_500, 1), (3_500, 0)] {
         idem_tests::wait_until_async("the chain makes progress", || async { taken().await >= target }).await;
-        host::signal(&child, "KILL");
-        let mut child = child;
-        let _ = child.wait();
+        host::signal(&hosts[victim], "KILL");
+        let _ = hosts[victim].wait();
+        hosts[victim] = host::spawn(&configs[victim], false, &[]);
     }
-    let last = host::spawn(&config, false, &[]);
     idem_tests::wait_until_async("every request is taken", || async { taken().await >= n }).await;
     // A little longer: anything taken twice would show.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    host::signal(&last, "TERM");
-    let (status, _) = host::wait_report(last);
-    assert!(status.success(), "{status}");
+    for child in hosts {
+        host::signal(&child, "TERM");
+        let (status, _) = host::wait_report(child);
+        assert!(status.success(), "{status}");
+    }
     assert_eq!(env.count("SELECT count(*) FROM billing.charge").await, n, "each order charged once");
     assert_eq!(env.count("SELECT count(*) FROM payments.request").await, n, "each request taken once");
     assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM payments.request").await, n);
@@ -432,6 +418,37 @@ async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_its_ho
         )
         .await;
     assert_eq!(mismatched, 0, "each request names the order event that caused it");
+    // Per key, the order of first publication (a relay that died before
+    // marking its rows publishes them again later: repeats come after) is
+    // the order the charges committed, which is the outbox's id order within
+    // a key (a transaction holds its keys' bucket locks until it commits).
+    let mut committed: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT key, (value->>'orderId')::int8 FROM idem.outbox WHERE topic = $1 ORDER BY id")
+            .bind(&requests)
+            .fetch_all(&env.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    for (key, order) in rows {
+        committed.entry(key).or_default().push(order);
+    }
+    let mut published: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    let mut seen = std::collections::HashSet::new();
+    let records = kafka::read_all(&requests);
+    for m in &records {
+        let order = value(m)["orderId"].as_i64().unwrap_or_else(|| panic!("orderId in {:?}", value(m)));
+        if seen.insert(order) {
+            let key = String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned();
+            published.entry(key).or_default().push(order);
+        }
+    }
+    assert_eq!(committed.len(), 17, "the requests are keyed by the orders' 17 customers");
+    assert_eq!(published, committed, "each customer's requests published in the order their charges committed");
+    eprintln!(
+        "{} records for {n} requests ({} published again after a kill)",
+        records.len(),
+        records.len() - n as usize
+    );
     env.finish().await;
 }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer as _};
+use rdkafka::producer::{FutureRecord, Producer as _};
 
 use crate::config::{Config, HandlerConfig};
 use crate::error::ErrorClass;
@@ -41,7 +41,7 @@ pub(crate) struct Failure {
 }
 
 pub(crate) struct DeadLetters {
-    producer: FutureProducer,
+    producer: crate::kafka_client::Producer,
     pub topic: String,
     partitions: i32,
     handler: String,
@@ -72,9 +72,9 @@ impl DeadLetters {
             .set("client.id", format!("idem-{}-dlq", handler.name))
             .set("message.timeout.ms", "30000")
             .set("linger.ms", "5");
-        let producer: FutureProducer = crate::kafka_client::create(
+        let producer: crate::kafka_client::Producer = crate::kafka_client::create(
             &client,
-            rdkafka::client::DefaultClientContext,
+            crate::kafka_client::Quiet::default(),
             &format!("the DLQ producer of handler `{}`", handler.name),
         )?;
         let (handler, group) = (handler.name.clone(), handler.group_id.clone());
