@@ -232,7 +232,7 @@ impl ClientContext for Quiet {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(held) = self.repeats.admit(&error.to_string()) {
+        if let Some(held) = self.repeats.admit(&crate::repeats::kind(&error, reason)) {
             tracing::error!(target: "librdkafka", "{error}: {reason}{}", crate::repeats::held_note(held));
         }
     }

@@ -47,6 +47,14 @@ impl Repeats {
     }
 }
 
+/// The kind of a client error: its code and its reason with the digits
+/// left out (librdkafka's reasons carry counts, times and ports that change
+/// from one repetition to the next; the cause in words does not).
+pub(crate) fn kind(error: &impl std::fmt::Display, reason: &str) -> String {
+    let reason: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
+    format!("{error}: {reason}")
+}
+
 /// " (and N more like it)" for a line admitted after `held` were held back.
 pub(crate) fn held_note(held: u64) -> String {
     if held == 0 { String::new() } else { format!(" (and {held} more like it)") }
@@ -67,6 +75,21 @@ mod tests {
         assert_eq!(r.admit_at("another", t0 + Duration::from_millis(300)), Some(0), "kinds are apart");
         assert_eq!(r.admit_at("all brokers down", t0 + EVERY), Some(3));
         assert_eq!(r.admit_at("all brokers down", t0 + EVERY + Duration::from_secs(1)), None);
+    }
+
+    #[test]
+    fn a_kind_is_the_cause_in_words_not_its_counts() {
+        let refused = |port: u32, n: u32| {
+            format!(
+                "127.0.0.1:{port}/bootstrap: Connect failed: Connection refused ({n} identical error(s) suppressed)"
+            )
+        };
+        assert_eq!(
+            kind(&"BrokerTransportFailure", &refused(9092, 5)),
+            kind(&"BrokerTransportFailure", &refused(9093, 580))
+        );
+        let tls = "127.0.0.1:9093/bootstrap: SSL handshake failed: certificate verify failed";
+        assert_ne!(kind(&"BrokerTransportFailure", &refused(9093, 5)), kind(&"BrokerTransportFailure", tls));
     }
 
     #[test]

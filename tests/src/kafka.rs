@@ -104,9 +104,20 @@ pub fn use_own_broker(why: &str) -> &'static OwnBroker {
     own
 }
 
+/// A free port below the kernel's ephemeral range. Not one from it: while
+/// the broker is stopped, the clients' reconnects to its port draw source
+/// ports from that range, and a connect whose source port is the
+/// destination port connects to itself (TCP simultaneous open) and holds
+/// the port the broker must listen on again.
 fn free_port() -> u16 {
-    let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("a free port: {e}"));
-    socket.local_addr().unwrap_or_else(|e| panic!("a free port: {e}")).port()
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(32768);
+    let (first, last) = (10_000u16, low.saturating_sub(1).max(10_001));
+    let start = first + (std::process::id() % u32::from(last - first)) as u16;
+    (start..last)
+        .chain(first..start)
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .unwrap_or_else(|| panic!("no free port on 127.0.0.1 in {first}..{last}"))
 }
 
 impl OwnBroker {
@@ -122,6 +133,12 @@ impl OwnBroker {
     /// Stops it: a controlled shutdown, killed after 15 s.
     pub fn stop(&self) {
         self.script(&["stop", &self.dir.to_string_lossy()]);
+    }
+
+    /// Stops it for good and deletes its folder (data, logs, certificates).
+    pub fn remove(&self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 
     fn script(&self, args: &[&str]) {

@@ -92,5 +92,5 @@ async fn a_broker_down_for_30_s_holds_the_outbox_loses_nothing_and_everything_fl
     let billing = reports.iter().find(|r| r.handler == "billing").unwrap_or_else(|| panic!("{reports:?}"));
     assert_eq!((billing.failed, billing.dead_lettered), (0, 0), "{billing:?}");
     db.drop_database().await;
-    broker.stop();
+    broker.remove();
 }

@@ -24,12 +24,16 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         "INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5)",
         &[&event.id(), &order.order_id, &order.customer_id, &order.total_amount, &order.currency],
     )?;
-    // Published once this event's transaction commits, keyed by the
-    // customer (the account the payment is taken from): a customer's
-    // requests reach `payments` in the order their charges committed.
+    // Published once this event's transaction commits, keyed by the order
+    // (the payment's aggregate), or with `payment_requests_key = "customer"`
+    // by the customer: then a customer's requests reach `payments` in the
+    // order their charges committed, and a customer's charges commit one
+    // at a time (each holds the key's outbox bucket until it commits).
     if let Some(topic) = config::get("payment_requests_topic") {
         let request = json!({ "orderId": order.order_id, "amount": order.total_amount, "currency": order.currency });
-        emit::event(topic, "payment.requested.v1").key(order.customer_id.to_string()).json(&request)?.send()?;
+        let by_customer = config::get("payment_requests_key").as_deref() == Some("customer");
+        let key = if by_customer { order.customer_id } else { order.order_id };
+        emit::event(topic, "payment.requested.v1").key(key.to_string()).json(&request)?.send()?;
     }
     // `charge_payment = "false"` leaves the provider out: only the benchmark
     // sets it, to measure the database path alone.

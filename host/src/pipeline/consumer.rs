@@ -302,7 +302,7 @@ impl ClientContext for Ctx {
         self.0.on_stats(statistics);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(held) = self.0.repeats.admit(&error.to_string()) {
+        if let Some(held) = self.0.repeats.admit(&crate::repeats::kind(&error, reason)) {
             let more = crate::repeats::held_note(held);
             tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}{more}");
         }

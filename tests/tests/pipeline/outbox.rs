@@ -368,7 +368,7 @@ async fn one_host_relays_a_producer_and_another_takes_over_when_it_is_killed() {
 }
 
 /// The design notes' chain: orders → billing (charges, emits
-/// `payment.requested.v1` keyed by customer) → payments, each handler in a
+/// `payment.requested.v1`, here keyed by customer) → payments, each handler in a
 /// host of its own, the billing host (and its relay) and the payments host
 /// each killed mid-stream, a third of the orders redelivered: each request
 /// taken once, caused by its order's charge, and each customer's requests
@@ -377,11 +377,10 @@ async fn one_host_relays_a_producer_and_another_takes_over_when_it_is_killed() {
 async fn a_chain_of_two_handlers_takes_each_event_once_through_crashes_of_either_host() {
     let env = Env::new(3).await;
     let requests = kafka::create_topic(3).await;
+    let mut billing = HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
+    billing.config.push(("payment_requests_key".into(), "customer".into()));
     let configs = [
-        host::write_config(
-            &env.db.url,
-            &[HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests)],
-        ),
+        host::write_config(&env.db.url, &[billing]),
         host::write_config(&env.db.url, &[HandlerSpec::payments(&requests)]),
     ];
     env.db.allow_emits(&configs[0]).await;
