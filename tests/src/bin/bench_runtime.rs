@@ -172,6 +172,30 @@ async fn main() -> anyhow::Result<()> {
             per(again)
         );
     }
+    python_start(&provider)?;
     db.drop_database().await;
+    Ok(())
+}
+
+/// A Python component's load as a host start does it: compiled, and then
+/// in a fresh runtime from the compiled-artifact cache `idem run` keeps
+/// (`[runtime] cache_dir`), the same file.
+fn python_start(provider: &PaymentProvider) -> anyhow::Result<()> {
+    use idem::runtime::{ArtifactCache, PoolSize};
+    let dir = std::env::temp_dir().join(idem_tests::unique_name("bench_artifacts"));
+    std::fs::create_dir_all(&dir)?;
+    let runtime = || -> anyhow::Result<Runtime> {
+        let cache = ArtifactCache::open(&dir).map_err(anyhow::Error::msg)?;
+        Runtime::with_pool_and_cache(PoolSize::default(), Some(cache))
+    };
+    let (_, compiled_ms) = load(&runtime()?, "python-notification", provider)?;
+    let (_, cached_ms) = load(&runtime()?, "python-notification", provider)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!();
+    println!(
+        "python-notification start: compiled {compiled_ms:.0} ms, from the artifact cache {cached_ms:.0} ms \
+         (ratio {:.3})",
+        cached_ms / compiled_ms
+    );
     Ok(())
 }
