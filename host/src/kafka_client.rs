@@ -232,8 +232,8 @@ impl ClientContext for Quiet {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(held) = self.repeats.admit(&crate::repeats::kind(&error, reason)) {
-            tracing::error!(target: "librdkafka", "{error}: {reason}{}", crate::repeats::held_note(held));
+        if let Some(line) = self.repeats.client_error(&error, reason) {
+            tracing::error!(target: "librdkafka", "{line}");
         }
     }
 }

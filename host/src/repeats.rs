@@ -22,8 +22,19 @@ pub(crate) struct Repeats {
 
 impl Repeats {
     /// `Some(held back)` when a line of `kind` is to be logged now.
-    pub(crate) fn admit(&self, kind: &str) -> Option<u64> {
+    fn admit(&self, kind: &str) -> Option<u64> {
         self.admit_at(kind, Instant::now())
+    }
+
+    /// The line to log now for `text`, of `kind`, with how many like it
+    /// were held back since the last; `None` while it is held back.
+    pub(crate) fn line(&self, kind: &str, text: impl std::fmt::Display) -> Option<String> {
+        self.admit(kind).map(|held| format!("{text}{}", held_note(held)))
+    }
+
+    /// [`Repeats::line`] for a librdkafka client error (its [`kind`]).
+    pub(crate) fn client_error(&self, error: &impl std::fmt::Display, reason: &str) -> Option<String> {
+        self.line(&kind(error, reason), format_args!("{error}: {reason}"))
     }
 
     fn admit_at(&self, kind: &str, now: Instant) -> Option<u64> {
@@ -50,13 +61,13 @@ impl Repeats {
 /// The kind of a client error: its code and its reason with the digits
 /// left out (librdkafka's reasons carry counts, times and ports that change
 /// from one repetition to the next; the cause in words does not).
-pub(crate) fn kind(error: &impl std::fmt::Display, reason: &str) -> String {
+fn kind(error: &impl std::fmt::Display, reason: &str) -> String {
     let reason: String = reason.chars().filter(|c| !c.is_ascii_digit()).collect();
     format!("{error}: {reason}")
 }
 
 /// " (and N more like it)" for a line admitted after `held` were held back.
-pub(crate) fn held_note(held: u64) -> String {
+fn held_note(held: u64) -> String {
     if held == 0 { String::new() } else { format!(" (and {held} more like it)") }
 }
 

@@ -302,9 +302,8 @@ impl ClientContext for Ctx {
         self.0.on_stats(statistics);
     }
     fn error(&self, error: KafkaError, reason: &str) {
-        if let Some(held) = self.0.repeats.admit(&crate::repeats::kind(&error, reason)) {
-            let more = crate::repeats::held_note(held);
-            tracing::error!(target: "librdkafka", handler = %self.shared.name, "{error}: {reason}{more}");
+        if let Some(line) = self.0.repeats.client_error(&error, reason) {
+            tracing::error!(target: "librdkafka", handler = %self.shared.name, "{line}");
         }
     }
 }

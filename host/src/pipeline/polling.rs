@@ -138,8 +138,8 @@ pub(super) fn poll_loop(
                 break;
             }
             Some(Err(e)) => {
-                if let Some(held) = ctx.repeats.admit(&format!("poll: {e}")) {
-                    tracing::warn!("consumer error: {e}{}", crate::repeats::held_note(held));
+                if let Some(line) = ctx.repeats.line(&format!("poll: {e}"), format_args!("consumer error: {e}")) {
+                    tracing::warn!("{line}");
                 }
             }
             None => {}
