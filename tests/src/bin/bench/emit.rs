@@ -126,23 +126,7 @@ async fn paced(
         let _ = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
         return Err(e.context("the chain did not start within 60 s"));
     }
-    let per_tick = (rate / 100.0).max(1.0) as i64;
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    let mut sent = 0;
-    for _ in 0..500 {
-        tick.tick().await;
-        let sends = (0..per_tick).map(|i| {
-            let order = 10_000_001 + sent + i;
-            let payload = order_payload(order).1;
-            let producer = &producer;
-            async move {
-                kafka::produce(producer, topic, (order % i64::from(PARTITIONS)) as i32, &order.to_string(), &payload)
-                    .await
-            }
-        });
-        futures::future::join_all(sends).await;
-        sent += per_tick;
-    }
+    let sent = super::produce_paced(&producer, topic, rate, |order| order.to_string()).await;
     let waited = until_taken(conn, already + 1 + sent, Duration::from_secs(120)).await;
     host::signal(&child, "TERM");
     let _ = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;

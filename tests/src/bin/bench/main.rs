@@ -430,21 +430,7 @@ async fn drive(topic: &str, conn: &mut PgConnection, rate: f64, already: i64) ->
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let per_tick = (rate / 100.0).max(1.0) as i64;
-    let ticks = (PACED_FOR.as_secs_f64() * 100.0) as i64;
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    let mut n = 0;
-    for _ in 0..ticks {
-        tick.tick().await;
-        let sends = (0..per_tick).map(|i| {
-            let order = 10_000_001 + n + i;
-            let payload = order_payload(order).1;
-            let producer = &producer;
-            async move { kafka::produce(producer, topic, (order % i64::from(PARTITIONS)) as i32, "k", &payload).await }
-        });
-        futures::future::join_all(sends).await;
-        n += per_tick;
-    }
+    let n = produce_paced(&producer, topic, rate, |_| "k".into()).await;
     let deadline = Instant::now() + Duration::from_secs(120);
     while charged(conn).await < already + 1 + n {
         if Instant::now() > deadline {
@@ -462,6 +448,26 @@ async fn drive(topic: &str, conn: &mut PgConnection, rate: f64, already: i64) ->
         );
     }
     Ok(())
+}
+
+/// Produces orders 10,000,001 on, `rate` a second for [`PACED_FOR`], on
+/// the partitions in turn, each keyed by `key(order)`; returns how many.
+async fn produce_paced(producer: &kafka::Producer, topic: &str, rate: f64, key: impl Fn(i64) -> String) -> i64 {
+    let per_tick = (rate / 100.0).max(1.0) as i64;
+    let ticks = (PACED_FOR.as_secs_f64() * 100.0) as i64;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    let mut n = 0;
+    for _ in 0..ticks {
+        tick.tick().await;
+        let sends = (0..per_tick).map(|i| {
+            let order = 10_000_001 + n + i;
+            let (key, payload) = (key(order), order_payload(order).1);
+            async move { kafka::produce(producer, topic, (order % i64::from(PARTITIONS)) as i32, &key, &payload).await }
+        });
+        futures::future::join_all(sends).await;
+        n += per_tick;
+    }
+    n
 }
 
 async fn ceiling_variant(name: &'static str, http: bool, orders: i64, concurrent: usize) -> anyhow::Result<Row> {
