@@ -161,6 +161,11 @@ impl Drop for EventTx {
 pub enum Lent {
     Whole(EventTx),
     Shared(SharedTx),
+    /// None: the invocation is over and its transaction went back to the
+    /// executor. What a kept instance's store holds between two events
+    /// (`runtime::warm`); no guest code runs then, and a statement would
+    /// be refused.
+    Returned,
 }
 
 impl Lent {
@@ -169,6 +174,7 @@ impl Lent {
         match self {
             Self::Whole(tx) => tx.deadline(),
             Self::Shared(share) => share.deadline,
+            Self::Returned => Instant::now(),
         }
     }
 
@@ -178,6 +184,7 @@ impl Lent {
         match self {
             Self::Whole(tx) => Some(tx),
             Self::Shared(share) => share.into_whole(),
+            Self::Returned => None,
         }
     }
 }

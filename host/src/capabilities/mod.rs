@@ -91,6 +91,20 @@ impl Capabilities {
         }
     }
 
+    /// What a kept instance's store holds between two invocations
+    /// (`runtime::warm`): no transaction, and no allowance of any kind,
+    /// so that nothing could be done with it even if guest code ran.
+    pub(crate) fn husk(&self) -> Self {
+        Self {
+            tx: Lent::Returned,
+            db: db::DbCapability::new(String::new(), 0, false),
+            http: self.http.husk(),
+            config: config::ConfigCapability::new(Arc::default()),
+            log: log::LogCapability::new(String::new(), String::new()),
+            emit: emit::EmitCapability::new(Arc::default(), 0, 0, None),
+        }
+    }
+
     /// The `db` interface's view: its state, and the transaction.
     pub(crate) fn db(&mut self) -> db::DbView<'_> {
         db::DbView { ctx: &mut self.db, tx: &mut self.tx }

@@ -52,6 +52,7 @@ ordering = "key"
 max_in_flight = 8
 timeout_ms = 30000
 max_memory_mib = 256
+events_per_instance = 1
 group_protocol = "classic"
 assignor = "cooperative-sticky"
 auto_offset_reset = "earliest"
@@ -273,6 +274,7 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
         (set("header", r#""Host""#), "header `Host` is reserved"),
         (set("header", r#""Content-Length""#), "is reserved"),
         (set("max_memory_mib", "0"), "max_memory_mib"),
+        (set("events_per_instance", "0"), "events_per_instance = 0 must be between 1"),
         (set("max_in_flight", "0"), "max_in_flight = 0 must be between 1 and 256"),
         (set("max_in_flight", "4294967296"), "max_in_flight"),
         (set("ordering", r#""random""#), "ordering"),

@@ -88,6 +88,16 @@ pub struct HandlerConfig {
     /// Linear memory one instance may grow to, in MiB.
     #[serde(default = "default_max_memory_mib")]
     pub max_memory_mib: usize,
+    /// Events one instance of the component serves before a fresh one
+    /// replaces it. 1 (default): every event gets a fresh instance, so no
+    /// memory of one event's run (statics, an interpreter's heap) reaches
+    /// another. Above 1, a guest's memory carries over from event to event,
+    /// even from one whose transaction rolled back: for handlers that keep
+    /// no state in memory, and the way to run interpreted languages fast
+    /// (see `runtime/warm.rs`). An instance that traps or overruns is
+    /// never reused.
+    #[serde(default = "default_events_per_instance")]
+    pub events_per_instance: u32,
     /// The consumer-group protocol: `classic` (default) or `consumer`
     /// (KIP-848). See `config/group.rs`.
     #[serde(default)]
@@ -301,6 +311,9 @@ fn default_concurrency() -> usize {
 }
 fn default_max_attempts() -> u32 {
     12
+}
+fn default_events_per_instance() -> u32 {
+    1
 }
 fn default_timeout_ms() -> u64 {
     30_000

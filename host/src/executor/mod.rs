@@ -13,7 +13,7 @@ use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
-use crate::runtime::{Handler, HostState, Invocation};
+use crate::runtime::{Handler, Invocation, Invoked as Returned};
 use crate::stats::Stats;
 use crate::telemetry::traces::TARGET as TRACE;
 
@@ -194,9 +194,9 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let state = self.state(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false, None);
-        let (state, result) = self.handler.try_instantiate(state).await;
-        if let Some(tx) = state.caps.tx.into_whole() {
+        let caps = self.capabilities(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false, None);
+        let (caps, result) = self.handler.try_instantiate(caps).await;
+        if let Some(tx) = caps.tx.into_whole() {
             tx.rollback().await;
         }
         match result {
@@ -207,12 +207,6 @@ impl Executor {
             }
             Err(e) => Ok(Err(format!("{e:#}"))),
         }
-    }
-
-    /// A store's state for one event of this handler: its limits and
-    /// the capabilities of the invocation, holding `tx`.
-    fn state(&self, tx: Lent, event_id: String, batched: bool, provenance: Option<Vec<(String, String)>>) -> HostState {
-        HostState::new(self.handler.limits(), self.capabilities(tx, event_id, batched, provenance))
     }
 
     /// One invocation's capabilities (`batched`: see `DbCapability`).
@@ -272,14 +266,13 @@ impl Executor {
         // An event run without a dedup row emits nothing: its emits could
         // not name it as their cause (README, "The outbox").
         let provenance = guarded.then(|| crate::outbox::write::provenance(event));
-        let state = self.state(tx, event.id.hyphenated().to_string(), batched, provenance);
+        let caps = self.capabilities(tx, event.id.hyphenated().to_string(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
-        let (mut state, invocation) =
-            self.handler.invoke(state, &event.to_wit(attempt), deadline).instrument(span).await;
+        let Returned { mut caps, invocation, stderr } =
+            self.handler.invoke(caps, &event.to_wit(attempt), deadline).instrument(span).await;
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(started.elapsed());
-            let caps = &state.caps;
             stats.db_statements.fetch_add(u64::from(caps.db.statements_run()), std::sync::atomic::Ordering::Relaxed);
             for (host, status) in &caps.http.sent {
                 stats.http_request(host, *status);
@@ -288,11 +281,9 @@ impl Executor {
                 stats.http_retry(host, reason);
             }
         }
-        state.log_output();
-        let stderr = state.stderr_tail();
-        let infrastructure = state.caps.db.infrastructure_failure().map(str::to_owned);
-        let emitted = state.caps.emit.take();
-        let tx = state.caps.tx;
+        let infrastructure = caps.db.infrastructure_failure().map(str::to_owned);
+        let emitted = caps.emit.take();
+        let tx = caps.tx;
         let result = match invocation {
             // Whatever the guest made of it, a transaction in which the
             // infrastructure failed is not committed.

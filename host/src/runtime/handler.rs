@@ -1,5 +1,6 @@
 //! A loaded handler: its component compiled and linked once, instantiated
-//! afresh in a new `Store` for every event.
+//! afresh in a new `Store` for every event, or for every
+//! `events_per_instance` events ([`super::warm`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +13,8 @@ use super::Runtime;
 use super::native::{NativeContext, NativeHandler, NativeResult};
 use super::settings::HandlerSettings;
 use super::state::HostState;
+use super::warm::{Kept, Shelf};
+use crate::capabilities::Capabilities;
 use crate::capabilities::http::HttpPolicy;
 use crate::wit::{HandlerPre, types};
 
@@ -45,6 +48,8 @@ pub struct Handler {
     /// Its version in the module store; `None`: not from the store (a
     /// native handler, or a component loaded directly).
     version: Option<i32>,
+    /// Its idle kept instances (none unless `events_per_instance` > 1).
+    shelf: Arc<Shelf>,
 }
 
 /// What runs an event.
@@ -104,7 +109,17 @@ impl Handler {
 
     fn new(runtime: &Runtime, body: Body, settings: HandlerSettings, sha256: Arc<str>) -> Self {
         let (config, http) = (Arc::new(settings.config.clone()), Arc::new(settings.http.clone()));
-        Self { runtime: runtime.clone(), body, settings: Arc::new(settings), config, http, sha256, version: None }
+        let shelf = Arc::new(Shelf::new(settings.events_per_instance));
+        Self {
+            runtime: runtime.clone(),
+            body,
+            settings: Arc::new(settings),
+            config,
+            http,
+            sha256,
+            version: None,
+            shelf,
+        }
     }
 
     /// The `config` capability's key/values.
@@ -142,40 +157,65 @@ impl Handler {
         &self.sha256
     }
 
-    /// Instantiates the component in a fresh store holding `state` and calls
-    /// `handle(event)`. Returns the state (and with it the transaction)
-    /// whatever happened, plus the guest's answer or the trap.
-    /// The call ends at `deadline` (the event's transaction's budget), not
-    /// a full timeout after the claim.
+    /// Calls `handle(event)` with `caps` lent to the store: on a kept
+    /// instance if one is idle, or on a fresh one. Hands the capabilities
+    /// (and the transaction with them) back whatever happened, with the
+    /// guest's answer or the trap. The call ends at `deadline` (the event's
+    /// transaction's budget), not a full timeout after the claim.
     pub(crate) async fn invoke(
         &self,
-        state: HostState,
+        caps: Capabilities,
         event: &types::Event,
         deadline: tokio::time::Instant,
-    ) -> (HostState, Invocation) {
+    ) -> Invoked {
         let pre = match &self.body {
             Body::Component(pre) => pre,
-            Body::Native(native) => return self.invoke_native(native, state, event, deadline).await,
+            Body::Native(native) => return self.invoke_native(native, caps, event, deadline).await,
         };
-        let mut store = self.store(state);
+        let (mut store, instance, served, husk) = match self.shelf.take() {
+            Some(Kept { mut store, instance, served }) => {
+                let husk = store.data_mut().lend(caps);
+                (store, Some(instance), served, Some(husk))
+            }
+            None => (self.store(caps), None, 0, None),
+        };
         let call = async {
-            let instance = pre.instantiate_async(&mut store).await?;
-            instance.call_handle(&mut store, event).await
+            let instance = match instance {
+                Some(instance) => instance,
+                None => pre.instantiate_async(&mut store).await?,
+            };
+            let answer = instance.call_handle(&mut store, event).await?;
+            Ok((instance, answer))
         };
-        let answer = self.answer(tokio::time::timeout_at(deadline, call).await);
-        (store.into_data(), answer)
+        let called = tokio::time::timeout_at(deadline, call).await;
+        store.data().log_output();
+        let stderr = store.data().stderr_tail();
+        match called {
+            // It returned: it may serve another event.
+            Ok(Ok((instance, answer))) if self.shelf.keeps() => {
+                let husk = husk.unwrap_or_else(|| store.data().caps.husk());
+                let caps = store.data_mut().lend(husk);
+                self.shelf.put(Kept { store, instance, served: served + 1 });
+                Invoked { caps, invocation: self.answer(Ok(Ok(answer))), stderr }
+            }
+            // A trap or an overrun leaves the instance in no state to reuse.
+            called => {
+                let invocation = self.answer(called.map(|r| r.map(|(_, answer)| answer)));
+                Invoked { caps: store.into_data().caps, invocation, stderr }
+            }
+        }
     }
 
     async fn invoke_native(
         &self,
         native: &Arc<dyn NativeHandler>,
-        mut state: HostState,
+        mut caps: Capabilities,
         event: &types::Event,
         deadline: tokio::time::Instant,
-    ) -> (HostState, Invocation) {
-        let mut cx = NativeContext { state: &mut state };
-        let answer = self.answer(tokio::time::timeout_at(deadline, native.handle(event, &mut cx)).await);
-        (state, answer)
+    ) -> Invoked {
+        let mut cx = NativeContext { caps: &mut caps };
+        let invocation = self.answer(tokio::time::timeout_at(deadline, native.handle(event, &mut cx)).await);
+        Invoked { caps, invocation, stderr: String::new() }
     }
 
     fn answer(&self, call: Result<NativeResult, tokio::time::error::Elapsed>) -> Invocation {
@@ -191,22 +231,34 @@ impl Handler {
     /// Instantiates the component once in a store like an event's, without
     /// calling it. A start-up check: it finds what would otherwise fail
     /// every event (a memory limit below the guest's initial memory, say).
-    pub(crate) async fn try_instantiate(&self, state: HostState) -> (HostState, wasmtime::Result<()>) {
+    /// A handler that keeps instances keeps this one for its first event.
+    pub(crate) async fn try_instantiate(&self, caps: Capabilities) -> (Capabilities, wasmtime::Result<()>) {
         let pre = match &self.body {
             Body::Component(pre) => pre,
-            Body::Native(_) => return (state, Ok(())),
+            Body::Native(_) => return (caps, Ok(())),
         };
-        let mut store = self.store(state);
+        let mut store = self.store(caps);
         // A start function that never returns must not hang start-up.
-        let result = match tokio::time::timeout(self.settings.timeout, pre.instantiate_async(&mut store)).await {
-            Ok(instantiated) => instantiated.map(drop),
+        let instantiated = match tokio::time::timeout(self.settings.timeout, pre.instantiate_async(&mut store)).await {
+            Ok(instantiated) => instantiated,
             Err(_) => Err(wasmtime::Error::msg(format!("instantiation took longer than {:?}", self.settings.timeout))),
         };
-        (store.into_data(), result)
+        match instantiated {
+            Ok(instance) if self.shelf.keeps() => {
+                let husk = store.data().caps.husk();
+                let caps = store.data_mut().lend(husk);
+                self.shelf.put(Kept { store, instance, served: 0 });
+                (caps, Ok(()))
+            }
+            instantiated => (store.into_data().caps, instantiated.map(drop)),
+        }
     }
 
-    /// A fresh store for one event, with the handler's limits.
-    fn store(&self, state: HostState) -> Store<HostState> {
+    /// A fresh store holding `caps`, with the handler's limits; its pipes
+    /// hold two invocations' output if it may be kept (see `warm`).
+    fn store(&self, caps: Capabilities) -> Store<HostState> {
+        let invocations = if self.shelf.keeps() { 2 } else { 1 };
+        let state = HostState::new(self.limits(), caps, invocations);
         let mut store = Store::new(self.runtime.engine(), state);
         store.limiter(|s| &mut s.limits);
         // Yield at every epoch tick: lets the invocation's wall-clock limit
@@ -215,10 +267,19 @@ impl Handler {
         store
     }
 
-    /// The limits of a new store for one of its events.
-    pub(crate) fn limits(&self) -> super::limits::GuestLimits {
+    /// The limits of a new store.
+    fn limits(&self) -> super::limits::GuestLimits {
         super::limits::GuestLimits::new(self.settings.max_memory_bytes)
     }
+}
+
+/// What an invocation hands back: the capabilities it was lent (the
+/// transaction with them), what came of the call, and the tail of what the
+/// guest wrote to stderr meanwhile (its output is already logged).
+pub(crate) struct Invoked {
+    pub(crate) caps: Capabilities,
+    pub(crate) invocation: Invocation,
+    pub(crate) stderr: String,
 }
 
 /// What one call of `handle` came to.

@@ -1,6 +1,7 @@
 //! The WebAssembly side of the host: one [`Runtime`] (engine and linker) per
 //! process, one [`Handler`] per configured handler (its component compiled
-//! and pre-instantiated once), and a fresh `Store` per event.
+//! and pre-instantiated once), and a fresh `Store` per event (or per
+//! `events_per_instance` events, see [`warm`]).
 
 /// The generated bindings, where native handlers have always found them.
 pub use crate::wit as bindings;
@@ -13,6 +14,9 @@ pub mod native;
 mod pool;
 mod settings;
 mod state;
+mod warm;
+
+use state::HostState;
 
 use std::sync::{Arc, Weak};
 use std::thread;
@@ -24,12 +28,11 @@ use wasmtime::{Config, Engine};
 
 pub use crate::capabilities::http::{Credential, HttpPolicy};
 pub use cache::ArtifactCache;
-pub(crate) use handler::Invocation;
 pub use handler::{Handler, LoadError};
+pub(crate) use handler::{Invocation, Invoked};
 pub use native::{NativeContext, NativeHandler, NativeHandlers, NativeResult};
 pub use pool::PoolSize;
 pub use settings::HandlerSettings;
-pub(crate) use state::HostState;
 
 /// The largest component file idem reads from disk: `max_module_mib`'s
 /// own ceiling (256 MiB); a handler's upload limit is checked on top.

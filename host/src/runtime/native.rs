@@ -19,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::state::HostState;
+use crate::capabilities::Capabilities;
 use crate::wit::{config, db, emit, http, types};
 
 /// What a native handler's `handle` returns: the outer error is a host
@@ -39,13 +39,13 @@ pub trait NativeHandler: Send + Sync + 'static {
 
 /// The capabilities of one event, as a component's imports see them.
 pub struct NativeContext<'s> {
-    pub(crate) state: &'s mut HostState,
+    pub(crate) caps: &'s mut Capabilities,
 }
 
 impl NativeContext<'_> {
     /// As the `emit.send` import.
     pub async fn emit(&mut self, message: emit::Message) -> wasmtime::Result<Result<String, emit::EmitError>> {
-        emit::Host::send(&mut self.state.caps.emit, message).await
+        emit::Host::send(&mut self.caps.emit, message).await
     }
 
     /// As the `db.execute` import.
@@ -54,7 +54,7 @@ impl NativeContext<'_> {
         statement: &str,
         params: Vec<db::Value>,
     ) -> wasmtime::Result<Result<u64, db::DbError>> {
-        db::Host::execute(&mut self.state.caps.db(), statement.to_owned(), params).await
+        db::Host::execute(&mut self.caps.db(), statement.to_owned(), params).await
     }
 
     /// As the `db.query` import.
@@ -63,17 +63,17 @@ impl NativeContext<'_> {
         statement: &str,
         params: Vec<db::Value>,
     ) -> wasmtime::Result<Result<db::Rows, db::DbError>> {
-        db::Host::query(&mut self.state.caps.db(), statement.to_owned(), params).await
+        db::Host::query(&mut self.caps.db(), statement.to_owned(), params).await
     }
 
     /// As the `http.send` import (the host adds the `Idempotency-Key`).
     pub async fn send(&mut self, request: http::Request) -> wasmtime::Result<Result<http::Response, http::HttpError>> {
-        http::Host::send(&mut self.state.caps.http, request).await
+        http::Host::send(&mut self.caps.http, request).await
     }
 
     /// As the `config.get` import.
     pub async fn config(&mut self, key: &str) -> wasmtime::Result<Option<String>> {
-        config::Host::get(&mut self.state.caps.config, key.to_owned()).await
+        config::Host::get(&mut self.caps.config, key.to_owned()).await
     }
 }
 

@@ -12,7 +12,10 @@
 //! `[handler.batch] max_concurrent` per execution when a batch's events
 //! run at once, so a pool of twice the sum of those (plus a few for
 //! start-up checks) is never full in normal operation; a revoked partition's
-//! execution may briefly overlap its next one. Should it be full anyway,
+//! execution may briefly overlap its next one. Instances kept between
+//! events (`events_per_instance`, see `warm`) hold their slots while idle,
+//! but there are never more idle than were in use at once, and a swapped-out
+//! version's go with it. Should it be full anyway,
 //! instantiation fails with [`wasmtime::PoolConcurrencyLimitError`], which
 //! the executor classifies as the host's own shortage (retried, never the
 //! event's failure). Per-component limits are generous so that components

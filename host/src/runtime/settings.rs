@@ -42,6 +42,9 @@ pub struct HandlerSettings {
     /// Events one invocation may emit, and the bytes of each.
     pub max_emits: u32,
     pub max_emit_bytes: usize,
+    /// Events one instance serves before a fresh one replaces it (1: a
+    /// fresh instance per event; see `runtime::warm`).
+    pub events_per_instance: u32,
 }
 
 impl HandlerSettings {
@@ -62,6 +65,7 @@ impl HandlerSettings {
             emit: Arc::new(EmitPolicy::default()),
             max_emits: 16,
             max_emit_bytes: 64 << 10,
+            events_per_instance: 1,
         }
     }
 
@@ -105,6 +109,7 @@ impl HandlerSettings {
             emit,
             max_emits: h.limits.max_emits,
             max_emit_bytes: h.limits.max_emit_bytes,
+            events_per_instance: h.events_per_instance,
         })
     }
 }

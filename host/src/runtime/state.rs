@@ -1,6 +1,9 @@
-//! What a store holds while one event runs: the WASI context the guest's std
-//! needs, its limits, and the capabilities bound to this event (which the
-//! linker reaches through [`HasCapabilities`]).
+//! What a store holds: the WASI context the guest's std needs, its limits,
+//! and the capabilities bound to the event that runs (which the linker
+//! reaches through [`HasCapabilities`]). A kept instance's store
+//! (`warm.rs`) outlives its events: the WASI context and its handles stay
+//! (a guest's libc keeps the handles of its standard streams), the
+//! capabilities are the event's, lent in and taken back.
 
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -10,24 +13,29 @@ use super::limits::GuestLimits;
 use crate::capabilities::log::LOGGED_OUTPUT;
 use crate::capabilities::{Capabilities, HasCapabilities};
 
-/// Bytes of guest stdout and of stderr kept per invocation (a panic
+/// Bytes of guest stdout and of stderr an invocation may write (a panic
 /// message lands in stderr and explains the trap). A guest that writes more
 /// traps on the write.
-const OUTPUT_CAPACITY: usize = 64 << 10;
+pub(super) const OUTPUT_CAPACITY: usize = 64 << 10;
 
 pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
+    /// Where the running invocation's output starts in each pipe.
+    marks: (usize, usize),
     pub(crate) limits: GuestLimits,
     pub(crate) caps: Capabilities,
 }
 
 impl HostState {
-    pub(crate) fn new(limits: GuestLimits, caps: Capabilities) -> Self {
-        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY);
-        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY);
+    /// A store's state whose pipes hold `invocations` invocations' output:
+    /// one for a fresh instance, two for a kept one (which is retired once
+    /// one invocation's worth is used, so the next still has a whole one).
+    pub(crate) fn new(limits: GuestLimits, caps: Capabilities, invocations: usize) -> Self {
+        let stdout = MemoryOutputPipe::new(OUTPUT_CAPACITY * invocations);
+        let stderr = MemoryOutputPipe::new(OUTPUT_CAPACITY * invocations);
         // WASI with nothing behind it: no preopened directory, an empty
         // environment, no arguments, stdin closed, every socket and name
         // lookup denied (the defaults, spelled out so that a change of
@@ -39,13 +47,25 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        Self { wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, limits, caps }
+        Self { wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, marks: (0, 0), limits, caps }
     }
 
-    /// The tail of what the guest wrote to stderr, for error messages.
+    /// Lends `caps` to the store for an invocation; hands back what it held.
+    pub(crate) fn lend(&mut self, caps: Capabilities) -> Capabilities {
+        self.marks = (self.stdout.contents().len(), self.stderr.contents().len());
+        std::mem::replace(&mut self.caps, caps)
+    }
+
+    /// Output bytes the store's pipes hold, the larger of the two.
+    pub(crate) fn output_used(&self) -> usize {
+        self.stdout.contents().len().max(self.stderr.contents().len())
+    }
+
+    /// The tail of what the guest wrote to stderr in this invocation, for
+    /// error messages.
     pub(crate) fn stderr_tail(&self) -> String {
         let bytes = self.stderr.contents();
-        let text = String::from_utf8_lossy(&bytes);
+        let text = String::from_utf8_lossy(bytes.get(self.marks.1..).unwrap_or_default());
         let text = text.trim();
         let start = text.char_indices().rev().nth(1999).map_or(0, |(i, _)| i);
         text[start..].to_owned()
@@ -54,8 +74,9 @@ impl HostState {
     /// Logs what the guest wrote to stdout and stderr, under its handler's
     /// name, at most [`LOGGED_OUTPUT`] bytes of each.
     pub(crate) fn log_output(&self) {
-        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            let bytes = pipe.contents();
+        for (stream, pipe, mark) in [("stdout", &self.stdout, self.marks.0), ("stderr", &self.stderr, self.marks.1)] {
+            let all = pipe.contents();
+            let bytes = all.get(mark..).unwrap_or_default();
             if bytes.is_empty() {
                 continue;
             }

@@ -7,6 +7,7 @@ mod cache;
 mod hostile;
 mod modules;
 mod native;
+mod warm;
 
 use idem::executor::Pins;
 use idem::{ErrorClass, Event, ExecError, Executor, Handler, HandlerSettings, LoadError, Outcome, Runtime};

@@ -67,6 +67,7 @@ impl DbTx for Lent {
         match self {
             Self::Whole(tx) => tx.control(sql).await,
             Self::Shared(share) => share.lock().await.control(sql).await,
+            Self::Returned => Err(returned()),
         }
     }
 
@@ -74,6 +75,7 @@ impl DbTx for Lent {
         match self {
             Self::Whole(tx) => DbTx::execute(tx, statement).await,
             Self::Shared(share) => DbTx::execute(&mut *share.lock().await, statement).await,
+            Self::Returned => Err(returned()),
         }
     }
 
@@ -81,6 +83,12 @@ impl DbTx for Lent {
         match self {
             Self::Whole(tx) => tx.fetch(statement, max_bytes).await,
             Self::Shared(share) => share.lock().await.fetch(statement, max_bytes).await,
+            Self::Returned => Err(returned()),
         }
     }
+}
+
+/// A statement with no transaction to run in (see [`Lent::Returned`]).
+fn returned() -> sqlx::Error {
+    sqlx::Error::Protocol("no transaction: the invocation is over".into())
 }

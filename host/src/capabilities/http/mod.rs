@@ -72,6 +72,11 @@ impl HttpCapability {
         Self { client, policy, event_id, used, requests, sent, resent, deadline }
     }
 
+    /// One with the same client and no allowance (see `Capabilities::husk`).
+    pub(crate) fn husk(&self) -> Self {
+        Self::new(self.client.clone(), self.policy.clone(), String::new(), 0, tokio::time::Instant::now())
+    }
+
     /// The key for an unsafe request with `label`.
     fn key(&self, label: Option<&str>) -> Result<String, HttpError> {
         let mut key = match &self.policy.key_prefix {

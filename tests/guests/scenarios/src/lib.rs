@@ -277,6 +277,12 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             eprintln!("{text}");
             Err(Error::permanent(text))
         }
+        "count" => {
+            // Which invocation of this instance this is: 1 on a fresh one.
+            static INVOCATIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = INVOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            record(db, event, &format!("count:{n}"))
+        }
         "get" => {
             let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;
             http::get(url).send()?.error_for_status()?;

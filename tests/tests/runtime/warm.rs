@@ -1,0 +1,91 @@
+//! `events_per_instance`: an instance kept for several events serves its
+//! quota and no more, is retired after a trap or an overrun, and lends each
+//! event its own capabilities (the idempotency key, the output).
+
+use std::time::Duration;
+
+use super::{Setup, order, scenario, scenario_with};
+use idem::{ExecError, Executor, Outcome};
+
+/// Runs the `count` scenario once; which invocation of its instance it was.
+async fn count(s: &Setup, exec: &Executor) -> u32 {
+    let e = scenario("count");
+    let outcome = exec.execute(&e, 1).await.unwrap_or_else(|e| panic!("count: {e}"));
+    assert_eq!(outcome, Outcome::Processed);
+    let note: String =
+        sqlx::query_scalar("SELECT note FROM scenario.effect WHERE event_id = $1 AND note LIKE 'count:%'")
+            .bind(e.id)
+            .fetch_one(&s.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("its count: {e}"));
+    note.trim_start_matches("count:").parse().unwrap_or_else(|e| panic!("{note}: {e}"))
+}
+
+#[tokio::test]
+async fn a_fresh_instance_per_event_by_default_and_a_kept_one_serves_its_quota() {
+    let s = Setup::new().await;
+    let fresh = s.scenarios();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(count(&s, &fresh).await);
+    }
+    assert_eq!(seen, [1, 1, 1], "by default no event sees another's memory");
+
+    let kept = s.scenarios_with(|settings| settings.events_per_instance = 3);
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        seen.push(count(&s, &kept).await);
+    }
+    assert_eq!(seen, [1, 2, 3, 1, 2, 3, 1], "each instance serves 3 events, then a fresh one does");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_trap_or_an_overrun_retires_the_instance_and_a_handler_error_does_not() {
+    let s = Setup::new().await;
+    let exec = s.scenarios_with(|settings| {
+        settings.events_per_instance = 100;
+        settings.timeout = Duration::from_millis(500);
+    });
+    assert_eq!((count(&s, &exec).await, count(&s, &exec).await), (1, 2));
+
+    // The guest's own error is an answer: its instance goes on.
+    let err = exec.execute(&scenario("write-then-fail"), 1).await.expect_err("fails");
+    assert!(matches!(err, ExecError::HandlerPermanent(_)), "{err}");
+    assert_eq!(count(&s, &exec).await, 3, "an instance that answered an error is kept");
+
+    let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("traps");
+    assert!(matches!(err, ExecError::Trapped(_)), "{err}");
+    assert_eq!(count(&s, &exec).await, 1, "after a trap the next event gets a fresh instance");
+    assert_eq!(count(&s, &exec).await, 2);
+
+    let err = exec.execute(&scenario("loop"), 1).await.expect_err("overruns");
+    assert!(matches!(err, ExecError::TimedOut(_)), "{err}");
+    assert_eq!(count(&s, &exec).await, 1, "after an overrun the next event gets a fresh instance");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn each_event_on_a_kept_instance_has_its_own_key_and_its_own_output() {
+    let s = Setup::new().await;
+    let mut settings = s.settings("billing");
+    settings.events_per_instance = 100;
+    let billing = s.executor("billing", settings);
+    let orders: Vec<_> = (0..3).map(|_| order()).collect();
+    for e in &orders {
+        assert_eq!(billing.execute(e, 1).await.expect("charged"), Outcome::Processed);
+    }
+    let keys: Vec<_> = orders.iter().map(|e| Some(e.id.to_string())).collect();
+    assert_eq!(s.provider.keys(), keys, "each charge carried its own event's id as Idempotency-Key");
+
+    // The second event traps: its error shows what it wrote to stderr, and
+    // nothing of what the first one wrote on the same instance.
+    let exec = s.scenarios_with(|settings| settings.events_per_instance = 100);
+    let noisy = scenario_with("forge-logs", serde_json::json!({ "text": "written by the first event" }));
+    exec.execute(&noisy, 1).await.expect_err("forge-logs fails on purpose");
+    let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("traps");
+    let text = err.to_string();
+    assert!(text.contains("trapping on purpose"), "its own stderr is in its error: {text}");
+    assert!(!text.contains("written by the first event"), "another event's output leaked into it: {text}");
+    s.finish().await;
+}
