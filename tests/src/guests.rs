@@ -4,9 +4,10 @@
 //! directory of their own: the `cargo test` that runs us holds the lock on
 //! ours).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 pub const CRATES: &[&str] = &["billing", "notification", "payments", "scenarios", "not-a-handler"];
 
@@ -45,8 +46,12 @@ fn build() -> Result<PathBuf, String> {
     Ok(target_dir.join("wasm32-wasip2").join("release"))
 }
 
-/// The path of the built component `name` (one of [`CRATES`]).
+/// The path of the built component `name`: one of [`CRATES`], or a handler
+/// written with the Python or TypeScript SDK ([`sdk_component`]).
 pub fn component(name: &str) -> PathBuf {
+    if !CRATES.contains(&name) {
+        return sdk_component(name);
+    }
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     match BUILT.get_or_init(build) {
         // Every crate here but the binary `not-a-handler` has an underscore-free name.
@@ -55,39 +60,51 @@ pub fn component(name: &str) -> PathBuf {
     }
 }
 
-/// Where `scripts/setup` installs componentize-py (a virtualenv).
-pub fn componentize_py() -> PathBuf {
-    let tools = std::env::var("IDEM_TOOLS").unwrap_or_else(|_| "/var/tmp/idem-tools".into());
-    PathBuf::from(tools).join("componentize-py/bin/componentize-py")
+/// The Python guest `tests/guests/<name>/app.py`, built as any Python
+/// handler is ([`sdk_component`]).
+pub fn python_component(name: &str) -> PathBuf {
+    sdk_component(name)
 }
 
-/// The Python guest `tests/guests/<name>/app.py`, built with componentize-py
-/// against `wit/` (once per test process).
-pub fn python_component(name: &str) -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let source = workspace().join("tests/guests").join(name);
-        let out = guest_target_dir().join(format!("{name}.wasm"));
-        std::fs::create_dir_all(guest_target_dir()).map_err(|e| format!("guest target dir: {e}"))?;
-        let tool = componentize_py();
-        let status = Command::new(&tool)
-            .current_dir(&source)
-            .arg("-d")
-            .arg(workspace().join("wit"))
-            .args(["-w", "handler", "componentize", "app", "-o"])
-            .arg(&out)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .map_err(|e| format!("failed to run {} ({e}); run scripts/setup", tool.display()))?;
-        if !status.success() {
-            return Err(format!("componentize-py failed on {}: {status}", source.display()));
-        }
-        Ok(out)
-    });
-    match built {
+/// A handler written with one of the SDKs, built by the SDK's own build
+/// script as a handler's author builds it (once per test process and
+/// name): `examples/<name>` or `tests/guests/<name>`, with an `app.py`
+/// (`scripts/sdk/build-python`) or a `handler.ts` (`scripts/sdk/build-ts`).
+pub fn sdk_component(name: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, Result<PathBuf, String>>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let result = built.entry(name.to_owned()).or_insert_with(|| build_sdk(name));
+    match result {
         Ok(path) => path.clone(),
         Err(e) => panic!("{e}"),
     }
+}
+
+fn build_sdk(name: &str) -> Result<PathBuf, String> {
+    let source = ["examples", "tests/guests"]
+        .iter()
+        .map(|dir| workspace().join(dir).join(name))
+        .find(|dir| dir.is_dir())
+        .ok_or_else(|| format!("no handler `{name}` under examples/ or tests/guests/"))?;
+    let script = if source.join("app.py").exists() {
+        "scripts/sdk/build-python"
+    } else if source.join("handler.ts").exists() {
+        "scripts/sdk/build-ts"
+    } else {
+        return Err(format!("{}: neither app.py nor handler.ts", source.display()));
+    };
+    std::fs::create_dir_all(guest_target_dir()).map_err(|e| format!("guest target dir: {e}"))?;
+    let out = guest_target_dir().join(format!("{name}.wasm"));
+    let status = Command::new("bash")
+        .arg(workspace().join(script))
+        .arg(&source)
+        .arg(&out)
+        .status()
+        .map_err(|e| format!("failed to run {script}: {e}"))?;
+    if !status.success() {
+        return Err(format!("{script} failed on {}: {status}", source.display()));
+    }
+    Ok(out)
 }
 
 /// `component` (a component's bytes) with a custom section `idem-marker`

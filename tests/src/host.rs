@@ -11,7 +11,8 @@ use idem::stats::HandlerReport;
 #[derive(Debug, Clone)]
 pub struct HandlerSpec {
     pub name: String,
-    /// A crate of [`crate::guests::CRATES`].
+    /// A crate of [`crate::guests::CRATES`], or a handler written with an
+    /// SDK (see [`crate::guests::component`]).
     pub component: &'static str,
     pub topic: String,
     pub group_id: String,

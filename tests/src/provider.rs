@@ -47,6 +47,9 @@ pub enum Fault {
     /// Charge, then reset the connection, for one POST in every `n`, until
     /// the fault is changed: a provider dropping 1/n of its connections.
     ResetEvery(u32),
+    /// Answer `422 Unprocessable Entity` without charging, for the next `n`
+    /// requests: a charge the provider will never accept.
+    RejectTimes(u32),
 }
 
 #[derive(Default)]
@@ -143,6 +146,8 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         }
         if matches!(s.fault, Fault::Unavailable | Fault::UnavailableTimes(..)) {
             status = "503 Service Unavailable";
+        } else if matches!(s.fault, Fault::RejectTimes(_)) {
+            status = "422 Unprocessable Entity";
         } else if request.method == "POST" {
             match &request.idempotency_key {
                 Some(key) => {
@@ -156,6 +161,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         s.fault = match fault {
             Fault::ResetAfterCharge(n) if n > 1 => Fault::ResetAfterCharge(n - 1),
             Fault::UnavailableTimes(n, after) if n > 1 => Fault::UnavailableTimes(n - 1, after),
+            Fault::RejectTimes(n) if n > 1 => Fault::RejectTimes(n - 1),
             Fault::Unavailable | Fault::ResetEvery(_) => fault,
             _ => Fault::None,
         };
@@ -203,7 +209,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         (Fault::UnavailableTimes(_, Some(after)), status) => {
             let _ = respond(&mut stream, status, &format!("retry-after: {after}\r\n")).await;
         }
-        (Fault::None | Fault::Unavailable | Fault::UnavailableTimes(..), status) => {
+        (Fault::None | Fault::Unavailable | Fault::UnavailableTimes(..) | Fault::RejectTimes(_), status) => {
             let _ = respond(&mut stream, status, "").await;
         }
     }

@@ -17,6 +17,7 @@ mod failures;
 mod guest_text;
 mod hostile_records;
 mod lanes;
+mod languages;
 mod modules;
 mod observability;
 mod outbox;

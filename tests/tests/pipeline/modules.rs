@@ -19,14 +19,14 @@ fn billing_bytes() -> Vec<u8> {
 }
 
 /// The admin API of one host, with an optional token.
-struct Api {
-    url: String,
+pub(super) struct Api {
+    pub(super) url: String,
     token: Option<String>,
     client: reqwest::Client,
 }
 
 impl Api {
-    fn of(config: &std::path::Path) -> Self {
+    pub(super) fn of(config: &std::path::Path) -> Self {
         // A connection per request: the server may close one after refusing
         // an upload before reading its body, and a pooled connection reused
         // then fails the next request (seen as IncompleteMessage).
@@ -83,7 +83,7 @@ impl Api {
     }
 
     /// Waits until the API answers (the host has started).
-    async fn ready(&self, handler: &str) {
+    pub(super) async fn ready(&self, handler: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let request = self.client.get(format!("{}/handlers/{handler}", self.url));
@@ -100,7 +100,7 @@ impl Api {
     }
 
     /// Waits until this host runs `version`; returns how long that took.
-    async fn runs(&self, handler: &str, version: i64, within: Duration) -> Duration {
+    pub(super) async fn runs(&self, handler: &str, version: i64, within: Duration) -> Duration {
         let start = Instant::now();
         loop {
             if self.show(handler).await["running_version"].as_i64() == Some(version) {
@@ -239,7 +239,7 @@ async fn bad_uploads_are_refused_with_their_reason_and_change_nothing() {
     env.finish().await;
 }
 
-fn idem(args: &[&str]) -> String {
+pub(super) fn idem(args: &[&str]) -> String {
     let out = Command::new(idem_tests::idem_bin()).args(args).output().expect("idem");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "idem {args:?}: {text}");

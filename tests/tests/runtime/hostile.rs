@@ -641,6 +641,35 @@ async fn a_python_component_loads_and_runs_in_the_sandbox() {
     s.finish().await;
 }
 
+/// Python and JavaScript guests, built with their SDKs, look for the host's
+/// files, network and environment with whatever their language offers, and
+/// record what they found: every probe must have failed or found nothing.
+#[tokio::test]
+async fn python_and_javascript_guests_find_no_file_no_socket_and_no_environment() {
+    let s = Setup::new().await;
+    for probe in ["python-probe", "ts-probe"] {
+        let handler =
+            idem::Handler::load(&s.runtime, &idem_tests::guests::component(probe), s.settings("notification"))
+                .unwrap_or_else(|e| panic!("{probe} loads: {e}"));
+        let exec = s.executor_for(handler);
+        let e = super::order();
+        assert_eq!(exec.execute(&e, 1).await.expect("processed"), Outcome::Processed, "{probe}");
+        let found: Vec<String> = sqlx::query_scalar("SELECT message FROM notification.sent ORDER BY customer_id")
+            .fetch_all(&s.db.pool)
+            .await
+            .expect("the probes' rows");
+        assert_eq!(found.len(), 5, "{probe}: one row per probe: {found:#?}");
+        for outcome in &found {
+            let (what, got) = outcome.split_once(": ").unwrap_or((outcome.as_str(), ""));
+            let nothing = got.contains("Error") || got == "{}" || got.contains("denied");
+            assert!(nothing, "{probe}: `{what}` reached something: {got}");
+            assert!(!got.contains("root:") && !got.contains("PATH"), "{probe}: `{what}` leaked the host's: {got}");
+        }
+        sqlx::query("DELETE FROM notification.sent").execute(&s.db.pool).await.expect("cleared");
+    }
+    s.finish().await;
+}
+
 /// The instance pool (`runtime::pool`) is sized so that it is never full;
 /// should it be, the event is not failed for it: the host's shortage is
 /// classified as unavailable (retried without spending an attempt), and

@@ -108,6 +108,14 @@ const VARIANTS: &[Variant] = &[
     Variant { name: "o: a, each order emitting an event a second handler takes", kind: Kind::Emit },
     Variant { name: "k: skewed stream, ordering = partition", kind: Kind::Skewed("partition") },
     Variant { name: "k: skewed stream, ordering = key", kind: Kind::Skewed("key") },
+    Variant {
+        name: "p: a, the billing handler in Python, events_per_instance = 1000, concurrency = 6",
+        kind: Kind::Idem(Shape { component: "billing-python", events_per_instance: 1000, concurrency: 6, ..BATCHED }),
+    },
+    Variant {
+        name: "t: a, the billing handler in TypeScript, events_per_instance = 1000, concurrency = 6",
+        kind: Kind::Idem(Shape { component: "billing-ts", events_per_instance: 1000, concurrency: 6, ..BATCHED }),
+    },
     Variant { name: "s: the seed's stack (kafkajs, TypeORM, zod)", kind: Kind::Seed },
 ];
 
@@ -122,7 +130,7 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioks".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptks".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     let mut rows = Vec::new();
     let mut relayed = None;
@@ -264,7 +272,14 @@ fn hostile(topic: &str, provider: &PaymentProvider, orders: i64) -> (HandlerSpec
 struct Tuning {
     max_events: usize,
     concurrent: usize,
+    component: &'static str,
+    events_per_instance: u32,
+    concurrency: usize,
 }
+
+/// The Rust component, batched, events one at a time, a fresh instance each.
+const PLAIN: Tuning =
+    Tuning { max_events: BATCH, concurrent: 1, component: "billing", events_per_instance: 1, concurrency: CONCURRENCY };
 
 /// A config for the billing handler; without HTTP, the example's switch;
 /// `native`: the native billing handler instead of the component;
@@ -279,11 +294,13 @@ fn config(
     beside: Option<HandlerSpec>,
 ) -> PathBuf {
     let mut spec = HandlerSpec::billing(topic, &provider.base_url());
+    spec.component = tuning.component;
+    spec.extra.push_str(&format!("events_per_instance = {}\n", tuning.events_per_instance));
     spec.batch = Some((tuning.max_events, 5));
     if tuning.concurrent > 1 {
         spec = spec.with_lanes("key", 1).with_max_concurrent(tuning.concurrent);
     }
-    spec.concurrency = CONCURRENCY;
+    spec.concurrency = tuning.concurrency;
     config_of(&std::iter::once(spec).chain(beside).collect::<Vec<_>>(), db_url, native, http)
 }
 
@@ -329,6 +346,12 @@ async fn check(conn: &mut PgConnection, provider: &PaymentProvider, orders: i64,
 /// What an idem variant runs (see [`Kind::Idem`]).
 #[derive(Clone, Copy)]
 struct Shape {
+    /// The billing handler's component (see `idem_tests::guests::component`).
+    component: &'static str,
+    /// `events_per_instance` (1: a fresh instance per event).
+    events_per_instance: u32,
+    /// The handler's `concurrency`.
+    concurrency: usize,
     max_events: usize,
     native: bool,
     noisy: bool,
@@ -337,13 +360,22 @@ struct Shape {
 }
 
 /// The plain batched shape the variants vary.
-const BATCHED: Shape = Shape { max_events: BATCH, native: false, noisy: false, drops: false, concurrent: 1 };
+const BATCHED: Shape = Shape {
+    component: "billing",
+    events_per_instance: 1,
+    concurrency: CONCURRENCY,
+    max_events: BATCH,
+    native: false,
+    noisy: false,
+    drops: false,
+    concurrent: 1,
+};
 
 /// Events of one batch at once in variants h and i.
 const AT_ONCE: usize = 8;
 
 async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64) -> anyhow::Result<Row> {
-    let Shape { max_events, native, noisy, drops, concurrent } = shape;
+    let Shape { max_events, native, noisy, drops, concurrent, .. } = shape;
     let provider = PaymentProvider::start().await;
     if drops {
         provider.set_fault(idem_tests::provider::Fault::ResetEvery(25));
@@ -356,7 +388,9 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
         false => None,
     };
     let beside = hostile.as_ref().map(|(spec, _)| spec.clone());
-    let config = config(&topic, &provider, &db_url, Tuning { max_events, concurrent }, native, http, beside);
+    let (component, events_per_instance, concurrency) = (shape.component, shape.events_per_instance, shape.concurrency);
+    let tuning = Tuning { max_events, concurrent, component, events_per_instance, concurrency };
+    let config = config(&topic, &provider, &db_url, tuning, native, http, beside);
     let mut conn = fresh_database(&db, &config).await?;
     let records = workload(orders);
     if let Some((spec, events)) = &hostile {
@@ -476,7 +510,7 @@ async fn ceiling_variant(name: &'static str, http: bool, orders: i64, concurrent
     let server = idem_tests::db::server_url();
     let db_url = idem_tests::db::with_database(&server, &db);
     // Only for `idem migrate` (the billing role, schema and grants).
-    let config = config("unused", &provider, &db_url, Tuning { max_events: BATCH, concurrent: 1 }, false, http, None);
+    let config = config("unused", &provider, &db_url, PLAIN, false, http, None);
     let mut conn = fresh_database(&db, &config).await?;
     // The claim checks the version it names against the active one.
     sqlx::query(
@@ -559,6 +593,22 @@ fn render(rows: &[Row]) -> String {
             rate("h") / rate("i"),
             if http { ", goal ≥ 0.8" } else { "" }
         ));
+        if !http {
+            let rss = |prefix: &str| {
+                rows.iter().find(|r| !r.http && r.variant.starts_with(prefix)).and_then(|r| r.peak_rss_mib)
+            };
+            let mib = |m: Option<f64>| m.map_or("-".to_owned(), |m| format!("{m:.0} MiB"));
+            text.push_str(&format!(
+                ", p/s = {:.1} and t/s = {:.1} (Python, TypeScript against the seed's stack, goal ≥ 2; p/a = {:.2}, \
+                 t/a = {:.2}), peak RSS p {}, t {} (goal ≤ 256 MiB)",
+                rate("p") / s,
+                rate("t") / s,
+                rate("p") / a,
+                rate("t") / a,
+                mib(rss("p")),
+                mib(rss("t"))
+            ));
+        }
         if http {
             text.push_str(&format!(", f/a = {:.2} (a provider dropping 4% of connections, goal ≥ 0.5)", rate("f") / a));
             let (key, partition) = (rate("k: skewed stream, ordering = key"), rate("k: skewed stream, ordering = p"));

@@ -29,7 +29,7 @@ pub(crate) async fn variant(name: &'static str, http: bool, orders: i64) -> anyh
     let db = format!("idem_bench_{}", std::process::id());
     let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
     // `idem migrate` creates billing.charge as for the other variants.
-    let config = config("unused", &provider, &db_url, Tuning { max_events: 1, concurrent: 1 }, false, http, None);
+    let config = config("unused", &provider, &db_url, Tuning { max_events: 1, ..super::PLAIN }, false, http, None);
     let mut conn = fresh_database(&db, &config).await?;
     let schema = std::fs::read_to_string(dir.join("schema.sql")).context("bench/seed-node/schema.sql")?;
     conn.execute(schema.as_str()).await.context("the seed's processed_event")?;

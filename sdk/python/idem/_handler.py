@@ -1,0 +1,69 @@
+"""``@idem.handler``: turns a function into the component's export."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from . import _wit
+from ._db import Db
+from ._errors import Error, uncaught
+from ._event import Event, from_wit
+
+Handler = Callable[[Event, Db], None]
+
+
+def handler(fn: Handler) -> Handler:
+    """Makes ``fn(event, db)`` the component's ``handle`` export.
+
+    componentize-py builds the component by importing the entry module (``app``)
+    and instantiating the class ``WitWorld`` it finds there. So this decorator
+    puts a ``WitWorld`` class into the module that defines ``fn``: decorate the
+    handler in the entry module itself and it needs nothing else (no class, no
+    import of the generated bindings). One handler per component.
+
+    What the host is told:
+
+    * ``fn`` returns: success; the host commits everything it did.
+    * it raises an ``idem.Error`` (``Retryable``, ``Permanent``, or an SDK
+      error such as ``DbError``): that error's ``retryable`` and message.
+    * it raises any other ``Exception``: a permanent failure whose message is
+      ``uncaught <type>: <message>`` and the last three traceback frames,
+      as a bug will not go away by retrying (a Rust handler would panic).
+    * a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+      ``KeyboardInterrupt``) is not caught: the instance traps, which the
+      host also treats as permanent.
+    """
+    module = sys.modules[fn.__module__]
+    installed = getattr(module, "WitWorld", None)
+    if installed is not None and getattr(installed, "idem_handler", fn) is not fn:
+        raise RuntimeError(f"{fn.__module__} already has a handler or a WitWorld class; a component has one handler")
+
+    class WitWorld(_wit.WitWorld):
+        """The export componentize-py calls: ``WitWorld().handle(event)``."""
+
+        idem_handler = fn
+
+        def handle(self, event: _wit.types.Event) -> None:
+            run(fn, event)
+
+    setattr(module, "WitWorld", WitWorld)
+    return fn
+
+
+def run(fn: Handler, raw: _wit.types.Event) -> None:
+    """Calls ``fn`` and turns its exceptions into the world's ``handler-error``
+    (componentize-py maps exactly ``Err`` to the ``err`` case, and traps on
+    any other exception)."""
+    types = _wit.types
+    failure: _wit.types.HandlerError
+    try:
+        fn(from_wit(raw), Db())
+        return
+    except Error as e:
+        failure = types.HandlerError_Retryable(e.message) if e.retryable else types.HandlerError_Permanent(e.message)
+    except Exception as e:
+        # A bug: retrying will not fix it (see handler()).
+        failure = types.HandlerError_Permanent(uncaught(e))
+    # Raised outside the except blocks so no exception context is attached.
+    raise _wit.Err(failure)

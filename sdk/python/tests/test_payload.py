@@ -1,0 +1,130 @@
+"""``Event.payload_as`` and the error texts: no bindings needed."""
+
+from __future__ import annotations
+
+import json
+import unittest
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+import idem
+from idem._errors import uncaught
+
+
+def event(payload: dict[str, Any]) -> idem.Event:
+    return idem.Event(
+        id="01890a5d-ac96-774b-bcce-b302099a8057",
+        event_type="order.confirmed.v1",
+        occurred_at="2026-11-30T00:00:00Z",
+        topic="orders.confirmed",
+        partition=0,
+        offset=7,
+        key=b"42",
+        headers=[("trace", b"x"), ("empty", None)],
+        payload_text=json.dumps(payload),
+        attempt=1,
+    )
+
+
+@dataclass
+class Line:
+    sku: str
+    quantity: int
+
+
+@dataclass
+class Order:
+    order_id: int
+    total_amount: float
+    currency: str
+    paid: bool = False
+    note: str | None = None
+    lines: list[Line] = field(default_factory=list)
+    price: Decimal | None = None
+    customer: UUID | None = None
+
+
+ORDER = {"orderId": 42, "totalAmount": 10, "currency": "EUR", "unknownKey": [1]}
+
+
+class PayloadAs(unittest.TestCase):
+    def test_camel_case_keys_map_to_fields_and_unknown_keys_are_ignored(self) -> None:
+        order = event(ORDER).payload_as(Order)
+        self.assertEqual(order, Order(order_id=42, total_amount=10.0, currency="EUR"))
+        self.assertIsInstance(order.total_amount, float)
+
+    def test_nested_values_convert(self) -> None:
+        payload = {**ORDER, "lines": [{"sku": "a", "quantity": 1}], "price": "12.50", "note": None,
+                   "customer": "01890a5d-ac96-774b-bcce-b302099a8057"}
+        order = event(payload).payload_as(Order)
+        self.assertEqual(order.lines, [Line("a", 1)])
+        self.assertEqual(order.price, Decimal("12.50"))
+        self.assertEqual(order.customer, UUID("01890a5d-ac96-774b-bcce-b302099a8057"))
+
+    def assert_permanent(self, payload: dict[str, Any], message: str) -> None:
+        with self.assertRaises(idem.Permanent) as caught:
+            event(payload).payload_as(Order)
+        self.assertFalse(caught.exception.retryable)
+        self.assertEqual(str(caught.exception), message)
+
+    def test_a_missing_field_is_permanent_and_named(self) -> None:
+        self.assert_permanent({"totalAmount": 1, "currency": "EUR"}, "payload field `orderId` is missing")
+
+    def test_an_ill_typed_field_is_permanent_and_named(self) -> None:
+        self.assert_permanent({**ORDER, "orderId": "42"}, "payload field `orderId`: expected an integer, got string '42'")
+        self.assert_permanent({**ORDER, "orderId": True}, "payload field `orderId`: expected an integer, got boolean True")
+        self.assert_permanent({**ORDER, "orderId": 4.2}, "payload field `orderId`: expected an integer, got number 4.2")
+        self.assert_permanent({**ORDER, "lines": [{"sku": "a", "quantity": 1}, {"sku": 3, "quantity": 1}]},
+                              "payload field `lines[1].sku`: expected a string, got number 3")
+        self.assert_permanent({**ORDER, "price": "cheap"},
+                              "payload field `price`: expected a decimal number, got string 'cheap'")
+
+    def test_only_dataclasses_are_built(self) -> None:
+        with self.assertRaises(TypeError):
+            event(ORDER).payload_as(dict)
+
+    def test_the_payload_is_parsed_once(self) -> None:
+        e = event(ORDER)
+        self.assertIs(e.payload, e.payload)
+        self.assertEqual(e.payload["orderId"], 42)
+        self.assertEqual(e.header("trace"), b"x")
+        self.assertIsNone(e.header("empty"))
+
+
+class Errors(unittest.TestCase):
+    def test_classification(self) -> None:
+        self.assertTrue(idem.Retryable("later").retryable)
+        self.assertFalse(idem.Permanent("never").retryable)
+        self.assertTrue(idem.DbError("transient", "deadlock detected", "40P01").retryable)
+        self.assertEqual(str(idem.DbError("transient", "deadlock detected", "40P01")),
+                         "database: transient error 40P01: deadlock detected")
+        self.assertFalse(idem.UniqueViolation("duplicate key").retryable)
+        self.assertTrue(idem.HttpError("timeout", "5 s").retryable)
+        self.assertTrue(idem.HttpError("connection", "reset").retryable)
+        self.assertFalse(idem.HttpError("denied", "not allowed").retryable)
+        self.assertEqual(str(idem.HttpError("invalid-request", "bad")), "http: invalid request: bad")
+        for status in (408, 425, 429, 500, 503):
+            self.assertTrue(idem.HttpStatusError(status, "").retryable, status)
+        for status in (400, 404, 409, 422):
+            self.assertFalse(idem.HttpStatusError(status, "").retryable, status)
+        self.assertEqual(str(idem.HttpStatusError(502, "x" * 300)), "HTTP 502: " + "x" * 200)
+        self.assertFalse(idem.EmitError("refused", "topic").retryable)
+
+    def test_an_uncaught_exception_names_its_type_message_and_frames(self) -> None:
+        def inner() -> None:
+            raise ValueError("boom")
+
+        try:
+            inner()
+        except ValueError as e:
+            text = uncaught(e)
+        self.assertTrue(text.startswith("uncaught ValueError: boom\n"), text)
+        self.assertIn('raise ValueError("boom")', text)
+        self.assertLessEqual(len(uncaught(RuntimeError("x" * 5000))), 1900)
+        self.assertTrue(uncaught(json.JSONDecodeError("bad", "", 0)).startswith("uncaught json.decoder.JSONDecodeError"))
+
+
+if __name__ == "__main__":
+    unittest.main()

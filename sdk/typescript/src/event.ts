@@ -1,0 +1,115 @@
+// The event being handled.
+
+import type { Event as WitEvent } from 'idem:handler/types@0.1.0';
+import { Permanent } from './errors.js';
+
+/** A Kafka record header; `value` is undefined for a null header. */
+export interface Header {
+    /** The header's name. */
+    readonly name: string;
+    /** Its value, undefined for a null one. */
+    readonly value: Uint8Array | undefined;
+}
+
+/**
+ * A check for {@link Event.payloadAs}: a type guard (`false` means the
+ * payload does not fit), or a function that throws when it does not fit.
+ */
+export type PayloadCheck<T> = ((payload: unknown) => payload is T) | ((payload: unknown) => boolean | void);
+
+/**
+ * The event being handled: one Kafka record whose payload the host has
+ * already validated (JSON, a UUID v7 `eventId`, an `eventType` the handler
+ * takes, and the handler's JSON Schema when it has one).
+ */
+export class Event {
+    /** The payload's `eventId`, a UUID v7 in text form: the key the host deduplicates on. Bind it with `Db.uuid(event.id)`. */
+    readonly id: string;
+    /** The payload's `eventType`, e.g. `order.confirmed.v1`. */
+    readonly eventType: string;
+    /** The payload's `occurredAt`, RFC 3339. */
+    readonly occurredAt: string;
+    /** The Kafka topic the record came from. */
+    readonly topic: string;
+    /** The record's partition. */
+    readonly partition: number;
+    /** The record's offset (a 64-bit integer, hence a bigint). */
+    readonly offset: bigint;
+    /** The record's key, if it has one. */
+    readonly key: Uint8Array | undefined;
+    /** The record's headers, in order. */
+    readonly headers: readonly Header[];
+    /** 1 on the first execution of this event by this host process, then 2, 3, … Never part of an idempotency key. */
+    readonly attempt: number;
+    /** The whole payload as JSON text. */
+    readonly payloadText: string;
+    #payload: { value: unknown } | undefined;
+
+    /** @internal */
+    constructor(raw: WitEvent) {
+        this.id = raw.id;
+        this.eventType = raw.eventType;
+        this.occurredAt = raw.occurredAt;
+        this.topic = raw.topic;
+        this.partition = raw.partition;
+        this.offset = raw.offset;
+        this.key = raw.key;
+        this.headers = raw.headers.map((h) => ({ name: h.name, value: h.value }));
+        this.attempt = raw.attempt;
+        this.payloadText = raw.payload;
+    }
+
+    /**
+     * The payload, parsed once, on first use. Integers beyond 2^53 lose
+     * precision here, as anywhere in JavaScript's JSON: read such a field
+     * from {@link Event.payloadText} if it matters.
+     */
+    get payload(): unknown {
+        if (this.#payload === undefined) {
+            try {
+                this.#payload = { value: JSON.parse(this.payloadText) };
+            } catch (e) {
+                throw new Permanent(`payload is not JSON: ${String(e)}`);
+            }
+        }
+        return this.#payload.value;
+    }
+
+    /**
+     * The payload as a `T`. Without `check` this is a cast (the host has
+     * validated the payload against the handler's schema). With one, a
+     * payload that fails it (`false`, or a throw) is a {@link Permanent}
+     * error: retrying would not change it.
+     *
+     * @example
+     * ```ts
+     * interface OrderConfirmed { orderId: number; totalAmount: number }
+     * const order = event.payloadAs<OrderConfirmed>();
+     * const checked = event.payloadAs((p): p is OrderConfirmed => typeof (p as OrderConfirmed).orderId === "number");
+     * ```
+     */
+    payloadAs<T>(check?: PayloadCheck<T>): T {
+        const payload = this.payload;
+        if (check !== undefined) {
+            let fits: boolean | void;
+            try {
+                fits = check(payload);
+            } catch (e) {
+                throw new Permanent(`payload does not fit the handler's type: ${e instanceof Error ? e.message : String(e)}`);
+            }
+            if (fits === false) throw new Permanent("payload does not fit the handler's type");
+        }
+        return payload as T;
+    }
+
+    /** The first header called `name`, if any (undefined also for a null header). */
+    header(name: string): Uint8Array | undefined {
+        return this.headers.find((h) => h.name === name)?.value;
+    }
+
+    /** {@link Event.header} as UTF-8 text. */
+    headerText(name: string): string | undefined {
+        const value = this.header(name);
+        return value && new TextDecoder().decode(value);
+    }
+}
