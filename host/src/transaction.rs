@@ -91,6 +91,12 @@ impl EventTx {
         self.deadline
     }
 
+    /// A whole budget again, for the next invocation in the same
+    /// transaction (`idem test` runs a file of events in one).
+    pub(crate) fn renew(&mut self, budget: Duration) {
+        self.deadline = Instant::now() + budget;
+    }
+
     /// A deadline for one host statement: the budget's end plus [`GRACE`].
     pub fn statement_deadline(&self) -> Instant {
         self.deadline.max(Instant::now()) + GRACE

@@ -303,3 +303,61 @@ async fn maintenance_runs_one_pass_and_migrate_follows_the_retention_mode() {
         db.drop_database().await;
     }
 }
+
+/// `idem test`: a handler against a file of events in one transaction, rolled
+/// back at the end unless `--commit`, each event's statements, requests and
+/// outcome printed, the exit status telling whether all went through.
+#[tokio::test(flavor = "multi_thread")]
+async fn idem_test_runs_a_file_of_events_in_a_rolled_back_transaction_and_shows_what_each_did() {
+    idem_tests::init_logging();
+    let db = TestDb::empty().await.expect("empty database");
+    let provider = "http://127.0.0.1:9"; // nothing listens: the recorder takes the requests
+    let config = host::write_config(&db.url, &[HandlerSpec::billing("orders.confirmed", provider)]);
+    let config_arg = config.to_str().expect("path");
+    assert!(idem(&["migrate", "--config", config_arg]).0);
+
+    let order = |id: &str, order: i64, amount: &str| {
+        format!(
+            r#"{{"eventId":"{id}","eventType":"order.confirmed.v1","occurredAt":"2026-12-02T07:00:00Z","aggregateType":"Order","orderId":{order},"customerId":7,{amount}"currency":"EUR"}}"#
+        )
+    };
+    let (a, old) = (uuid::Uuid::now_v7().to_string(), "01938a4e-8c2a-7c3e-9b1a-2f4d5e6a7b01");
+    let lines = [
+        order(&a, 1, r#""totalAmount":10.25,"#),
+        order(&a, 1, r#""totalAmount":10.25,"#),
+        order(&uuid::Uuid::now_v7().to_string(), 2, ""),
+        order(old, 3, r#""totalAmount":5,"#),
+    ];
+    let events = std::env::temp_dir().join(format!("{}.jsonl", idem_tests::unique_name("events")));
+    std::fs::write(&events, lines.join("\n")).expect("events file");
+    let events_arg = events.to_str().expect("path");
+
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", events_arg]);
+    assert!(!ok, "an invalid event fails the run: {out}");
+    for expected in [
+        format!("line 1: {a} order.confirmed.v1: processed"),
+        "sql  INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5) -> 1 row(s)".to_owned(),
+        format!("http POST {provider}/v1/charges Idempotency-Key: {a} body: "),
+        format!("line 2: {a} order.confirmed.v1: duplicate"),
+        "line 3: invalid: the payload violates the schema".to_owned(),
+        format!("line 4: its eventId {old} is older than the dedup retention: it runs with a fresh one"),
+        "4 event(s), 1 failed; the transaction was rolled back".to_owned(),
+    ] {
+        assert!(out.contains(&expected), "`{expected}` missing from:\n{out}");
+    }
+    assert_eq!(db.count("SELECT count(*) FROM billing.charge").await, 0, "rolled back");
+    assert_eq!(db.count("SELECT count(*) FROM idem.processed_event").await, 0, "the claims too");
+
+    std::fs::write(&events, lines[..2].join("\n")).expect("events file");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", "--commit", events_arg]);
+    assert!(ok, "{out}");
+    assert_eq!(db.count("SELECT count(*) FROM billing.charge").await, 1, "committed, the duplicate once");
+
+    std::fs::write(&events, format!("{}\n{{not json\n", lines[0])).expect("events file");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", events_arg]);
+    assert!(!ok && out.contains("line 2: not JSON"), "a malformed line is named before anything runs: {out}");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "nobody", events_arg]);
+    assert!(!ok && out.contains("has no handler `nobody` (it has: billing)"), "{out}");
+    let _ = std::fs::remove_file(&events);
+    db.drop_database().await;
+}

@@ -1,4 +1,4 @@
-//! The command line: `idem run`, `idem check`, `idem migrate`, `idem dlq`,
+//! The command line: `idem run`, `idem check`, `idem test`, `idem migrate`, `idem dlq`,
 //! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`,
 //! `idem outbox`, `idem status`. The `idem`
 //! binary is [`main`] and nothing else.
@@ -31,6 +31,27 @@ enum Command {
         /// Exit once every assigned partition is consumed and committed to its end.
         #[arg(long)]
         exit_when_drained: bool,
+    },
+    /// Runs a handler against a file of events (JSON lines) in a PostgreSQL
+    /// transaction rolled back at the end, printing each event's statements,
+    /// requests, outcome and time; exits non-zero unless every event was
+    /// processed or a duplicate.
+    Test {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        handler: String,
+        /// The component to test (default: the handler's `component` file).
+        #[arg(long)]
+        component: Option<PathBuf>,
+        /// Keep what the events did (the claims too): commit instead of rolling back.
+        #[arg(long)]
+        commit: bool,
+        /// Where HTTP requests go: a local recorder that prints them, or their hosts.
+        #[arg(long, value_enum, default_value = "record")]
+        http: crate::app::trial::HttpMode,
+        /// One event's payload per line.
+        events: PathBuf,
     },
     /// Runs every start-up check of `run`, consumes nothing, exits non-zero on a problem.
     Check {
@@ -296,6 +317,10 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
         Command::Check { config } => check(&config, natives).await,
+        Command::Test { config, handler, component, commit, http, events } => {
+            let options = crate::app::trial::Options { config, handler, component, events, commit, http };
+            if crate::app::trial::run(options).await? { Ok(()) } else { anyhow::bail!("not every event was processed") }
+        }
         Command::Dlq { command: DlqCommand::List { target } } => dlq_list(&target),
         Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
             let options = crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned };

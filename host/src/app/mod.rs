@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod startup;
+pub mod trial;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

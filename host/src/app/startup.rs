@@ -96,7 +96,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
 
 /// The Wasm runtime, its instance pool sized for every handler's
 /// concurrency, and the compiled-artifact cache if it opens.
-fn open_runtime(config: &Config) -> anyhow::Result<Runtime> {
+pub(crate) fn open_runtime(config: &Config) -> anyhow::Result<Runtime> {
     // Each of a handler's `concurrency` executions may run a batch's
     // events `max_concurrent` at a time, each in an instance of its own.
     let concurrency = config.handlers.iter().map(|h| h.concurrency.saturating_mul(h.batch.max_concurrent)).sum();

@@ -66,6 +66,8 @@ pub(crate) struct Grants {
     /// (`idem.correlation-id`, `traceparent`); `None`: it may emit nothing
     /// (its event runs without a dedup row).
     pub(crate) provenance: Option<Vec<(String, String)>>,
+    /// Keep a line per statement (`idem test`).
+    pub(crate) transcript: bool,
 }
 
 impl Capabilities {
@@ -81,8 +83,9 @@ impl Capabilities {
         );
         let emit =
             emit::EmitCapability::new(grants.emit_policy, grants.max_emits, grants.max_emit_bytes, grants.provenance);
+        let db = db::DbCapability::new(handler.clone(), max_db_statements, batched);
         Self {
-            db: db::DbCapability::new(handler.clone(), max_db_statements, batched),
+            db: if grants.transcript { db.transcribing() } else { db },
             http,
             emit,
             config: config::ConfigCapability::new(grants.config),

@@ -158,7 +158,8 @@ impl Executor {
                 let span = self.event_span(event);
                 running.push(async move {
                     let run = super::Run { attempt: 1, batched: true, guarded };
-                    let (_, result, emitted) = self.invoke(lent, event, run).instrument(span).await;
+                    let (_, result, left) = self.invoke(lent, event, run).instrument(span).await;
+                    let emitted = left.emitted;
                     (index, result, emitted)
                 });
             }

@@ -3,6 +3,7 @@
 
 mod batch;
 mod chains;
+mod trial;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use crate::transaction::Lent;
 pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
 use tracing::Instrument as _;
+pub use trial::Trial;
 
 /// What became of an event that did not fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,13 +50,15 @@ pub struct Executor {
     force_stale: bool,
     /// Where timings and guest calls are counted (`idem run`'s metrics).
     stats: Option<Arc<Stats>>,
+    /// Invocations keep a line per statement (`idem test`).
+    transcribe: bool,
 }
 
 impl Executor {
     /// `pool` must be the handler's own (see `sandbox::pool`), never a
     /// privileged one: its role is the sandbox's boundary.
     pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
-        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false, stats: None }
+        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false }
     }
 
     /// The same executor, counting into `stats`.
@@ -72,6 +76,13 @@ impl Executor {
     #[must_use]
     pub fn forcing_stale(&self) -> Self {
         Self { force_stale: true, ..self.clone() }
+    }
+
+    /// The same executor, its invocations keeping a line per statement
+    /// (see [`Executor::execute_within`]).
+    #[must_use]
+    pub fn transcribing(&self) -> Self {
+        Self { transcribe: true, ..self.clone() }
     }
 
     /// Whether the claim accepts stale events (see `dedup::claim_many`).
@@ -141,7 +152,7 @@ impl Executor {
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
         let began = std::time::Instant::now();
         let tx = self.begin().await?;
-        let (lent, result, emitted) = self.run_in(tx, event, attempt).await;
+        let (lent, result, Left { emitted, .. }) = self.run_in(tx, event, attempt).await;
         let mut tx = taken_back(lent)?;
         match result {
             Ok(Outcome::Processed) => {
@@ -231,6 +242,7 @@ impl Executor {
             max_emits: settings.max_emits,
             max_emit_bytes: settings.max_emit_bytes,
             provenance,
+            transcript: self.transcribe,
         };
         Capabilities::new(tx, grants)
     }
@@ -254,7 +266,7 @@ impl Executor {
             Ok(refused @ (Claim::Stale | Claim::Future)) => self.refused(event, refused),
             Err(e) => Err(e),
         };
-        (Lent::Whole(tx), early, Vec::new())
+        (Lent::Whole(tx), early, Left::default())
     }
 
     /// Runs the handler on a claimed `event` inside `tx` (the whole
@@ -282,7 +294,8 @@ impl Executor {
             }
         }
         let infrastructure = caps.db.infrastructure_failure().map(str::to_owned);
-        let emitted = caps.emit.take();
+        let requests = if self.transcribe { std::mem::take(&mut caps.http.sent) } else { Vec::new() };
+        let left = Left { emitted: caps.emit.take(), transcript: caps.db.transcript(), requests };
         let tx = caps.tx;
         let result = match invocation {
             // Whatever the guest made of it, a transaction in which the
@@ -318,7 +331,7 @@ impl Executor {
                 )),
             }),
         };
-        (tx, result, emitted)
+        (tx, result, left)
     }
 }
 
@@ -332,8 +345,19 @@ struct Run {
 }
 
 /// What an invocation hands back: the transaction (or its share), its
-/// result, and the events it emitted (to be written if it commits).
-type Invoked = (Lent, Result<Outcome, ExecError>, Vec<crate::capabilities::emit::Emitted>);
+/// result, and what it left.
+type Invoked = (Lent, Result<Outcome, ExecError>, Left);
+
+/// What an invocation leaves besides its result.
+#[derive(Default)]
+struct Left {
+    /// The events it emitted, to be written if it commits.
+    emitted: Vec<crate::capabilities::emit::Emitted>,
+    /// Its statements, when kept ([`Executor::transcribing`]).
+    transcript: Vec<String>,
+    /// Its requests (host, status), when kept.
+    requests: Vec<(String, Option<u16>)>,
+}
 
 /// The transaction back from an invocation that held it whole. It always
 /// is: only a batch shares one, and it takes its own back.

@@ -55,6 +55,8 @@ pub(crate) struct DbCapability {
     /// (see `error::unavailable_sqlstate`): the transaction must not
     /// commit, whatever the guest made of the error.
     infrastructure: Option<String>,
+    /// Each statement and what came of it, when kept (`idem test`).
+    transcript: Option<Vec<String>>,
 }
 
 impl DbCapability {
@@ -65,7 +67,30 @@ impl DbCapability {
             statements: Allowance::new(max_statements, "max_db_statements"),
             batched,
             infrastructure: None,
+            transcript: None,
         }
+    }
+
+    /// The same, keeping a line per statement ([`DbCapability::transcript`]).
+    pub(crate) fn transcribing(mut self) -> Self {
+        self.transcript = Some(Vec::new());
+        self
+    }
+
+    /// Each statement the guest sent and what came of it, if kept.
+    pub(crate) fn transcript(&mut self) -> Vec<String> {
+        self.transcript.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Notes `statement` and its outcome in the transcript, if kept.
+    fn note<R>(&mut self, statement: &str, outcome: &wasmtime::Result<Result<R, DbError>>, rows: impl Fn(&R) -> u64) {
+        let Some(transcript) = &mut self.transcript else { return };
+        let what = match outcome {
+            Ok(Ok(r)) => format!("{} row(s)", rows(r)),
+            Ok(Err(e)) => format!("error: {}", crate::text::shown(&format!("{e:?}"), 300)),
+            Err(trap) => format!("host fault: {trap}"),
+        };
+        transcript.push(format!("{} -> {what}", crate::text::shown(statement.trim(), 2_000)));
     }
 
     /// Statements the guest ran (or tried to).
@@ -79,9 +104,17 @@ impl DbCapability {
         self.infrastructure.as_deref()
     }
 
-    /// Spends one statement of the invocation's allowance.
-    fn spend(&mut self) -> Result<(), DbError> {
-        self.statements.spend("statements").map_err(DbError::Refused)
+    /// Spends one statement of the invocation's allowance and prepares
+    /// `statement`; a refusal is noted in the transcript.
+    async fn admit(&mut self, statement: &str, params: Vec<Value>) -> Result<values::Bound, DbError> {
+        let admitted = match self.statements.spend("statements").map_err(DbError::Refused) {
+            Ok(()) => prepare(&self.handler, statement, params).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = &admitted {
+            self.note(statement, &Ok::<Result<u64, _>, wasmtime::Error>(Err(e.clone())), |n| *n);
+        }
+        admitted
     }
 }
 
@@ -197,23 +230,19 @@ fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
 
 impl<T: DbTx> db::Host for DbView<'_, T> {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<u64, DbError>> {
-        if let Err(e) = self.ctx.spend() {
-            return Ok(Err(e));
-        }
-        let bound = match prepare(&self.ctx.handler, &statement, params).await {
+        let bound = match self.ctx.admit(&statement, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
-        self.in_savepoint(async |tx: &mut T| tx.execute(bound).await).instrument(span).await
+        let done = self.in_savepoint(async |tx: &mut T| tx.execute(bound).await).instrument(span).await;
+        self.ctx.note(&statement, &done, |n| *n);
+        done
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
-        if let Err(e) = self.ctx.spend() {
-            return Ok(Err(e));
-        }
-        let bound = match prepare(&self.ctx.handler, &statement, params).await {
+        let bound = match self.ctx.admit(&statement, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
@@ -225,12 +254,22 @@ impl<T: DbTx> db::Host for DbView<'_, T> {
         // effect behind either: a guest that retries differently would
         // apply it twice.
         let refusal = match fetched {
-            Err(e) => return Ok(Err(e)),
-            Ok(Fetched::Rows(rows)) => return Ok(Ok(rows)),
+            Err(e) => {
+                let done = Ok(Err(e));
+                self.ctx.note(&statement, &done, |_: &Rows| 0);
+                return done;
+            }
+            Ok(Fetched::Rows(rows)) => {
+                let done = Ok(Ok(rows));
+                self.ctx.note(&statement, &done, |r: &Rows| r.rows.len() as u64);
+                return done;
+            }
             Ok(Fetched::TooLarge) => DbError::Refused(format!("the result is larger than {MAX_RESULT_BYTES} bytes")),
             Ok(Fetched::Unreadable(e)) => DbError::InvalidValue(e),
         };
         self.undo_last(&refusal).await?;
-        Ok(Err(refusal))
+        let done = Ok(Err(refusal));
+        self.ctx.note(&statement, &done, |_: &Rows| 0);
+        done
     }
 }

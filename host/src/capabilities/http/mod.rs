@@ -99,7 +99,7 @@ impl HttpCapability {
     }
 }
 
-pub use target::client;
+pub use target::{client, client_via};
 
 fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
     let mut h = DefaultHasher::new();

@@ -134,6 +134,16 @@ pub fn client(policy: &HttpPolicy) -> reqwest::Result<reqwest::Client> {
         .build()
 }
 
+/// As [`client`], every request sent through the HTTP proxy at `proxy`
+/// (`idem test`'s recorder) instead of to its host.
+pub fn client_via(policy: &HttpPolicy, proxy: &str) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .proxy(reqwest::Proxy::all(proxy)?)
+        .dns_resolver(Arc::new(GuardedResolver { private_hosts: private_hosts(policy) }))
+        .build()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,78 @@
+//! The events file of `idem test`: JSON lines, each an event's payload as
+//! a producer would publish it (with `eventId`, `eventType`, `occurredAt`).
+
+use std::path::Path;
+
+use anyhow::{Context as _, bail};
+
+use crate::validate::Record;
+
+/// The largest events file read: a test's, not a topic's.
+const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// One line of the file as the record it becomes.
+pub struct Line {
+    pub number: usize,
+    pub record: Record,
+    /// The `eventId` the file gave, when it was replaced (see [`read`]).
+    pub was: Option<String>,
+}
+
+/// Each non-blank line of `path` as a record of `topic` (partition 0, the
+/// line's number as its offset), or the first malformed line named.
+///
+/// A test file outlives the dedup retention, but an id older than it would
+/// run without a dedup row (or be refused as stale): such an id is replaced
+/// by a fresh UUID v7, the same one wherever it repeats in the file, so a
+/// repeated event is still a duplicate.
+pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow::Result<Vec<Line>> {
+    let bytes = crate::files::read_bounded(path, MAX_FILE_BYTES)
+        .with_context(|| format!("failed to read the events file {}", path.display()))?;
+    let text = String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))?;
+    let mut records = Vec::new();
+    let mut fresh = std::collections::HashMap::new();
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut value = match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(value) if value.is_object() => value,
+            Ok(_) => bail!("{} line {number}: not a JSON object (one event's payload per line)", path.display()),
+            Err(e) => bail!("{} line {number}: not JSON: {e}", path.display()),
+        };
+        let mut payload = line.as_bytes().to_vec();
+        let mut was = None;
+        if let Some(id) = value["eventId"].as_str().map(str::to_owned)
+            && is_older_than(&id, retention)
+        {
+            let new = fresh.entry(id.clone()).or_insert_with(|| uuid::Uuid::now_v7().to_string()).clone();
+            value["eventId"] = serde_json::Value::String(new);
+            payload = value.to_string().into_bytes();
+            was = Some(id);
+        }
+        let record = Record {
+            topic: topic.to_owned(),
+            partition: 0,
+            offset: i64::try_from(number).unwrap_or(i64::MAX),
+            key: None,
+            payload: Some(payload),
+            headers: Vec::new(),
+            timestamp: None,
+        };
+        records.push(Line { number, record, was });
+    }
+    if records.is_empty() {
+        bail!("{} holds no event (one JSON object per line)", path.display());
+    }
+    Ok(records)
+}
+
+/// Whether `id` is a UUID v7 created longer than `retention` ago.
+fn is_older_than(id: &str, retention: std::time::Duration) -> bool {
+    let Ok(uuid) = uuid::Uuid::parse_str(id) else { return false };
+    let Some((secs, _)) = uuid.get_timestamp().map(|t| t.to_unix()) else { return false };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    uuid.get_version_num() == 7 && now.as_secs().saturating_sub(secs) > retention.as_secs()
+}

@@ -1,0 +1,167 @@
+//! `idem test`: a handler against a file of events, before `idem deploy`.
+//!
+//! The events run as `idem run` would run them (the handler's schema and
+//! event types, its sandbox and limits, its own role and schema, the
+//! claim, savepoints, the outbox) but in one PostgreSQL transaction, which
+//! is rolled back at the end unless `--commit` asks to keep it; each event
+//! under a savepoint of its own, so the next sees what the earlier ones
+//! left (a repeated event is a duplicate). Its HTTP requests go to a local
+//! recorder (`--http record`, the default) or to their hosts under the
+//! handler's allowlist (`--http allowlist`). For each event it prints the
+//! statements, requests, emitted events, the outcome and the time. An id
+//! older than the dedup retention gets a fresh one (a test file's ids age;
+//! see `events::read`).
+
+mod events;
+mod recorder;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+use crate::config::Config;
+use crate::executor::{Executor, Pins, Trial};
+use crate::runtime::{Handler, HandlerSettings};
+use crate::validate::Validator;
+use recorder::Recorder;
+
+/// Where a handler's HTTP requests go under `idem test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HttpMode {
+    /// To a local recorder, which prints them and answers `200 {}`.
+    Record,
+    /// To their hosts, under the handler's allowlist, as `idem run` sends them.
+    Allowlist,
+}
+
+/// What `idem test` was asked.
+#[derive(Debug)]
+pub struct Options {
+    pub config: PathBuf,
+    pub handler: String,
+    /// The component to run instead of the handler's `component` file.
+    pub component: Option<PathBuf>,
+    pub events: PathBuf,
+    pub commit: bool,
+    pub http: HttpMode,
+}
+
+/// Runs the events; `Ok(true)` when every one was processed or a duplicate.
+pub async fn run(o: Options) -> anyhow::Result<bool> {
+    let config = Config::load(&o.config)?;
+    let Some(h) = config.handlers.iter().find(|h| h.name == o.handler) else {
+        let names: Vec<&str> = config.handlers.iter().map(|h| h.name.as_str()).collect();
+        bail!("{} has no handler `{}` (it has: {})", o.config.display(), o.handler, names.join(", "));
+    };
+    let lines = events::read(&o.events, &h.topic, h.dedup_retention.0)?;
+    let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
+    let recorder = match o.http {
+        HttpMode::Record => Some(Recorder::start().await.context("failed to start the HTTP recorder")?),
+        HttpMode::Allowlist => None,
+    };
+    let exec = executor(&config, h, &o, recorder.as_ref()).await?;
+    let mut tx = Some(exec.begin().await.context("failed to begin the test's transaction")?);
+    let mut failed = 0;
+    for events::Line { number: line, record, was } in &lines {
+        if let Some(was) = was {
+            println!("line {line}: its eventId {was} is older than the dedup retention: it runs with a fresh one");
+        }
+        let Some(open) = tx.take() else {
+            println!("line {line}: not run: the transaction was closed after an earlier failure");
+            failed += 1;
+            continue;
+        };
+        let event = match validator.validate(record) {
+            Ok(event) => event,
+            Err(invalid) => {
+                println!("line {line}: invalid: {invalid} (idem run would dead-letter it)");
+                failed += 1;
+                tx = Some(open);
+                continue;
+            }
+        };
+        let started = Instant::now();
+        let trial = exec.execute_within(open, &event).await;
+        let took = started.elapsed().as_secs_f64() * 1e3;
+        failed += usize::from(trial.result.is_err());
+        print_event(*line, &event, &trial, took, recorder.as_ref());
+        tx = trial.tx;
+    }
+    match tx {
+        Some(tx) if o.commit => tx.commit().await.context("COMMIT failed")?,
+        Some(tx) => tx.rollback().await,
+        None => {}
+    }
+    let kept = if o.commit { "committed" } else { "rolled back" };
+    println!("{} event(s), {failed} failed; the transaction was {kept}", lines.len());
+    Ok(failed == 0)
+}
+
+/// The handler's executor as `idem run` builds it, on its own role, with
+/// the component under test, keeping a line per statement.
+async fn executor(
+    config: &Config,
+    h: &crate::config::HandlerConfig,
+    o: &Options,
+    rec: Option<&Recorder>,
+) -> anyhow::Result<Executor> {
+    let admin = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&config.database.url)
+        .await
+        .with_context(|| format!("database unreachable at {}", super::startup::redact(&config.database.url)))?;
+    crate::migrate::check(&admin).await?;
+    let place = crate::sandbox::Place::of(h, &config.database_name()?)?;
+    let pool = crate::sandbox::pool::connect(&config.database.url, &place, 2).await?;
+    let settings = HandlerSettings::of(h)?;
+    let http = match rec {
+        Some(r) => crate::capabilities::http::client_via(&settings.http, &r.url)?,
+        None => crate::capabilities::http::client(&settings.http)?,
+    };
+    let Some(component) = o.component.clone().or_else(|| h.component.clone()) else {
+        bail!("handler `{}` has no component file; name the one to test with --component", h.name);
+    };
+    // The compiled-artifact cache `idem run` keeps: a second test of the
+    // same build starts at once.
+    let mut handler = Handler::load(&super::startup::open_runtime(config)?, &component, settings)?;
+    // A store that holds versions only takes claims that name the active
+    // one: the test runs under it, and keeps nothing unless it is the same
+    // module.
+    if let Some((version, sha256)) = crate::modules::store::active_version(&admin, &h.name).await? {
+        if o.commit && sha256 != handler.sha256() {
+            bail!(
+                "--commit: {} is not the active module of `{}` (version {version}); deploy it first, or test without --commit",
+                component.display(),
+                h.name
+            );
+        }
+        handler = handler.with_version(version);
+    }
+    let pins = Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
+    Ok(Executor::new(handler, pool, http, pins).transcribing())
+}
+
+fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms: f64, rec: Option<&Recorder>) {
+    let outcome = match &trial.result {
+        Ok(outcome) => format!("{outcome:?}").to_lowercase(),
+        Err(e) => format!("failed ({}): {e}", format!("{:?}", e.class()).to_lowercase()),
+    };
+    println!("line {line}: {} {}: {outcome} in {took_ms:.1} ms", event.id, event.event_type);
+    for statement in &trial.statements {
+        println!("  sql  {statement}");
+    }
+    match rec {
+        Some(rec) => rec.take().iter().for_each(|r| println!("  http {r}")),
+        None => {
+            for (host, status) in &trial.requests {
+                let status = status.map_or("no answer".to_owned(), |s| s.to_string());
+                println!("  http {host} -> {status}");
+            }
+        }
+    }
+    for e in &trial.emitted {
+        let payload = serde_json::Value::Object(e.payload.clone());
+        println!("  emit {} to {} key {}: {payload}", e.event_type, e.topic, e.key);
+    }
+}

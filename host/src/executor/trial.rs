@@ -1,0 +1,81 @@
+//! `idem test`'s way through the executor: a file of events in one
+//! transaction, each run as `execute` runs it (claim, handler, its emits
+//! written), but none committed; the caller rolls the whole back at the end
+//! or commits it.
+
+use sqlx::Executor as _;
+
+use super::{Executor, Left, Outcome, taken_back};
+use crate::capabilities::emit::Emitted;
+use crate::error::ExecError;
+use crate::event::Event;
+use crate::transaction::{EventTx, within};
+
+/// What one event came to inside the trial's transaction.
+#[derive(Debug)]
+pub struct Trial {
+    /// The transaction, for the next event; `None` when it could not go on
+    /// (a statement overran or the connection failed: it was closed).
+    pub tx: Option<EventTx>,
+    pub result: Result<Outcome, ExecError>,
+    /// Each statement the guest sent and what came of it.
+    pub statements: Vec<String>,
+    /// The events it emitted (written to the outbox in the transaction).
+    pub emitted: Vec<Emitted>,
+    /// Its HTTP requests: host, and status (`None`: no answer).
+    pub requests: Vec<(String, Option<u16>)>,
+}
+
+impl Executor {
+    /// Runs `event` in `tx` as [`Executor::execute`] does, without ending
+    /// the transaction: under a savepoint of its own, released when it
+    /// succeeded and rolled back to when it failed, so that the next event
+    /// sees what committed events would have left. Its statements are in
+    /// the answer when the executor is [`Executor::transcribing`].
+    pub async fn execute_within(&self, mut tx: EventTx, event: &Event) -> Trial {
+        tx.renew(self.handler.settings().timeout);
+        if let Err(e) = control(&mut tx, "SAVEPOINT idem_trial").await {
+            tx.abandon(&self.pool);
+            return Trial {
+                tx: None,
+                result: Err(e),
+                statements: Vec::new(),
+                emitted: Vec::new(),
+                requests: Vec::new(),
+            };
+        }
+        let (lent, mut result, Left { emitted, transcript, requests }) = self.run_in(tx, event, 1).await;
+        let mut tx = match taken_back(lent) {
+            Ok(tx) => tx,
+            Err(e) => return Trial { tx: None, result: Err(e), statements: transcript, emitted, requests },
+        };
+        if matches!(result, Ok(Outcome::Processed))
+            && !emitted.is_empty()
+            && let Err(e) = crate::outbox::write::write(&mut tx, &[(event.id, emitted.clone())]).await
+        {
+            result = Err(e);
+        }
+        let end = match &result {
+            Ok(_) => "RELEASE SAVEPOINT idem_trial",
+            // The connection may still be busy, or is broken: no going on.
+            Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_)) => {
+                tx.abandon(&self.pool);
+                return Trial { tx: None, result, statements: transcript, emitted, requests };
+            }
+            Err(_) => "ROLLBACK TO SAVEPOINT idem_trial; RELEASE SAVEPOINT idem_trial",
+        };
+        match control(&mut tx, end).await {
+            Ok(()) => Trial { tx: Some(tx), result, statements: transcript, emitted, requests },
+            Err(e) => {
+                tx.abandon(&self.pool);
+                Trial { tx: None, result: result.and(Err(e)), statements: transcript, emitted, requests }
+            }
+        }
+    }
+}
+
+/// One control statement on `tx`, within its statement deadline.
+async fn control(tx: &mut EventTx, sql: &'static str) -> Result<(), ExecError> {
+    let deadline = tx.statement_deadline();
+    within(deadline, "a savepoint", tx.conn().execute(sqlx::raw_sql(sql))).await.map(drop)
+}
