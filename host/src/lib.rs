@@ -46,6 +46,7 @@ mod repeats;
 pub mod retention;
 pub mod runtime;
 pub mod sandbox;
+pub mod scaffold;
 pub mod stats;
 mod strict_json;
 pub mod telemetry;

@@ -345,6 +345,7 @@ async fn idem_test_runs_a_file_of_events_in_a_rolled_back_transaction_and_shows_
     ] {
         assert!(out.contains(&expected), "`{expected}` missing from:\n{out}");
     }
+    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 2, "lines 1 and 4 ran: {out}");
     assert_eq!(db.count("SELECT count(*) FROM billing.charge").await, 0, "rolled back");
     assert_eq!(db.count("SELECT count(*) FROM idem.processed_event").await, 0, "the claims too");
 
@@ -355,9 +356,59 @@ async fn idem_test_runs_a_file_of_events_in_a_rolled_back_transaction_and_shows_
 
     std::fs::write(&events, format!("{}\n{{not json\n", lines[0])).expect("events file");
     let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", events_arg]);
-    assert!(!ok && out.contains("line 2: not JSON"), "a malformed line is named before anything runs: {out}");
+    assert!(!ok && out.contains("line 2: not JSON"), "a malformed line is named: {out}");
+    assert!(!out.contains("line 1:"), "before anything runs: {out}");
     let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "nobody", events_arg]);
     assert!(!ok && out.contains("has no handler `nobody` (it has: billing)"), "{out}");
+    let _ = std::fs::remove_file(&events);
+    db.drop_database().await;
+}
+
+/// `idem test --commit`: an event that writes and then fails leaves nothing
+/// (its savepoint), the events around it are kept; and only the component
+/// `idem run` would run may be committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn idem_test_commit_keeps_the_events_that_succeeded_and_only_for_the_configured_component() {
+    idem_tests::init_logging();
+    let db = TestDb::empty().await.expect("empty database");
+    let config = host::write_config(&db.url, &[HandlerSpec::scenarios("scenarios.in", "http://127.0.0.1:9")]);
+    let config_arg = config.to_str().expect("path");
+    assert!(idem(&["migrate", "--config", config_arg]).0);
+    let scenario = |name: &str| {
+        let id = uuid::Uuid::now_v7();
+        let line = format!(
+            r#"{{"eventId":"{id}","eventType":"test.scenario.v1","occurredAt":"2026-12-02T07:00:00Z","scenario":"{name}"}}"#
+        );
+        (id, line)
+    };
+    let (first, second, third) = (scenario("ok"), scenario("write-then-fail"), scenario("ok"));
+    let events = std::env::temp_dir().join(format!("{}.jsonl", idem_tests::unique_name("events")));
+    std::fs::write(&events, [&first.1, &second.1, &third.1].map(String::as_str).join("\n")).expect("events file");
+    let events_arg = events.to_str().expect("path");
+
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "scenarios", "--commit", events_arg]);
+    assert!(!ok, "one event failed: {out}");
+    assert!(out.contains("line 2: ") && out.contains("failed (permanent)"), "{out}");
+    assert!(out.contains("3 event(s), 1 failed; the transaction was committed"), "{out}");
+    let kept: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT DISTINCT event_id FROM scenario.effect ORDER BY 1")
+        .fetch_all(&db.pool)
+        .await
+        .expect("effects");
+    assert_eq!(kept, vec![first.0, third.0], "the failed event's write was undone, the others kept");
+
+    let other = idem_tests::guests::component("notification");
+    let (ok, out) = idem(&[
+        "test",
+        "--config",
+        config_arg,
+        "--handler",
+        "scenarios",
+        "--component",
+        other.to_str().expect("path"),
+        "--commit",
+        events_arg,
+    ]);
+    assert!(!ok && out.contains("is not the handler's component"), "{out}");
     let _ = std::fs::remove_file(&events);
     db.drop_database().await;
 }

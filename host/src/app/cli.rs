@@ -1,4 +1,4 @@
-//! The command line: `idem run`, `idem check`, `idem test`, `idem migrate`, `idem dlq`,
+//! The command line: `idem run`, `idem check`, `idem new`, `idem test`, `idem migrate`, `idem dlq`,
 //! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`,
 //! `idem outbox`, `idem status`. The `idem`
 //! binary is [`main`] and nothing else.
@@ -31,6 +31,18 @@ enum Command {
         /// Exit once every assigned partition is consumed and committed to its end.
         #[arg(long)]
         exit_when_drained: bool,
+    },
+    /// Writes a new handler project: its source, schema, migration, config,
+    /// sample events, build and test commands, and the SDK and WIT it builds
+    /// against (it builds outside this repository).
+    New {
+        /// The handler's name (lowercase letters, digits, `-`, `_`).
+        name: String,
+        #[arg(long, value_enum)]
+        lang: crate::scaffold::Lang,
+        /// Where to write it (default: ./NAME); must not exist.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Runs a handler against a file of events (JSON lines) in a PostgreSQL
     /// transaction rolled back at the end, printing each event's statements,
@@ -317,6 +329,16 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
         Command::Check { config } => check(&config, natives).await,
+        Command::New { name, lang, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let written = crate::scaffold::new_project(&name, lang, &dir)?;
+            println!(
+                "idem: wrote {} files into {}; next: cd there, ./build.sh, ./test.sh",
+                written.len(),
+                dir.display()
+            );
+            Ok(())
+        }
         Command::Test { config, handler, component, commit, http, events } => {
             let options = crate::app::trial::Options { config, handler, component, events, commit, http };
             if crate::app::trial::run(options).await? { Ok(()) } else { anyhow::bail!("not every event was processed") }

@@ -173,7 +173,7 @@ impl Handler {
             Body::Native(native) => return self.invoke_native(native, caps, event, deadline).await,
         };
         let (mut store, instance, served, husk) = match self.shelf.take() {
-            Some(Kept { mut store, instance, served }) => {
+            Some(Kept { mut store, instance, served, .. }) => {
                 let husk = store.data_mut().lend(caps);
                 (store, Some(instance), served, Some(husk))
             }
@@ -195,7 +195,7 @@ impl Handler {
             Ok(Ok((instance, answer))) if self.shelf.keeps() => {
                 let husk = husk.unwrap_or_else(|| store.data().caps.husk());
                 let caps = store.data_mut().lend(husk);
-                self.shelf.put(Kept { store, instance, served: served + 1 });
+                self.shelf.put(Kept { store, instance, served: served + 1, since: std::time::Instant::now() });
                 Invoked { caps, invocation: self.answer(Ok(Ok(answer))), stderr }
             }
             // A trap or an overrun leaves the instance in no state to reuse.
@@ -247,7 +247,7 @@ impl Handler {
             Ok(instance) if self.shelf.keeps() => {
                 let husk = store.data().caps.husk();
                 let caps = store.data_mut().lend(husk);
-                self.shelf.put(Kept { store, instance, served: 0 });
+                self.shelf.put(Kept { store, instance, served: 0, since: std::time::Instant::now() });
                 (caps, Ok(()))
             }
             instantiated => (store.into_data().caps, instantiated.map(drop)),

@@ -15,8 +15,15 @@ use crate::capabilities::{Capabilities, HasCapabilities};
 
 /// Bytes of guest stdout and of stderr an invocation may write (a panic
 /// message lands in stderr and explains the trap). A guest that writes more
-/// traps on the write.
+/// traps on the write. (On a kept instance's first invocation, up to twice
+/// this: its pipes hold two invocations' worth.)
 pub(super) const OUTPUT_CAPACITY: usize = 64 << 10;
+
+/// WASI handles (streams, pollables) a store may hold at once: a few tens
+/// for any toolchain's runtime; the cap bounds the host memory a guest
+/// holds through them, which its memory limit does not count (wasmtime's
+/// own default is a million).
+const MAX_HANDLES: usize = 16_384;
 
 pub(crate) struct HostState {
     wasi: WasiCtx,
@@ -47,7 +54,9 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        Self { wasi: wasi.build(), table: ResourceTable::new(), stdout, stderr, marks: (0, 0), limits, caps }
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_HANDLES);
+        Self { wasi: wasi.build(), table, stdout, stderr, marks: (0, 0), limits, caps }
     }
 
     /// Lends `caps` to the store for an invocation; hands back what it held.

@@ -18,19 +18,26 @@
 //! quota, when an invocation trapped, overran its budget or failed in the
 //! host, and when its output pipes hold a whole invocation's worth, so
 //! that the next invocation can still write as much as on a fresh one.
-//! An instance serves one event at a time; the shelf holds the idle ones.
+//! An instance serves one event at a time; the shelf holds the idle ones,
+//! for a minute at most. Host memory a guest holds through WASI handles is
+//! bounded per store (`state.rs`), kept instance or not.
 
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
 use super::state::{HostState, OUTPUT_CAPACITY};
 use crate::wit;
 
-/// Idle kept instances at most per handler version: above the executions a
-/// handler runs at once in any sane config, below the instance pool's
-/// size, so that idle ones never starve a fresh instantiation for long.
+/// Idle kept instances at most per handler version. Idle ones are never
+/// more than were in use at once (each was shelved after its event), so
+/// they fit the pool; this bounds what a version keeps after a burst.
 const MOST_IDLE: usize = 32;
+
+/// How long an idle instance is kept: after a burst, the instances it
+/// needed give back their memory and pool slots once the load is gone.
+const IDLE_FOR: Duration = Duration::from_secs(60);
 
 /// An instance between two of its events.
 pub(super) struct Kept {
@@ -38,6 +45,8 @@ pub(super) struct Kept {
     pub(super) instance: wit::Handler,
     /// Events it has served.
     pub(super) served: u32,
+    /// When it was shelved.
+    pub(super) since: Instant,
 }
 
 /// The idle kept instances of one handler version.
@@ -60,7 +69,9 @@ impl Shelf {
     /// An idle instance, the most recently used (its pages are the most
     /// likely still cached).
     pub(super) fn take(&self) -> Option<Kept> {
-        self.idle.lock().ok()?.pop()
+        let mut idle = self.idle.lock().ok()?;
+        idle.retain(|kept| kept.since.elapsed() < IDLE_FOR);
+        idle.pop()
     }
 
     /// Shelves `kept` after an invocation that returned normally, unless it
@@ -70,10 +81,11 @@ impl Shelf {
         if spent {
             return;
         }
-        if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < MOST_IDLE
-        {
-            idle.push(kept);
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.retain(|kept| kept.since.elapsed() < IDLE_FOR);
+            if idle.len() < MOST_IDLE {
+                idle.push(Kept { since: Instant::now(), ..kept });
+            }
         }
     }
 }

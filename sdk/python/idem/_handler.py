@@ -55,6 +55,25 @@ def run(fn: Handler, raw: _wit.types.Event) -> None:
     """Calls ``fn`` and turns its exceptions into the world's ``handler-error``
     (componentize-py maps exactly ``Err`` to the ``err`` case, and traps on
     any other exception)."""
+    try:
+        call(fn, raw)
+    finally:
+        # What the handler printed belongs to this event's log lines: an
+        # instance may serve the next event (events_per_instance).
+        flush()
+
+
+def flush() -> None:
+    """Flushes stdout and stderr; a stream that cannot be flushed is left."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def call(fn: Handler, raw: _wit.types.Event) -> None:
+    """``run`` without the flush."""
     types = _wit.types
     failure: _wit.types.HandlerError
     try:

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Setup, order, scenario, scenario_with};
+use super::{Setup, scenario, scenario_with};
 use idem::{ExecError, Executor, Outcome};
 
 /// Runs the `count` scenario once; which invocation of its instance it was.
@@ -68,24 +68,51 @@ async fn a_trap_or_an_overrun_retires_the_instance_and_a_handler_error_does_not(
 #[tokio::test]
 async fn each_event_on_a_kept_instance_has_its_own_key_and_its_own_output() {
     let s = Setup::new().await;
-    let mut settings = s.settings("billing");
-    settings.events_per_instance = 100;
-    let billing = s.executor("billing", settings);
-    let orders: Vec<_> = (0..3).map(|_| order()).collect();
-    for e in &orders {
-        assert_eq!(billing.execute(e, 1).await.expect("charged"), Outcome::Processed);
-    }
-    let keys: Vec<_> = orders.iter().map(|e| Some(e.id.to_string())).collect();
-    assert_eq!(s.provider.keys(), keys, "each charge carried its own event's id as Idempotency-Key");
-
-    // The second event traps: its error shows what it wrote to stderr, and
-    // nothing of what the first one wrote on the same instance.
     let exec = s.scenarios_with(|settings| settings.events_per_instance = 100);
+    assert_eq!(count(&s, &exec).await, 1);
+    // Two events on the same instance (the counts around them say so),
+    // each sending its charge and its fee.
+    let posts: Vec<_> = (0..2).map(|_| scenario("two-labeled-posts")).collect();
+    for e in &posts {
+        assert_eq!(exec.execute(e, 2).await.expect("posted"), Outcome::Processed);
+    }
+    assert_eq!(count(&s, &exec).await, 2, "the same instance served them all");
+    let keys: Vec<_> = posts.iter().flat_map(|e| [Some(e.id.to_string()), Some(format!("{}:fee", e.id))]).collect();
+    assert_eq!(s.provider.keys(), keys, "each request carried its own event's id");
+
+    // An event traps after another wrote to stderr on the same instance: its
+    // error shows its own stderr, nothing of the other's.
     let noisy = scenario_with("forge-logs", serde_json::json!({ "text": "written by the first event" }));
     exec.execute(&noisy, 1).await.expect_err("forge-logs fails on purpose");
+    assert_eq!(count(&s, &exec).await, 3, "still the same instance");
     let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("traps");
     let text = err.to_string();
     assert!(text.contains("trapping on purpose"), "its own stderr is in its error: {text}");
     assert!(!text.contains("written by the first event"), "another event's output leaked into it: {text}");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn kept_instances_serve_events_that_run_at_once_and_are_reused() {
+    let s = Setup::new().await;
+    let exec = s.scenarios_with(|settings| settings.events_per_instance = 1_000);
+    // Rounds of 4 events at once: each round needs 4 instances; kept ones
+    // serve the next rounds, one event at a time each.
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let round = futures::future::join_all((0..4).map(|_| count(&s, &exec))).await;
+        seen.extend(round);
+    }
+    seen.sort_unstable();
+    let ones = seen.iter().filter(|n| **n == 1).count();
+    assert!(ones <= 5, "at most the first round's 4 (and the start-up's) were fresh: {seen:?}");
+    assert!(seen.iter().any(|n| *n >= 4), "instances were reused round after round: {seen:?}");
+    // The n-th invocation of an instance happens once per instance, and
+    // there are no more instances than events ran at once.
+    for n in 1..=20 {
+        let times = seen.iter().filter(|m| **m == n).count();
+        assert!(times <= 5, "{times} instances had a {n}th invocation: {seen:?}");
+    }
+    assert_eq!(seen.len(), 20);
     s.finish().await;
 }

@@ -37,7 +37,7 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
         if line.is_empty() {
             continue;
         }
-        let mut value = match serde_json::from_str::<serde_json::Value>(line) {
+        let value = match serde_json::from_str::<serde_json::Value>(line) {
             Ok(value) if value.is_object() => value,
             Ok(_) => bail!("{} line {number}: not a JSON object (one event's payload per line)", path.display()),
             Err(e) => bail!("{} line {number}: not JSON: {e}", path.display()),
@@ -47,9 +47,10 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
         if let Some(id) = value["eventId"].as_str().map(str::to_owned)
             && is_older_than(&id, retention)
         {
+            // In the text, as it is: the rest of the line stays byte for byte
+            // (a reference to the same id elsewhere in it follows it).
             let new = fresh.entry(id.clone()).or_insert_with(|| uuid::Uuid::now_v7().to_string()).clone();
-            value["eventId"] = serde_json::Value::String(new);
-            payload = value.to_string().into_bytes();
+            payload = line.replace(&id, &new).into_bytes();
             was = Some(id);
         }
         let record = Record {

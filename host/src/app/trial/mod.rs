@@ -10,7 +10,13 @@
 //! handler's allowlist (`--http allowlist`). For each event it prints the
 //! statements, requests, emitted events, the outcome and the time. An id
 //! older than the dedup retention gets a fresh one (a test file's ids age;
-//! see `events::read`).
+//! see `events::read`). With `--commit`, the events that succeeded are kept
+//! even when others failed (their savepoints undid only the failed ones),
+//! and only the component `idem run` would run may be committed.
+//!
+//! One transaction holds its locks and the server's oldest snapshot until
+//! it ends, and each event adds subtransactions: point it at a staging
+//! database, not at production.
 
 mod events;
 mod recorder;
@@ -88,12 +94,17 @@ pub async fn run(o: Options) -> anyhow::Result<bool> {
         print_event(*line, &event, &trial, took, recorder.as_ref());
         tx = trial.tx;
     }
-    match tx {
-        Some(tx) if o.commit => tx.commit().await.context("COMMIT failed")?,
-        Some(tx) => tx.rollback().await,
-        None => {}
-    }
-    let kept = if o.commit { "committed" } else { "rolled back" };
+    let kept = match tx {
+        Some(tx) if o.commit => {
+            tx.commit().await.context("COMMIT failed")?;
+            "committed"
+        }
+        Some(tx) => {
+            tx.rollback().await;
+            "rolled back"
+        }
+        None => "closed after a failure, nothing kept",
+    };
     println!("{} event(s), {failed} failed; the transaction was {kept}", lines.len());
     Ok(failed == 0)
 }
@@ -137,15 +148,35 @@ async fn executor(
             );
         }
         handler = handler.with_version(version);
+    } else if o.commit
+        && let (Some(tested), Some(configured)) = (&o.component, &h.component)
+        && sha256_of(tested)? != sha256_of(configured)?
+    {
+        bail!(
+            "--commit: {} is not the handler's component ({}), which `idem run` would run; test without --commit",
+            tested.display(),
+            configured.display()
+        );
     }
     let pins = Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
     Ok(Executor::new(handler, pool, http, pins).transcribing())
 }
 
+fn sha256_of(path: &std::path::Path) -> anyhow::Result<String> {
+    let bytes = crate::files::read_bounded(path, crate::runtime::MAX_COMPONENT_BYTES)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    Ok(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)))
+}
+
 fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms: f64, rec: Option<&Recorder>) {
     let outcome = match &trial.result {
         Ok(outcome) => format!("{outcome:?}").to_lowercase(),
-        Err(e) => format!("failed ({}): {e}", format!("{:?}", e.class()).to_lowercase()),
+        // Its text may hold the guest's words or the server's: escaped.
+        Err(e) => format!(
+            "failed ({}): {}",
+            format!("{:?}", e.class()).to_lowercase(),
+            crate::text::controls_escaped(&e.to_string(), 2_000)
+        ),
     };
     println!("line {line}: {} {}: {outcome} in {took_ms:.1} ms", event.id, event.event_type);
     for statement in &trial.statements {
@@ -162,6 +193,8 @@ fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms:
     }
     for e in &trial.emitted {
         let payload = serde_json::Value::Object(e.payload.clone());
-        println!("  emit {} to {} key {}: {payload}", e.event_type, e.topic, e.key);
+        let (key, payload) =
+            (crate::text::shown(&e.key, 200), crate::text::controls_escaped(&payload.to_string(), 2_000));
+        println!("  emit {} to {} key {key}: {payload}", e.event_type, e.topic);
     }
 }

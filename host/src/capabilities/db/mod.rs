@@ -88,7 +88,7 @@ impl DbCapability {
         let what = match outcome {
             Ok(Ok(r)) => format!("{} row(s)", rows(r)),
             Ok(Err(e)) => format!("error: {}", crate::text::shown(&format!("{e:?}"), 300)),
-            Err(trap) => format!("host fault: {trap}"),
+            Err(trap) => format!("host fault: {}", crate::text::controls_escaped(&trap.to_string(), 300)),
         };
         transcript.push(format!("{} -> {what}", crate::text::shown(statement.trim(), 2_000)));
     }
