@@ -53,7 +53,8 @@ enum Command {
         config: PathBuf,
         #[arg(long)]
         handler: String,
-        /// The component to test (default: the handler's `component` file).
+        /// The component to test (default: the handler's `component` file),
+        /// or a project directory with a build.sh (`idem new`), built first.
         #[arg(long)]
         component: Option<PathBuf>,
         /// Keep what the events did (the claims too): commit instead of rolling back.

@@ -133,6 +133,7 @@ async fn executor(
     let Some(component) = o.component.clone().or_else(|| h.component.clone()) else {
         bail!("handler `{}` has no component file; name the one to test with --component", h.name);
     };
+    let component = if component.is_dir() { build(&component)? } else { component };
     // The compiled-artifact cache `idem run` keeps: a second test of the
     // same build starts at once.
     let mut handler = Handler::load(&super::startup::open_runtime(config)?, &component, settings)?;
@@ -160,6 +161,32 @@ async fn executor(
     }
     let pins = Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
     Ok(Executor::new(handler, pool, http, pins).transcribing())
+}
+
+/// A source project given as `--component` (an `idem new` project): built
+/// with its own `build.sh`; its newest `.wasm` is the component.
+fn build(project: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let script = project.join("build.sh");
+    if !script.is_file() {
+        bail!("{} is a directory without a build.sh (an `idem new` project has one)", project.display());
+    }
+    eprintln!("idem: building {} with its build.sh", project.display());
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .current_dir(project)
+        .status()
+        .with_context(|| format!("failed to run {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed: {status}", script.display());
+    }
+    let newest = std::fs::read_dir(project)?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .max();
+    newest
+        .map(|(_, path)| path)
+        .with_context(|| format!("{} built no .wasm in {}", script.display(), project.display()))
 }
 
 fn sha256_of(path: &std::path::Path) -> anyhow::Result<String> {
