@@ -5,7 +5,7 @@
 //! a deploy from one language to another mid-stream.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_tests::host::{self, HandlerSpec, InProcess};
 use idem_tests::provider::Fault;
@@ -110,13 +110,7 @@ async fn a_deploy_mid_stream_moves_billing_from_rust_to_python_to_typescript_eac
             (from..from + 1_000).map(|order| ((order % 6) as i32, host::order_payload(order + 1).1)).collect();
         kafka::produce_all(&env.producer, &env.topic, &records).await;
     };
-    let charged = async |n: i64| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while env.count(CHARGES).await < n {
-            assert!(Instant::now() < deadline, "{} of {n} charged", env.count(CHARGES).await);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
+    let charged = async |n: i64| env.charged(n, Duration::from_secs(120)).await;
     chunk(0).await;
     charged(500).await;
     // `idem deploy` of each language's build, while the stream runs.

@@ -82,6 +82,15 @@ impl Env {
         self.db.count(sql).await
     }
 
+    /// Waits until `billing.charge` holds `n` rows, failing past `within`.
+    async fn charged(&self, n: i64, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while self.count(CHARGES).await < n {
+            assert!(std::time::Instant::now() < deadline, "not all charged: {} of {n}", self.count(CHARGES).await);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Asserts that `scenario.effect` holds the effects of exactly the
     /// events `ok`, each once (a failed event's writes rolled back).
     async fn assert_effects_once(&self, ok: &[uuid::Uuid]) {

@@ -424,13 +424,7 @@ async fn a_host_that_missed_the_switch_never_processes_with_the_replaced_version
     let b = host::spawn(&config_b, false, &[("IDEM_TEST_NO_MODULE_WATCH", "1")]);
     api_b.ready("billing").await;
     env.send_orders(400).await;
-    let wait_charged = async |n: i64| {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while env.count(CHARGES).await < n {
-            assert!(Instant::now() < deadline, "not all charged: {} of {n}", env.count(CHARGES).await);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
+    let wait_charged = async |n: i64| env.charged(n, Duration::from_secs(90)).await;
     wait_charged(400).await;
 
     let (status, body) = api_a.upload("billing", variant(&billing_bytes(), "v2")).await;
