@@ -1,0 +1,211 @@
+//! The subcommands that read or change state outside a running host: the
+//! dead-letter topic, the outbox, maintenance, migrations.
+
+use anyhow::Context as _;
+
+use super::commands::DlqTarget;
+use crate::runtime::NativeHandlers;
+
+/// `idem dlq list`.
+pub(super) fn dlq_list(target: &DlqTarget) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(&target.config)?;
+    let handler = config
+        .handlers
+        .iter()
+        .find(|h| h.name == target.handler)
+        .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+    let listing = crate::pipeline::replay::list(&config, handler, &target.window())?;
+    if target.json {
+        println!("{}", serde_json::to_string(&listing)?);
+    } else {
+        println!("{}: {} record(s)", listing.topic, listing.records);
+        for (reason, n) in &listing.by_reason {
+            println!("  {n:>6}  {reason}");
+        }
+        if listing.envelopes > 0 {
+            println!("  {} of them envelopes (the topic refused the record as it was)", listing.envelopes);
+        }
+        if listing.unauthenticated > 0 {
+            println!(
+                "  {:>6}  unauthenticated: no valid seal (not written by idem, or before seals); not shown",
+                listing.unauthenticated
+            );
+        }
+        if let (Some(oldest), Some(newest)) = (&listing.oldest, &listing.newest) {
+            println!("  failed between {oldest} and {newest}");
+        }
+    }
+    Ok(())
+}
+
+/// `idem dlq replay`.
+pub(super) async fn dlq_replay(
+    target: &DlqTarget,
+    options: crate::pipeline::replay::ReplayOptions,
+    natives: &NativeHandlers,
+) -> anyhow::Result<()> {
+    let dry_run = options.dry_run;
+    let prepared = crate::app::startup::prepare_with(&target.config, natives).await?;
+    let handler = prepared
+        .handlers
+        .iter()
+        .find(|h| h.config.name == target.handler)
+        .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+    let report =
+        crate::pipeline::replay::replay(&prepared.config, handler, &prepared.pool, &target.window(), options).await?;
+    if target.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let verb = if dry_run { "would apply" } else { "applied" };
+        println!(
+            "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
+            report.read, report.applied, report.duplicates, report.failed_again
+        );
+        if report.stale > 0 {
+            println!(
+                "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
+                 have been processed already (--force runs them)",
+                report.stale
+            );
+        }
+        if report.unauthenticated > 0 {
+            println!(
+                "idem: {} record(s) left in the DLQ: their seal is missing or does not verify, so idem did \
+                 not write them (or wrote them before seals: --trust-unsigned runs those)",
+                report.unauthenticated
+            );
+        }
+        if report.envelopes > 0 {
+            println!(
+                "idem: {} envelope(s) left in the DLQ: the topic refused those records as they were; each \
+                 names where the record is on its source topic",
+                report.envelopes
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `idem maintenance`.
+/// What `idem outbox` was asked.
+pub(super) struct OutboxQuery {
+    pub(super) producer: Option<String>,
+    pub(super) failed: bool,
+    pub(super) redrive: bool,
+    pub(super) ids: Vec<i64>,
+    pub(super) json: bool,
+}
+
+/// The config at `path` and idem's own pool on its database, its
+/// migrations checked: what the commands that read idem's tables start with.
+pub(super) async fn config_and_pool(path: &std::path::Path) -> anyhow::Result<(crate::config::Config, sqlx::PgPool)> {
+    let config = crate::config::Config::load(path)?;
+    let shown = crate::app::startup::redact(&config.database.url);
+    let pool = sqlx::PgPool::connect(&config.database.url)
+        .await
+        .with_context(|| format!("database unreachable at {shown}"))?;
+    crate::migrate::check(&pool).await?;
+    Ok((config, pool))
+}
+
+/// `idem outbox`.
+pub(super) async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::Result<()> {
+    let (config, pool) = config_and_pool(config).await?;
+    let producer = q.producer.as_deref();
+    let redriven = if q.redrive { Some(crate::outbox::store::redrive(&pool, producer, &q.ids).await?) } else { None };
+    let mut summary = crate::outbox::store::summary(&pool, &crate::outbox::producers(&config)).await?;
+    summary.retain(|s| producer.is_none_or(|p| p == s.producer));
+    let failed = if q.failed { crate::outbox::store::failed(&pool, producer, 100).await? } else { Vec::new() };
+    if q.json {
+        let answer = serde_json::json!({ "producers": summary, "failed": failed, "redriven": redriven });
+        println!("{answer}");
+        return Ok(());
+    }
+    if let Some(n) = redriven {
+        println!("idem: outbox: {n} failed row(s) made pending again");
+    }
+    for s in &summary {
+        let oldest = s.oldest_pending_s.map_or(String::new(), |a| format!(" (oldest {a:.1} s)"));
+        let holder = s.holder.as_deref().unwrap_or("no relay");
+        println!(
+            "{}: {} pending{oldest}, {} published, {} failed; relay: {holder}",
+            s.producer, s.pending, s.published, s.failed
+        );
+    }
+    for f in &failed {
+        let reason = crate::text::shown(f.failure.as_deref().unwrap_or(""), 500);
+        println!(
+            "  failed #{} {} key {} event {} at {}: {reason}",
+            f.id,
+            f.topic,
+            crate::text::shown(&f.key, 100),
+            f.event_id,
+            f.failed_at.to_rfc3339()
+        );
+    }
+    Ok(())
+}
+
+/// `idem outbox --remove-producer`.
+pub(super) async fn end_producer(
+    config: &std::path::Path,
+    name: &str,
+    database_url: Option<String>,
+) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(config)?;
+    if crate::outbox::producers(&config).iter().any(|p| p == name) {
+        anyhow::bail!("`{name}` is a producer of this config: remove it from the config first");
+    }
+    let url = database_url.unwrap_or_else(|| config.database.url.clone());
+    let shown = crate::app::startup::redact(&url);
+    let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("database unreachable at {shown}"))?;
+    for line in crate::outbox::provision::remove(&pool, name).await? {
+        println!("idem: outbox: {line}");
+    }
+    Ok(())
+}
+
+pub(super) async fn maintenance(config: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let (config, pool) = config_and_pool(config).await?;
+    crate::retention::check_mode(&pool, &config.retention).await?;
+    // As a host starting with this config would.
+    crate::retention::record(&pool, &config).await?;
+    let report = crate::retention::Maintenance::new(pool, config.retention.clone()).pass().await?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let lines = report.lines();
+        if lines.is_empty() {
+            println!("idem: maintenance: nothing to do");
+        }
+        for line in lines {
+            println!("idem: maintenance: {line}");
+        }
+    }
+    Ok(())
+}
+
+/// `idem migrate`.
+pub(super) async fn migrate(database_url: Option<String>, config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
+    let url = database_url
+        .or_else(|| crate::env::get(crate::env::DATABASE_URL))
+        .or_else(|| crate::env::get(crate::env::FALLBACK_DATABASE_URL))
+        .or_else(|| config.as_ref().map(|c| c.database.url.clone()))
+        .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
+    let shown = crate::app::startup::redact(&url);
+    let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
+    let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
+    crate::migrate::apply_for(&pool, mode).await?;
+    println!("idem: idem's migrations applied");
+    if let Some(config) = config {
+        for line in crate::migrate::provision(&pool, &config).await? {
+            println!("idem: {line}");
+        }
+        // Before any maintenance pass: a pass keeps windows for the
+        // retentions recorded, and upgraded rows count as 7 days.
+        crate::retention::record(&pool, &config).await?;
+        println!("idem: dedup retentions recorded");
+    }
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! What the command line accepts: the subcommands and their arguments
+//! (clap's derive), and the targets several of them share.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub(super) enum Command {
+    /// Consumes every configured topic until SIGINT/SIGTERM.
+    Run {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// Exit once every assigned partition is consumed and committed to its end.
+        #[arg(long)]
+        exit_when_drained: bool,
+    },
+    /// Writes a new handler project: its source, schema, migration, config,
+    /// sample events, build and test commands, and the SDK and WIT it builds
+    /// against (it builds outside this repository).
+    New {
+        /// The handler's name (lowercase letters, digits, `-`, `_`).
+        name: String,
+        #[arg(long, value_enum)]
+        lang: crate::scaffold::Lang,
+        /// Where to write it (default: ./NAME); must not exist.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Runs a handler against a file of events (JSON lines) in a PostgreSQL
+    /// transaction rolled back at the end, printing each event's statements,
+    /// requests, outcome and time; exits non-zero unless every event was
+    /// processed or a duplicate.
+    Test {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        handler: String,
+        /// The component to test (default: the handler's `component` file),
+        /// or a project directory with a build.sh (`idem new`), built first.
+        #[arg(long)]
+        component: Option<PathBuf>,
+        /// Keep what the events did (the claims too): commit instead of rolling back.
+        #[arg(long)]
+        commit: bool,
+        /// Where HTTP requests go: a local recorder that prints them, or their hosts.
+        #[arg(long, value_enum, default_value = "record")]
+        http: crate::app::trial::HttpMode,
+        /// One event's payload per line.
+        events: PathBuf,
+    },
+    /// Runs every start-up check of `run`, consumes nothing, exits non-zero on a problem.
+    Check {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+    },
+    /// A handler's dead-letter topic: what it holds, and replaying it.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Uploads a component as a handler's next module version and activates
+    /// it on every host (through the admin API of a running host).
+    Deploy {
+        #[command(flatten)]
+        admin: AdminTarget,
+        #[arg(long)]
+        handler: String,
+        /// The component (.wasm).
+        path: PathBuf,
+        /// Stored with the version (what changed, a ticket).
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Each handler's module versions: active, running here, counts per version.
+    Handlers {
+        #[command(flatten)]
+        admin: AdminTarget,
+    },
+    /// Activates an older version: `--to N`, or else the newest stored
+    /// version older than the active one.
+    Rollback {
+        #[command(flatten)]
+        admin: AdminTarget,
+        handler: String,
+        #[arg(long)]
+        to: Option<i32>,
+    },
+    /// A running host's handlers and partitions from its /metrics: lag,
+    /// rate, outcomes, the module running; refreshed in place on a terminal.
+    Status {
+        /// The host's admin listener (`[admin] listen`).
+        #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
+        url: String,
+        /// Its bearer token, if it has one.
+        #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// One frame (with the rate over one second), then exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Runs one retention pass on idem.processed_event (what every host runs
+    /// on `[retention] interval`): creates windows ahead, drops expired ones
+    /// (or deletes expired rows), and prints what it did.
+    Maintenance {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// One JSON line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The outbox: each producer's pending, published and failed rows and
+    /// its relay's holder; the rows the broker refused; re-driving them.
+    Outbox {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// Only this producer (a handler, or an [[outbox.producer]]).
+        #[arg(long)]
+        producer: Option<String>,
+        /// Also list the failed rows (at most 100).
+        #[arg(long)]
+        failed: bool,
+        /// Make the failed rows pending again (`--id` some of them only):
+        /// the relay publishes them (after the cause is fixed).
+        #[arg(long)]
+        redrive: bool,
+        #[arg(long = "id")]
+        ids: Vec<i64>,
+        /// End an `[[outbox.producer]]` removed from the configs: its topics,
+        /// its role's mapping and its grant go (with `--database-url` of an
+        /// administrator, as for `idem migrate`).
+        #[arg(long)]
+        remove_producer: Option<String>,
+        /// The database URL for `--remove-producer` (else the config's).
+        #[arg(long)]
+        database_url: Option<String>,
+        /// One JSON line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Applies idem's migrations (schema `idem`) to the database; with
+    /// `--config`, also creates or updates each handler's role, schema,
+    /// migrations and grants. Needs an administrator's URL.
+    Migrate {
+        /// PostgreSQL URL of an administrator; defaults to IDEM_DATABASE_URL,
+        /// then DATABASE_URL, then (with --config) the config's [database] url.
+        #[arg(long)]
+        database_url: Option<String>,
+        /// The handlers to provision.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum DlqCommand {
+    /// Counts the records of a handler's DLQ by class and reason, oldest and newest.
+    List {
+        #[command(flatten)]
+        target: DlqTarget,
+    },
+    /// Runs DLQ records through that handler only (never into the shared
+    /// source topic); events processed meanwhile are skipped as duplicates.
+    Replay {
+        #[command(flatten)]
+        target: DlqTarget,
+        /// Count what would be applied and skipped; execute nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also run records whose event is older than the handler's
+        /// dedup_retention (refused otherwise: their dedup rows may be gone,
+        /// so one may have been processed already).
+        #[arg(long)]
+        force: bool,
+        /// Also run records without a seal: those dead-lettered before idem
+        /// sealed its DLQ records. Anyone who could produce to the topic
+        /// could have written such a record; use it once, after an upgrade.
+        #[arg(long)]
+        trust_unsigned: bool,
+    },
+}
+
+#[derive(clap::Args)]
+pub(super) struct DlqTarget {
+    #[arg(long, default_value = "idem.toml")]
+    pub(super) config: PathBuf,
+    #[arg(long)]
+    pub(super) handler: String,
+    /// Records that failed at or after this time (RFC 3339).
+    #[arg(long)]
+    pub(super) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Records that failed before this time (RFC 3339).
+    #[arg(long)]
+    pub(super) until: Option<chrono::DateTime<chrono::Utc>>,
+    /// At most this many records.
+    #[arg(long)]
+    pub(super) limit: Option<usize>,
+    /// One JSON line instead of text.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+#[derive(clap::Args)]
+pub(super) struct AdminTarget {
+    /// The admin API of a running host (`[admin] listen`).
+    #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
+    pub(super) url: String,
+    /// Its bearer token, if it has one.
+    #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
+    pub(super) token: Option<String>,
+    /// The API's JSON instead of text.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+impl AdminTarget {
+    pub(super) fn target(&self) -> crate::admin::client::Target {
+        crate::admin::client::Target { url: self.url.clone(), token: self.token.clone().filter(|t| !t.is_empty()) }
+    }
+
+    pub(super) fn print(&self, answer: &serde_json::Value, human: impl FnOnce(&serde_json::Value) -> String) {
+        if self.json {
+            println!("{answer}");
+        } else {
+            print!("{}", human(answer));
+        }
+    }
+}
+
+impl DlqTarget {
+    pub(super) fn window(&self) -> crate::pipeline::replay::Window {
+        crate::pipeline::replay::Window { since: self.since, until: self.until, limit: self.limit }
+    }
+}

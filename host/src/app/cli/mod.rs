@@ -1,0 +1,215 @@
+//! The command line: `idem run`, `idem check`, `idem new`, `idem test`, `idem migrate`, `idem dlq`,
+//! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`,
+//! `idem outbox`, `idem status`. The `idem`
+//! binary is [`main`] and nothing else.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::runtime::NativeHandlers;
+
+mod actions;
+mod commands;
+
+use actions::{OutboxQuery, dlq_list, dlq_replay, end_producer, maintenance, migrate, outbox};
+use commands::{Command, DlqCommand};
+
+#[derive(Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "Kafka consumers as WebAssembly components, each event's effect exactly once"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Parses the arguments, runs the command, and returns the exit code.
+pub fn main() -> ExitCode {
+    main_with(NativeHandlers::default())
+}
+
+/// As [`main`], for a program that embeds idem with native handlers of its
+/// own (a config names one with `native = "<name>"`).
+pub fn main_with(natives: NativeHandlers) -> ExitCode {
+    // A compiling child of this very binary (see `runtime::compiler`).
+    if std::env::args().nth(1).as_deref() == Some(crate::runtime::compiler::CHILD_COMMAND) {
+        return crate::runtime::compiler::child_main();
+    }
+    match std::env::current_exe() {
+        Ok(exe) => crate::runtime::compiler::compile_in_children(exe),
+        Err(e) => eprintln!("idem: cannot name this executable ({e}): compiling components in this process"),
+    }
+    let provider = match logging() {
+        Ok(provider) => provider,
+        Err(e) => {
+            eprintln!("idem: failed to set up tracing: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("idem: failed to start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(dispatch(cli, &natives)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("idem: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    // Spans still batched are exported before the process ends.
+    if let Some(provider) = provider
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("idem: failed to export the last spans: {e}");
+    }
+    code
+}
+
+/// Logs to stderr (`IDEM_LOG` filters; `IDEM_LOG_FORMAT=json`: one JSON
+/// object per line, an event's fields — handler, topic, partition, offset,
+/// event_id, … — at its top level), plus OpenTelemetry traces when the
+/// environment names an OTLP endpoint (see `telemetry::traces`).
+fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| "info".into());
+    // rust-rdkafka's consumer drop closes the queue a second time after
+    // idem's bounded close (`pipeline::shutdown`) and logs the refusal.
+    let filter = match "rdkafka::consumer::base_consumer=off".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if crate::env::get(crate::env::LOG_FORMAT).is_some_and(|f| f.eq_ignore_ascii_case("json")) {
+        fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).boxed()
+    } else {
+        fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed()
+    };
+    let (traces, provider) = match crate::telemetry::traces::layer()? {
+        Some((layer, provider)) => (Some(layer), Some(provider)),
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(logs.with_filter(filter)).with(traces).init();
+    Ok(provider)
+}
+
+async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
+        Command::Check { config } => check(&config, natives).await,
+        Command::New { name, lang, dir } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let written = crate::scaffold::new_project(&name, lang, &dir)?;
+            println!(
+                "idem: wrote {} files into {}; next: cd there, ./build.sh, ./test.sh",
+                written.len(),
+                dir.display()
+            );
+            Ok(())
+        }
+        Command::Test { config, handler, component, commit, http, events } => {
+            let options = crate::app::trial::Options { config, handler, component, events, commit, http };
+            if crate::app::trial::run(options).await? { Ok(()) } else { anyhow::bail!("not every event was processed") }
+        }
+        Command::Dlq { command: DlqCommand::List { target } } => dlq_list(&target),
+        Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
+            let options = crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned };
+            dlq_replay(&target, options, natives).await
+        }
+        Command::Deploy { admin, handler, path, note } => {
+            let answer = crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref()).await?;
+            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
+            Ok(())
+        }
+        Command::Handlers { admin } => {
+            let answer = crate::admin::client::handlers(&admin.target()).await?;
+            admin.print(&answer, crate::admin::client::render_handlers);
+            Ok(())
+        }
+        Command::Rollback { admin, handler, to } => {
+            let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
+            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
+            Ok(())
+        }
+        Command::Status { url, token, once } => {
+            crate::telemetry::status::show(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
+        }
+        Command::Maintenance { config, json } => maintenance(&config, json).await,
+        Command::Outbox { config, producer, failed, redrive, ids, remove_producer, database_url, json } => {
+            if let Some(name) = remove_producer {
+                return end_producer(&config, &name, database_url).await;
+            }
+            outbox(&config, OutboxQuery { producer, failed, redrive, ids, json }).await
+        }
+        Command::Migrate { database_url, config } => migrate(database_url, config).await,
+    }
+}
+
+/// `idem run`.
+async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &NativeHandlers) -> anyhow::Result<()> {
+    crate::fd_limit::raise();
+    let prepared = crate::app::startup::prepare_with(config, natives).await?;
+    let options = crate::app::RunOptions { exit_when_drained, ..Default::default() };
+    let bound = prepared.config.shutdown.timeout.0;
+    let stopping = shutdown_signal(options.leave.clone(), bound);
+    let reports = crate::app::run(prepared, options, stopping).await?;
+    // One JSON line on stdout: what happened to every record.
+    println!("{}", serde_json::json!({ "handlers": reports }));
+    Ok(())
+}
+
+/// `idem check`.
+async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Result<()> {
+    let loaded = crate::config::Config::load(config)?;
+    let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
+    for warning in &prepared.warnings {
+        println!("idem: warning: {warning}");
+    }
+    println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
+    Ok(())
+}
+/// Resolves on SIGINT or SIGTERM (a restart is expected: static members
+/// keep their partitions) or SIGUSR1 (scale-in: `leave` is set, the host
+/// leaves its groups). From then on a watchdog ends the process at `bound`
+/// whatever is still running: the shutdown itself ends a little before.
+async fn shutdown_signal(leave: std::sync::Arc<std::sync::atomic::AtomicBool>, bound: std::time::Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (term, usr1) = (signal(SignalKind::terminate()), signal(SignalKind::user_defined1()));
+    let (mut term, mut usr1) = match (term, usr1) {
+        (Ok(term), Ok(usr1)) => (term, usr1),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!("cannot listen for SIGTERM or SIGUSR1 ({e}); only SIGINT stops idem");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = usr1.recv() => {
+            tracing::info!("SIGUSR1: leaving the consumer groups (scale-in)");
+            leave.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let watchdog = std::thread::Builder::new().name("idem-shutdown-watchdog".into()).spawn(move || {
+        std::thread::sleep(bound);
+        tracing::error!(
+            "shutdown did not finish within {bound:?} ([shutdown] timeout): exiting now; records whose commit \
+             was not confirmed are redelivered and skipped as duplicates"
+        );
+        std::process::exit(1);
+    });
+    if let Err(e) = watchdog {
+        tracing::error!("cannot start the shutdown watchdog: {e}");
+    }
+}
