@@ -53,7 +53,27 @@ pub struct Stats {
     /// for the report's percentiles.
     latencies: Mutex<Vec<u32>>,
     resolved_count: AtomicU64,
+    /// The latest final failures, newest last (the console's list).
+    recent: Mutex<std::collections::VecDeque<FailureNote>>,
 }
+
+/// One final failure as the console lists it: where, when, class, reason
+/// (guest text, cut to [`NOTE_REASON_CHARS`]; the console shows it as text).
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureNote {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub class: &'static str,
+    pub reason: String,
+    pub attempts: u32,
+}
+
+/// Final failures kept per handler for the console.
+const RECENT_FAILURES: usize = 50;
+/// Characters of a failure's reason kept in a [`FailureNote`].
+const NOTE_REASON_CHARS: usize = 500;
 
 impl Default for Stats {
     fn default() -> Self {
@@ -85,6 +105,7 @@ impl Default for Stats {
             http_retries: Mutex::default(),
             latencies: Mutex::default(),
             resolved_count: AtomicU64::default(),
+            recent: Mutex::default(),
         }
     }
 }
@@ -114,6 +135,23 @@ impl Stats {
         if let Some(i) = CLASSES.iter().position(|c| *c == class) {
             Self::add(&self.failed_by_class[i]);
         }
+    }
+
+    /// Keeps `note` among the latest [`RECENT_FAILURES`] final failures.
+    pub fn note_failure(&self, mut note: FailureNote) {
+        if note.reason.chars().count() > NOTE_REASON_CHARS {
+            note.reason = note.reason.chars().take(NOTE_REASON_CHARS).chain(std::iter::once('…')).collect();
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        if recent.len() == RECENT_FAILURES {
+            recent.pop_front();
+        }
+        recent.push_back(note);
+    }
+
+    /// The latest final failures, newest first.
+    pub fn recent_failures(&self) -> Vec<FailureNote> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().cloned().collect()
     }
 
     /// Final failures per class.

@@ -107,6 +107,12 @@ async fn connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
     let io = TokioIo::new(Stall::new(stream, limits.body_timeout));
+    // The peer's address, for what is limited per address (console logins).
+    let ip = peer.ip();
+    let app = tower::ServiceExt::map_request(app, move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(super::Peer(ip));
+        request
+    });
     let conn = builder.serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
     let stopped = async move {

@@ -17,8 +17,10 @@
 //! (`body`). README, "Admin listener
 //! limits".
 
+mod access;
 mod body;
 pub mod client;
+mod console;
 mod listener;
 mod peers;
 mod routes;
@@ -39,16 +41,23 @@ use tokio::sync::watch;
 
 use crate::config::AdminConfig;
 use crate::modules::Slot;
+use access::Scope;
 
 /// Uploads handled at once; more wait (each holds up to `max_module_mib`).
 const MAX_UPLOADS: usize = 2;
+
+/// The address a request came from (an extension the listener adds).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer(pub std::net::IpAddr);
 
 /// What every request sees.
 #[derive(Clone)]
 pub(crate) struct AdminState {
     pub pool: PgPool,
     pub slots: Arc<Vec<Arc<Slot>>>,
-    token: Option<Arc<str>>,
+    tokens: access::Tokens,
+    /// The console's sessions, its allowed `Host` names and what it shows.
+    pub console: Arc<console::Console>,
     /// Uploads read and checked at once: each buffers a module.
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// What `/metrics` and `/readyz` read.
@@ -85,8 +94,9 @@ impl Admin {
         telemetry: Arc<crate::telemetry::Telemetry>,
     ) -> anyhow::Result<Option<Self>> {
         let Some(address) = config.address()? else { return Ok(None) };
-        let token = config.token();
-        if token.is_none() && !address.ip().is_loopback() {
+        let tokens = access::Tokens::from_config(config)?;
+        let console = console::Console::new(config, telemetry.clone())?;
+        if !tokens.any() && !address.ip().is_loopback() {
             bail!(
                 "[admin] listen = {address} is not a loopback address and ${} is not set: the admin API \
                  deploys code, so off this machine it requires a token",
@@ -97,9 +107,11 @@ impl Admin {
             .await
             .with_context(|| format!("failed to listen on {address} ([admin] listen)"))?;
         let bound = listener.local_addr()?;
-        match &token {
-            Some(_) => tracing::info!(address = %bound, "admin API listening (bearer token required)"),
-            None => tracing::warn!(
+        match tokens.any() {
+            true => {
+                tracing::info!(address = %bound, "admin API listening (bearer token required); console at /console/")
+            }
+            false => tracing::warn!(
                 address = %bound,
                 "admin API listening on loopback WITHOUT a token (${} is not set): anyone on this machine can deploy",
                 config.token_env
@@ -109,7 +121,8 @@ impl Admin {
         let state = AdminState {
             pool,
             slots: Arc::new(slots),
-            token: token.map(Arc::from),
+            tokens,
+            console: Arc::new(console),
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS)),
             telemetry,
             body_timeout: config.body_timeout.0,
@@ -121,11 +134,18 @@ impl Admin {
         self.listener.local_addr()
     }
 
-    /// Serves until `stop` turns true.
-    pub async fn serve(self, stop: watch::Receiver<bool>) {
+    /// Serves until `stop` turns true; the console replays dead letters
+    /// with `desks` (one per handler of this host).
+    pub async fn serve(self, stop: watch::Receiver<bool>, desks: Vec<crate::pipeline::replay::Desk>) {
         let telemetry = self.state.telemetry.clone();
-        let app = routes::router(self.state.clone()).layer(axum::middleware::from_fn_with_state(self.state, authorize));
+        let state = self.state;
+        state.console.attach(desks);
+        let sampler = tokio::spawn(state.console.clone().sample(stop.clone()));
+        let app = routes::router(state.clone())
+            .merge(console::router(state.clone()))
+            .layer(axum::middleware::from_fn_with_state(state, authorize));
         listener::serve(self.listener, app, self.limits, telemetry, stop).await;
+        sampler.abort();
     }
 }
 
@@ -150,11 +170,13 @@ fn limits(config: &AdminConfig) -> listener::Limits {
     }
 }
 
-/// Refuses a request without the token, when there is one, and any request
-/// a web browser sends: a page open on this machine can send requests to
-/// loopback (a form POST needs no preflight) and, by rebinding its DNS name
-/// to 127.0.0.1, read the answers. Browsers always name the page's origin
-/// in `Origin` (and describe the request in `Sec-Fetch-*`) on such
+/// Refuses an API request without a token of this host, when there is
+/// one, or whose token's scope is too narrow for its method; and any
+/// request a web browser sends (the console, under `/console`, has its own
+/// rules: `console::guard`). A page open on this machine can send requests
+/// to loopback (a form POST needs no preflight) and, by rebinding its DNS
+/// name to 127.0.0.1, read the answers. Browsers always name the page's
+/// origin in `Origin` (and describe the request in `Sec-Fetch-*`) on such
 /// requests, and the page's host name in `Host`; the CLI sends neither an
 /// `Origin` nor a `Sec-Fetch-*` header nor a name other than the address.
 async fn authorize(State(state): State<AdminState>, request: Request, next: Next) -> Response {
@@ -164,51 +186,40 @@ async fn authorize(State(state): State<AdminState>, request: Request, next: Next
     if matches!(request.uri().path(), "/healthz" | "/readyz") {
         return next.run(request).await;
     }
+    // The console's routes have their own guard (`console::guard`).
+    if request.uri().path() == "/console" || request.uri().path().starts_with("/console/") {
+        return next.run(request).await;
+    }
     let from_browser = request.headers().keys().any(|k| k.as_str().starts_with("sec-fetch-"));
     if from_browser || request.headers().contains_key(header::ORIGIN) {
-        return routes::error(StatusCode::FORBIDDEN, "requests from web pages are refused").into_response();
-    }
-    if state.token.is_none() && !loopback_host(request.headers().get(header::HOST)) {
-        let message =
-            "without a token the admin API answers only requests addressed to localhost or a loopback address";
+        let message = "requests from web pages are refused (the console, at /console/, is for browsers)";
         return routes::error(StatusCode::FORBIDDEN, message).into_response();
     }
-    if let Some(token) = &state.token {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
-        if !ok {
-            let message = if given.is_some() { "wrong bearer token" } else { "a bearer token is required" };
-            return routes::error(StatusCode::UNAUTHORIZED, message).into_response();
+    if !state.tokens.any() {
+        if !access::loopback_host(request.headers().get(header::HOST)) {
+            let message =
+                "without a token the admin API answers only requests addressed to localhost or a loopback address";
+            return routes::error(StatusCode::FORBIDDEN, message).into_response();
         }
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(scope) = given.and_then(|g| state.tokens.scope_of(g)) else {
+        let message = if given.is_some() { "wrong bearer token" } else { "a bearer token is required" };
+        return routes::error(StatusCode::UNAUTHORIZED, message).into_response();
+    };
+    if scope < Scope::needed_for(request.method()) {
+        return routes::error(StatusCode::FORBIDDEN, state.tokens.too_narrow(scope)).into_response();
     }
     next.run(request).await
 }
 
-/// Whether `Host` names this machine's loopback (by address or as localhost).
-fn loopback_host(host: Option<&axum::http::HeaderValue>) -> bool {
-    let Some(host) = host.and_then(|h| h.to_str().ok()) else { return false };
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
-        _ => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Compares without an early exit, so timing does not leak the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
-
-    use super::{constant_time_eq, loopback_host};
     use crate::config::AdminConfig;
 
     #[tokio::test]
@@ -222,22 +233,5 @@ mod tests {
         let telemetry = crate::telemetry::Telemetry::new(pool.clone());
         let err = super::Admin::bind(&config, pool, Vec::new(), telemetry).await.expect_err("refused");
         assert!(err.to_string().contains("requires a token"), "{err}");
-    }
-
-    #[test]
-    fn only_loopback_host_names_pass_without_a_token() {
-        let host = |h: &str| loopback_host(Some(&HeaderValue::from_str(h).expect("header")));
-        for ok in ["127.0.0.1:7700", "localhost:7700", "LOCALHOST", "[::1]:7700", "127.8.9.10"] {
-            assert!(host(ok), "{ok}");
-        }
-        for refused in ["evil.example:7700", "127.0.0.1.evil.example", "10.0.0.1:7700", "localhost.evil.example"] {
-            assert!(!host(refused), "{refused}");
-        }
-        assert!(!loopback_host(None), "no Host header");
-        assert!(
-            constant_time_eq(b"token", b"token")
-                && !constant_time_eq(b"token", b"tokeN")
-                && !constant_time_eq(b"t", b"to")
-        );
     }
 }

@@ -107,7 +107,7 @@ async fn list(State(state): State<AdminState>) -> Response {
     Json(json!({ "handlers": views })).into_response()
 }
 
-async fn show(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+pub(super) async fn show(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     let Some(slot) = state.slot(&name) else { return unknown(&name) };
     match view(&state, slot).await {
         Ok(v) => Json(v).into_response(),
@@ -116,13 +116,13 @@ async fn show(State(state): State<AdminState>, Path(name): Path<String>) -> Resp
 }
 
 #[derive(Debug, Deserialize)]
-struct UploadQuery {
+pub(super) struct UploadQuery {
     note: Option<String>,
 }
 
 /// Validates, stores and activates a module; this host switches at once,
 /// the others within seconds (`modules::watch`).
-async fn upload(
+pub(super) async fn upload(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     query: Result<Query<UploadQuery>, QueryRejection>,
@@ -211,7 +211,7 @@ fn version(query: &[(String, String)]) -> Result<i32, String> {
 }
 
 /// Activates a stored version (a rollback activates an older one).
-async fn activate(
+pub(super) async fn activate(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     Query(query): Query<Vec<(String, String)>>,

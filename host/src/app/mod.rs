@@ -58,6 +58,8 @@ pub async fn run(
     // failure here leaves nothing running behind.
     let mut reports = Vec::new();
     let mut pipelines = Vec::new();
+    let mut desks = Vec::new();
+    let shared_config = Arc::new(prepared.config.clone());
     for (handler, stats) in std::mem::take(&mut prepared.handlers).into_iter().zip(counted) {
         let config = handler.config.clone();
         reports.push((config.name.clone(), stats.clone()));
@@ -72,6 +74,7 @@ pub async fn run(
             watch_drain: options.exit_when_drained,
         };
         let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
+        desks.push(pipeline.desk(&shared_config));
         telemetry.register(HandlerTelemetry {
             name: config.name.clone(),
             stats,
@@ -83,7 +86,7 @@ pub async fn run(
     // The services start once every handler is registered: the admin API
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
-    let mut services = services(&prepared, slots, admin, &stop_rx);
+    let mut services = services(&prepared, slots, admin.map(|a| (a, desks)), &stop_rx);
     let (relays, relay_stats) = crate::outbox::start(&prepared.config, &prepared.pool, &stop_rx)?;
     for (producer, stats) in relay_stats {
         telemetry.register_relay(producer, stats);
@@ -136,7 +139,7 @@ fn counting(slots: &[Arc<Slot>]) -> Vec<Arc<Stats>> {
 fn services(
     prepared: &Prepared,
     slots: Vec<Arc<Slot>>,
-    admin: Option<crate::admin::Admin>,
+    admin: Option<(crate::admin::Admin, Vec<crate::pipeline::replay::Desk>)>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut services = Vec::new();
@@ -147,8 +150,8 @@ fn services(
             stop.clone(),
         )));
     }
-    if let Some(admin) = admin {
-        services.push(tokio::spawn(admin.serve(stop.clone())));
+    if let Some((admin, desks)) = admin {
+        services.push(tokio::spawn(admin.serve(stop.clone(), desks)));
     }
     let config = prepared.config.clone();
     services.push(tokio::spawn(async move {

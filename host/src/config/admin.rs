@@ -22,6 +22,19 @@ pub struct AdminConfig {
     /// must carry. Unset or empty: no token, and the API serves loopback only.
     #[serde(default = "default_token_env")]
     pub token_env: String,
+    /// The environment variable holding a token of scope `read`: every
+    /// page of the console and every `GET`, nothing that changes anything
+    /// (`token_env`'s token has scope `operate`: also deploy, activate,
+    /// roll back, replay). Unset or empty: no read-only token.
+    #[serde(default = "default_read_token_env")]
+    pub read_token_env: String,
+    /// Host names (with their port, as a browser sends `Host`) the console
+    /// answers besides loopback names and addresses, for a console reached
+    /// by name through a proxy: `["idem.internal:7700"]`. Any other `Host`
+    /// is refused, so that a page whose name was re-pointed at this host
+    /// (DNS rebinding) cannot use it.
+    #[serde(default)]
+    pub console_hosts: Vec<String>,
     /// Longest a client may take to send a request's headers, and to start
     /// the next request on a kept-alive connection; then it is closed.
     #[serde(default = "default_header_timeout")]
@@ -46,6 +59,8 @@ impl Default for AdminConfig {
         Self {
             listen: default_listen(),
             token_env: default_token_env(),
+            read_token_env: default_read_token_env(),
+            console_hosts: Vec::new(),
             header_timeout: default_header_timeout(),
             body_timeout: default_body_timeout(),
             max_connections: default_max_connections(),
@@ -60,6 +75,10 @@ fn default_listen() -> String {
 
 fn default_token_env() -> String {
     "IDEM_ADMIN_TOKEN".into()
+}
+
+fn default_read_token_env() -> String {
+    "IDEM_ADMIN_READ_TOKEN".into()
 }
 
 fn default_header_timeout() -> Span {
@@ -90,9 +109,15 @@ impl AdminConfig {
         }
     }
 
-    /// The bearer token, read from the environment now; never printed.
+    /// The bearer token of scope `operate`, read from the environment
+    /// now; never printed.
     pub fn token(&self) -> Option<String> {
         crate::env::get(&self.token_env).filter(|t| !t.is_empty())
+    }
+
+    /// The token of scope `read`, read from the environment now.
+    pub fn read_token(&self) -> Option<String> {
+        crate::env::get(&self.read_token_env).filter(|t| !t.is_empty())
     }
 }
 

@@ -23,6 +23,8 @@ synchronous_commit = "on"
 [admin]
 listen = "127.0.0.1:7700"
 token_env = "IDEM_ADMIN_TOKEN"
+read_token_env = "IDEM_ADMIN_READ_TOKEN"
+console_hosts = ["idem.internal:7700"]
 header_timeout = "10s"
 body_timeout = "60s"
 max_connections = 64

@@ -132,6 +132,8 @@ pub(crate) struct Pipeline {
     slot: Arc<Slot>,
     recipe: polling::Recipe,
     consumer: consumer::HandlerConsumer,
+    /// What the console's replays run records through.
+    shared: Arc<HandlerContext>,
     /// A group-less client for the drain watcher (`exit_when_drained`).
     probe: Option<BaseConsumer<ProbeContext>>,
 }
@@ -169,7 +171,7 @@ impl Pipeline {
             idem_pool: wiring.idem_pool,
             unproven: tokio::sync::Mutex::new(()),
         });
-        let recipe = polling::Recipe::new(kafka, &config, wiring.instance, shared)?;
+        let recipe = polling::Recipe::new(kafka, &config, wiring.instance, shared.clone())?;
         let consumer = recipe.make()?;
         let probe = if wiring.watch_drain { Some(crate::kafka_client::probe(kafka, Some(&config))?) } else { None };
         tracing::info!(
@@ -184,12 +186,18 @@ impl Pipeline {
                 config.ordering.as_str(), config.lanes(), config.concurrency
             );
         }
-        Ok(Self { config, slot, recipe, consumer, probe })
+        Ok(Self { config, slot, recipe, consumer, shared, probe })
     }
 
     /// The handler's slot (its current executor).
     pub(crate) fn slot(&self) -> Arc<Slot> {
         self.slot.clone()
+    }
+
+    /// The console's desk for this handler's dead letters: it replays them
+    /// through this pipeline's executor, validator and DLQ.
+    pub(crate) fn desk(&self, config: &Arc<Config>) -> replay::Desk {
+        replay::Desk::new(config.clone(), self.shared.clone())
     }
 
     /// What telemetry reads of this pipeline's consumer.

@@ -47,6 +47,23 @@ impl Histogram {
         self.observe(d.as_secs_f64());
     }
 
+    /// The cumulative count per bound, then `+Inf`'s (the count).
+    pub fn cumulative(&self) -> Vec<u64> {
+        let mut total = 0;
+        self.buckets
+            .iter()
+            .map(|b| {
+                total += b.load(Ordering::Relaxed);
+                total
+            })
+            .collect()
+    }
+
+    /// The upper bounds (`+Inf` implied after them).
+    pub fn bounds(&self) -> &'static [f64] {
+        self.bounds
+    }
+
     /// `(le, cumulative count)` per bound, then `+Inf`; the count; the sum.
     pub fn snapshot(&self) -> (Vec<(String, u64)>, u64, f64) {
         let mut cumulative = 0;

@@ -101,7 +101,7 @@ impl Telemetry {
         self.relays.lock().unwrap_or_else(|e| e.into_inner()).push((producer, stats));
     }
 
-    fn handlers(&self) -> Vec<Arc<HandlerTelemetry>> {
+    pub(crate) fn handlers(&self) -> Vec<Arc<HandlerTelemetry>> {
         self.handlers.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

@@ -20,11 +20,14 @@ use idem_tests::provider::PaymentProvider;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
 
+mod console;
 mod flood;
 mod spec;
 mod uploads;
 
 const TOKEN: &str = "admin-test-token";
+/// The host's token of scope `read` (`IDEM_ADMIN_READ_TOKEN`).
+const READ_TOKEN: &str = "admin-test-read-token";
 
 struct Env {
     db: TestDb,
@@ -79,7 +82,7 @@ impl Host {
         cmd.arg("run").arg("--config").arg(config).stdout(Stdio::null()).stderr(Stdio::inherit());
         cmd.env("IDEM_LOG", std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()));
         cmd.env("IDEM_TEST_PARENT_PID", std::process::id().to_string());
-        cmd.env("IDEM_ADMIN_TOKEN", TOKEN);
+        cmd.env("IDEM_ADMIN_TOKEN", TOKEN).env("IDEM_ADMIN_READ_TOKEN", READ_TOKEN);
         let child = cmd.spawn().expect("spawn idem run");
         let url = host::admin_url(config);
         let address = url.trim_start_matches("http://").parse().expect("admin address");

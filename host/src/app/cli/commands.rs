@@ -229,6 +229,6 @@ impl AdminTarget {
 
 impl DlqTarget {
     pub(super) fn window(&self) -> crate::pipeline::replay::Window {
-        crate::pipeline::replay::Window { since: self.since, until: self.until, limit: self.limit }
+        crate::pipeline::replay::Window { since: self.since, until: self.until, limit: self.limit, class: None }
     }
 }

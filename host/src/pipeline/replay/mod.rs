@@ -18,6 +18,8 @@
 //! and never supersede a sealed copy. Records written before seals existed
 //! run only with `--trust-unsigned`, which says so.
 
+mod desk;
+mod page;
 mod read;
 
 use anyhow::{Context as _, bail};
@@ -27,10 +29,13 @@ use serde::Serialize;
 use super::PreparedHandler;
 use super::dlq::seal::{Authenticity, Keys};
 use super::dlq::{DeadLetters, Failure, headers};
-use crate::config::Config;
+use crate::config::{Config, HandlerConfig};
 use crate::error::ErrorClass;
 use crate::executor::Outcome;
-use crate::validate::Record;
+use crate::modules::Slot;
+use crate::validate::{Record, Validator};
+pub use desk::{Desk, MAX_SELECTED, Selection};
+pub use page::{DeadLetterView, Page, PageQuery};
 pub use read::{Listing, authenticity, header, list, read};
 
 /// Which DLQ records a command looks at.
@@ -41,6 +46,8 @@ pub struct Window {
     /// Failed before this time.
     pub until: Option<chrono::DateTime<chrono::Utc>>,
     pub limit: Option<usize>,
+    /// Only records that failed with this class (`permanent`, …).
+    pub class: Option<String>,
 }
 
 /// How `idem dlq replay` runs.
@@ -80,6 +87,68 @@ pub struct ReplayReport {
     /// `--dry-run`: nothing executed; `applied` counts the records that
     /// would be, `duplicates` those already processed.
     pub dry_run: bool,
+    /// What became of each record read, in the order read (the first
+    /// [`MAX_OUTCOMES`]; the counts above cover them all).
+    pub outcomes: Vec<RecordOutcome>,
+    /// Why the replay stopped before its end (an outage of the database or
+    /// the DLQ): what it did so far is above.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+}
+
+/// Outcomes a report lists one by one; the counts go on past them.
+pub const MAX_OUTCOMES: usize = 1000;
+
+/// What a replay did with one DLQ record (at `partition`/`offset` of the
+/// DLQ topic).
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordOutcome {
+    pub partition: i32,
+    pub offset: i64,
+    /// `applied` (a dry run: would be), `duplicate`, `failed_again`,
+    /// `stale`, `unauthenticated`, `envelope`, `superseded`, `foreign`,
+    /// `not_run` (the replay stopped at it: see `stopped`).
+    pub outcome: &'static str,
+    /// Why it failed again (guest text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ReplayReport {
+    fn outcome(&mut self, message: &OwnedMessage, outcome: &'static str, reason: Option<String>) {
+        if self.outcomes.len() < MAX_OUTCOMES {
+            let reason = reason.map(|r| crate::text::shown(&r, 500));
+            self.outcomes.push(RecordOutcome {
+                partition: message.partition(),
+                offset: message.offset(),
+                outcome,
+                reason,
+            });
+        }
+    }
+}
+
+/// What a replay runs records through: one handler's executor, validator
+/// and DLQ, whether `idem dlq replay` prepared them or a running host's
+/// pipeline holds them (the console).
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub config: &'a HandlerConfig,
+    pub slot: &'a Slot,
+    pub validator: &'a Validator,
+    /// `None`: `on_failure = "block"`.
+    pub dead_letters: Option<&'a DeadLetters>,
+}
+
+impl PreparedHandler {
+    fn target(&self) -> Target<'_> {
+        Target {
+            config: &self.config,
+            slot: &self.slot,
+            validator: &self.validator,
+            dead_letters: self.dead_letters.as_ref(),
+        }
+    }
 }
 
 /// The record as it was on the source topic: original position, key,
@@ -123,11 +192,13 @@ fn admitted(keys: &Keys, records: &[OwnedMessage], trust_unsigned: bool, report:
             Authenticity::Unsealed if trust_unsigned => false,
             Authenticity::Unsealed | Authenticity::Forged => {
                 report.unauthenticated += 1;
+                report.outcome(m, "unauthenticated", None);
                 continue;
             }
         };
         if sealed && header(m, headers::ENVELOPE).is_some() {
             report.envelopes += 1;
+            report.outcome(m, "envelope", None);
             continue;
         }
         let position = (
@@ -145,6 +216,15 @@ fn admitted(keys: &Keys, records: &[OwnedMessage], trust_unsigned: bool, report:
     chosen.sort_unstable_by_key(|(_, i)| *i);
     let admitted_count = records.len() - report.unauthenticated - report.envelopes;
     report.superseded = admitted_count - chosen.len();
+    if report.superseded > 0 {
+        let kept: std::collections::HashSet<usize> = chosen.iter().map(|(_, i)| *i).collect();
+        for (i, m) in records.iter().enumerate() {
+            let counted = report.outcomes.iter().any(|o| o.partition == m.partition() && o.offset == m.offset());
+            if !kept.contains(&i) && !counted {
+                report.outcome(m, "superseded", None);
+            }
+        }
+    }
     report.trusted_unsigned = chosen.iter().filter(|(sealed, _)| !sealed).count();
     if report.trusted_unsigned > 0 {
         tracing::warn!(
@@ -169,27 +249,51 @@ pub async fn replay(
         None => Keys::load(&config.dlq)?,
     };
     let records = read(config, &handler.config, window)?;
-    let dead_letters = match (&handler.dead_letters, options.dry_run) {
+    let report = run(handler.target(), &keys, idem_pool, &records, options).await?;
+    if let Some(why) = &report.stopped {
+        bail!(
+            "replay stopped ({} applied, {} already processed, {} failed again before it): {why}",
+            report.applied,
+            report.duplicates,
+            report.failed_again
+        );
+    }
+    Ok(report)
+}
+
+/// Runs each admitted record of `records` (read from `target`'s DLQ)
+/// through `target`: the one path of `idem dlq replay` and the console's.
+pub(crate) async fn run(
+    target: Target<'_>,
+    keys: &Keys,
+    idem_pool: &sqlx::PgPool,
+    records: &[OwnedMessage],
+    options: ReplayOptions,
+) -> anyhow::Result<ReplayReport> {
+    let dead_letters = match (target.dead_letters, options.dry_run) {
         (Some(d), _) => Some(d),
         (None, true) => None,
         (None, false) => {
-            bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", handler.config.name)
+            bail!("handler `{}` has on_failure = \"block\": it has no DLQ to replay into", target.config.name)
         }
     };
-    let (oldest_ms, newest_ms) = claim_bounds(idem_pool, &handler.config.name).await?;
+    let (oldest_ms, newest_ms) = claim_bounds(idem_pool, &target.config.name).await?;
     let mut run = Replay {
-        handler,
+        target,
         idem_pool,
         dead_letters,
-        module: handler.slot.executor().handler().sha256().to_owned(),
+        module: target.slot.executor().handler().sha256().to_owned(),
         oldest_ms,
         newest_ms,
         options,
         seen: Default::default(),
         report: ReplayReport { read: records.len(), dry_run: options.dry_run, ..ReplayReport::default() },
     };
-    for i in admitted(&keys, &records, options.trust_unsigned, &mut run.report) {
+    for i in admitted(keys, records, options.trust_unsigned, &mut run.report) {
         run.record(&records[i]).await?;
+        if run.report.stopped.is_some() {
+            break;
+        }
     }
     Ok(run.report)
 }
@@ -211,7 +315,7 @@ async fn claim_bounds(idem_pool: &sqlx::PgPool, handler: &str) -> anyhow::Result
 
 /// One replay in progress.
 struct Replay<'a> {
-    handler: &'a PreparedHandler,
+    target: Target<'a>,
     idem_pool: &'a sqlx::PgPool,
     /// Where records that fail again go (`None` only in a dry run).
     dead_letters: Option<&'a DeadLetters>,
@@ -230,81 +334,107 @@ struct Replay<'a> {
 impl Replay<'_> {
     /// Runs (or, dry, judges) one admitted DLQ record.
     async fn record(&mut self, message: &OwnedMessage) -> anyhow::Result<()> {
-        let name = self.handler.config.name.as_str();
+        let name = self.target.config.name.as_str();
         // Only this handler's own dead letters; a record that is not one
         // (another handler's, or malformed) is counted and left alone.
         let record = match original(message) {
             Ok(record) if header(message, headers::HANDLER).as_deref() == Some(name) => record,
             Ok(_) | Err(_) => {
                 self.report.foreign += 1;
+                self.report.outcome(message, "foreign", None);
                 return Ok(());
             }
         };
         let replays = replays_of(message) + 1;
-        let event = match self.handler.validator.validate(&record) {
+        let event = match self.target.validator.validate(&record) {
             Ok(event) => event,
             Err(invalid) => {
                 let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays };
-                return self.again(&record, &failure).await;
+                return self.again(message, &record, &failure).await;
             }
         };
         let created_ms = event.created_at().map_or(i64::MIN, |t| t.timestamp_millis());
         if created_ms < self.oldest_ms && !self.options.force {
             self.report.stale += 1;
+            self.report.outcome(message, "stale", None);
             return Ok(());
         }
         if !self.seen.insert(event.id) {
             self.report.duplicates += 1;
+            self.report.outcome(message, "duplicate", None);
             return Ok(());
         }
         if self.options.dry_run {
-            return self.judge(&event, created_ms).await;
+            return self.judge(message, &event, created_ms).await;
         }
-        let executor = self.handler.slot.executor();
+        let executor = self.target.slot.executor();
         let executor = if self.options.force { executor.forcing_stale() } else { executor };
         match executor.execute(&event, 1).await {
-            Ok(Outcome::Processed) => self.report.applied += 1,
-            Ok(Outcome::Duplicate) => self.report.duplicates += 1,
-            Ok(Outcome::Skipped) => self.report.stale += 1,
+            Ok(Outcome::Processed) => {
+                self.report.applied += 1;
+                self.report.outcome(message, "applied", None);
+            }
+            Ok(Outcome::Duplicate) => {
+                self.report.duplicates += 1;
+                self.report.outcome(message, "duplicate", None);
+            }
+            Ok(Outcome::Skipped) => {
+                self.report.stale += 1;
+                self.report.outcome(message, "stale", None);
+            }
             Err(e) if matches!(e.class(), ErrorClass::Unavailable | ErrorClass::Fatal) => {
-                bail!("replay stopped after {:?}: {e}", self.report);
+                self.report.outcome(message, "not_run", Some(e.to_string()));
+                self.report.stopped = Some(e.to_string());
             }
             Err(e) => {
                 let failure = Failure { class: e.class(), reason: e.to_string(), attempts: 1, replays };
-                self.again(&record, &failure).await?;
+                self.again(message, &record, &failure).await?;
             }
         }
         Ok(())
     }
 
     /// A dry run answers what the replay would do with `event`.
-    async fn judge(&mut self, event: &crate::event::Event, created_ms: i64) -> anyhow::Result<()> {
+    async fn judge(
+        &mut self,
+        message: &OwnedMessage,
+        event: &crate::event::Event,
+        created_ms: i64,
+    ) -> anyhow::Result<()> {
         // An id further ahead than the future skew is refused by the claim,
         // whatever the policy, and fails again.
         if created_ms > self.newest_ms {
             self.report.failed_again += 1;
+            self.report.outcome(
+                message,
+                "failed_again",
+                Some("its event id is further ahead than the future skew".into()),
+            );
             return Ok(());
         }
         let done: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM idem.processed_event WHERE event_id = $1 AND consumer = $2)",
         )
         .bind(event.id)
-        .bind(&self.handler.config.name)
+        .bind(&self.target.config.name)
         .fetch_one(self.idem_pool)
         .await
         .context("failed to look up processed events")?;
         if done {
-            self.report.duplicates += 1
+            self.report.duplicates += 1;
+            self.report.outcome(message, "duplicate", None);
         } else {
-            self.report.applied += 1
+            self.report.applied += 1;
+            self.report.outcome(message, "applied", None);
         }
         Ok(())
     }
 
     /// A record that failed again goes back to the DLQ, its replay count
     /// one up (a dry run only counts it).
-    async fn again(&mut self, record: &Record, failure: &Failure) -> anyhow::Result<()> {
+    async fn again(&mut self, message: &OwnedMessage, record: &Record, failure: &Failure) -> anyhow::Result<()> {
         self.report.failed_again += 1;
+        self.report.outcome(message, "failed_again", Some(format!("{}: {}", failure.class.as_str(), failure.reason)));
         match self.dead_letters {
             Some(dead_letters) if !self.options.dry_run => {
                 send_again(dead_letters, &self.module, record, failure).await

@@ -51,15 +51,40 @@ pub(super) fn failed_at(message: &OwnedMessage) -> Option<chrono::DateTime<chron
         .map(|t| t.with_timezone(&chrono::Utc))
 }
 
-/// The handler's DLQ records inside `window`, oldest offset first per partition.
-pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
-    let topic = handler.dlq_topic();
-    let topic = topic.as_str();
+/// A DLQ consumer of bounded appetite: it fetches and queues a few MiB,
+/// not librdkafka's 64 MiB, and says when it reached a partition's end.
+pub(super) fn small_consumer(
+    config: &Config,
+    handler: &HandlerConfig,
+) -> anyhow::Result<BaseConsumer<crate::kafka_client::ProbeContext>> {
     let mut client =
         crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
-    client.set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7())).set("enable.auto.commit", "false");
-    let consumer: BaseConsumer<crate::kafka_client::ProbeContext> =
-        crate::kafka_client::create(&client, Default::default(), "a DLQ reader")?;
+    client
+        .set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7()))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("queued.max.messages.kbytes", "4096")
+        .set("fetch.max.bytes", "4194304")
+        .set("max.partition.fetch.bytes", "1048576");
+    crate::kafka_client::create(&client, Default::default(), "a DLQ reader")
+}
+
+/// The handler's DLQ records inside `window`, oldest offset first per partition.
+pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
+    read_sealed(config, handler, window, None)
+}
+
+/// [`read`]; with `sealed`, only the records whose seal verifies under
+/// those keys are kept (and counted toward `window.limit`).
+pub(crate) fn read_sealed(
+    config: &Config,
+    handler: &HandlerConfig,
+    window: &Window,
+    sealed: Option<&Keys>,
+) -> anyhow::Result<Vec<OwnedMessage>> {
+    let topic = handler.dlq_topic();
+    let topic = topic.as_str();
+    let consumer = small_consumer(config, handler)?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .with_context(|| format!("failed to look up the DLQ topic {topic}"))?;
@@ -83,18 +108,76 @@ pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow
                 bail!("reading {topic}/{}: stuck at offset {next} of {high}", p.id());
             }
             let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
-            let message = message.with_context(|| format!("failed to read {topic}"))?.detach();
+            let message = match message {
+                Ok(message) => message.detach(),
+                // Its end, below `high` when transaction markers hold the last offsets.
+                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => break,
+                Err(e) => return Err(e).with_context(|| format!("failed to read {topic}")),
+            };
             next = message.offset() + 1;
             deadline = std::time::Instant::now() + Duration::from_secs(60);
+            if sealed.is_some_and(|keys| authenticity(keys, &message) != Authenticity::Sealed) {
+                continue;
+            }
             let at = failed_at(&message);
             let inside = window.since.is_none_or(|s| at.is_some_and(|a| a >= s))
-                && window.until.is_none_or(|u| at.is_some_and(|a| a < u));
+                && window.until.is_none_or(|u| at.is_some_and(|a| a < u))
+                && window.class.as_ref().is_none_or(|c| header(&message, headers::CLASS).as_ref() == Some(c));
             if inside {
                 out.push(message);
                 // `--limit`: no need to read (and hold) more than that.
                 if window.limit.is_some_and(|limit| out.len() >= limit) {
                     return Ok(out);
                 }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The records of `handler`'s DLQ at `positions` (partition, offset), in
+/// that order; a position past the partition's end or below its start
+/// (deleted by retention) is an error naming it.
+pub(crate) fn read_at(
+    config: &Config,
+    handler: &HandlerConfig,
+    positions: &[(i32, i64)],
+) -> anyhow::Result<Vec<OwnedMessage>> {
+    let topic = handler.dlq_topic();
+    let consumer = small_consumer(config, handler)?;
+    let mut out = Vec::with_capacity(positions.len());
+    for &(partition, offset) in positions {
+        let (low, high) = consumer
+            .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+            .with_context(|| format!("failed to look up {topic}/{partition}"))?;
+        if offset < low || offset >= high {
+            bail!(
+                "{topic} has no record at partition {partition} offset {offset} (it holds offsets {low} to {})",
+                high - 1
+            );
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
+        consumer.assign(&tpl)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::time::Instant::now() > deadline {
+                bail!("reading {topic}/{partition}: no record at offset {offset} within 30 s");
+            }
+            let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
+            let message = match message {
+                Ok(message) => message,
+                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => {
+                    bail!("{topic} has no record at partition {partition} offset {offset} (a transaction marker)")
+                }
+                Err(e) => return Err(e).with_context(|| format!("failed to read {topic}")),
+            };
+            if message.offset() == offset {
+                out.push(message.detach());
+                break;
+            }
+            if message.offset() > offset {
+                bail!("{topic} has no record at partition {partition} offset {offset} (compacted away)");
             }
         }
     }

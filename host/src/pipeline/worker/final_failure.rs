@@ -33,6 +33,15 @@ pub(super) async fn resolve(
 ) -> bool {
     let (name, stats) = (&shared.name, &shared.stats);
     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
+    stats.note_failure(crate::stats::FailureNote {
+        at: chrono::Utc::now(),
+        topic: topic.clone(),
+        partition,
+        offset,
+        class: failure.class.as_str(),
+        reason: failure.reason.clone(),
+        attempts: failure.attempts,
+    });
     let Some(dead_letters) = &shared.dead_letters else {
         tracing::error!(
             handler = %name, %topic, partition, offset, class = failure.class.as_str(), reason = %failure.reason,

@@ -19,6 +19,7 @@ mod measure;
 mod restarts;
 mod seed;
 mod skewed;
+mod viewers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -117,6 +118,10 @@ const VARIANTS: &[Variant] = &[
         kind: Kind::Idem(Shape { component: "billing-ts", events_per_instance: 1000, concurrency: 6, ..BATCHED }),
     },
     Variant { name: "s: the seed's stack (kafkajs, TypeORM, zod)", kind: Kind::Seed },
+    Variant {
+        name: "v: a, watched by 10 console viewers refreshing every second",
+        kind: Kind::Idem(Shape { viewers: true, ..BATCHED }),
+    },
 ];
 
 #[tokio::main]
@@ -130,7 +135,7 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptks".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksv".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     let mut rows = Vec::new();
     let mut relayed = None;
@@ -357,6 +362,8 @@ struct Shape {
     noisy: bool,
     drops: bool,
     concurrent: usize,
+    /// Beside [`viewers::VIEWERS`] console viewers.
+    viewers: bool,
 }
 
 /// The plain batched shape the variants vary.
@@ -369,13 +376,14 @@ const BATCHED: Shape = Shape {
     noisy: false,
     drops: false,
     concurrent: 1,
+    viewers: false,
 };
 
 /// Events of one batch at once in variants h and i.
 const AT_ONCE: usize = 8;
 
 async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64) -> anyhow::Result<Row> {
-    let Shape { max_events, native, noisy, drops, concurrent, .. } = shape;
+    let Shape { max_events, native, noisy, drops, concurrent, viewers, .. } = shape;
     let provider = PaymentProvider::start().await;
     if drops {
         provider.set_fault(idem_tests::provider::Fault::ResetEvery(25));
@@ -399,9 +407,19 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
     }
     kafka::produce_all_keyed(&kafka::producer(), &topic, &records).await;
 
-    let child = host::spawn(&config, true, &[("IDEM_LOG", "error")]);
+    let env: &[(&str, &str)] =
+        if viewers { &[("IDEM_LOG", "error"), ("IDEM_ADMIN_TOKEN", viewers::TOKEN)] } else { &[("IDEM_LOG", "error")] };
+    let child = host::spawn(&config, true, env);
+    let watching = viewers.then(|| viewers::Viewers::start(&config));
     let cost = measure::watch(&child).await;
     let (status, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
+    if let Some(watching) = watching {
+        let (ok, failed) = watching.stop().await;
+        eprintln!("bench:   {} viewers: {ok} page fetches answered, {failed} not", viewers::VIEWERS);
+        if ok == 0 {
+            bail!("{name}: no viewer fetched a page");
+        }
+    }
     if !status.success() {
         bail!("{name}: idem run failed: {status}");
     }
@@ -592,6 +610,10 @@ fn render(rows: &[Row]) -> String {
             ", h/i = {:.2} (ordering = key, {AT_ONCE} events of a batch at once, against the ceiling doing the same{})",
             rate("h") / rate("i"),
             if http { ", goal ≥ 0.8" } else { "" }
+        ));
+        text.push_str(&format!(
+            ", v/a = {:.2} (10 console viewers refreshing every second, goal ≥ 0.95)",
+            rate("v") / a
         ));
         if !http {
             let rss = |prefix: &str| {

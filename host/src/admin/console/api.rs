@@ -1,0 +1,259 @@
+//! The console's own JSON routes: login, the live pages (rendered by the
+//! sampler), and the dead-letter pages and replays. Deploys and
+//! activations are the admin API's handlers (`routes`), mounted under
+//! `/console/api/` behind the console's guard.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::session::{self, Session};
+use crate::admin::{AdminState, body, routes};
+use crate::pipeline::replay::{PageQuery, ReplayOptions, Selection, Window};
+
+/// Bytes of a JSON request body (a login, a replay's selection).
+const JSON_LIMIT: usize = 64 * 1024;
+
+/// The body of a small JSON request, read within the listener's deadline.
+async fn json_body<T: serde::de::DeserializeOwned>(state: &AdminState, body: Body) -> Result<T, Response> {
+    let bytes = body::read(body, JSON_LIMIT, state.body_timeout, "a console request (64 KiB)")
+        .await
+        .map_err(|e| routes::error(e.status(), e.to_string()).into_response())?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| routes::error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Login {
+    token: String,
+}
+
+/// Exchanges a token for a session cookie.
+pub(super) async fn login(
+    State(state): State<AdminState>,
+    peer: Option<axum::Extension<crate::admin::Peer>>,
+    body: Body,
+) -> Response {
+    let peer = peer.map(|axum::Extension(p)| p.0);
+    let console = &state.console;
+    if !state.tokens.any() {
+        let message = "the console needs a token: start the host with $IDEM_ADMIN_TOKEN (scope operate) or \
+                       $IDEM_ADMIN_READ_TOKEN (scope read) set ([admin] token_env, read_token_env)";
+        return routes::error(StatusCode::FORBIDDEN, message).into_response();
+    }
+    // A try counts as failed until it succeeds, so tries at once cannot
+    // pass the limit together.
+    let Some(attempt) = console.sessions.attempt(peer) else {
+        return routes::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed logins from this address: try again in a minute",
+        )
+        .into_response();
+    };
+    let login: Login = match json_body(&state, body).await {
+        Ok(login) => login,
+        Err(refusal) => return refusal,
+    };
+    let Some(scope) = state.tokens.scope_of(&login.token) else {
+        tracing::warn!(peer = ?peer, "console: a login with a wrong token");
+        return routes::error(StatusCode::UNAUTHORIZED, "wrong token").into_response();
+    };
+    console.sessions.succeeded(attempt);
+    let (id, session) = console.sessions.start(scope);
+    tracing::info!(scope = scope.as_str(), "console: logged in");
+    let cookie = format!(
+        "{}={id}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={}",
+        session::COOKIE,
+        session::LIFETIME.as_secs()
+    );
+    let mut response = Json(json!({ "scope": session.scope, "csrf": session.csrf })).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    if let Some(id) = session::cookie(&headers) {
+        state.console.sessions.end(id);
+    }
+    let gone = format!("{}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0", session::COOKIE);
+    let mut response = Json(json!({ "message": "logged out" })).into_response();
+    if let Ok(value) = HeaderValue::from_str(&gone) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// The session the cookie names: its scope and CSRF token (read by the
+/// page after a reload; another site's page cannot read it).
+pub(super) async fn current(axum::Extension(session): axum::Extension<Session>) -> Response {
+    Json(json!({ "scope": session.scope, "csrf": session.csrf })).into_response()
+}
+
+fn cached(bytes: axum::body::Bytes) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+}
+
+pub(super) async fn overview(State(state): State<AdminState>) -> Response {
+    let rendered = state.console.rendered();
+    if rendered.overview.is_empty() {
+        return cached(axum::body::Bytes::from_static(b"{\"handlers\":[]}"));
+    }
+    cached(rendered.overview)
+}
+
+pub(super) async fn handler(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
+    match state.console.rendered().handlers.remove(&name) {
+        Some(page) => cached(page),
+        None if state.slot(&name).is_some() => {
+            routes::error(StatusCode::SERVICE_UNAVAILABLE, "not sampled yet").into_response()
+        }
+        None => routes::error(
+            StatusCode::NOT_FOUND,
+            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
+        )
+        .into_response(),
+    }
+}
+
+/// `?before=0:123,1:456&since=…&until=…&class=…&limit=…`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeadLetterQuery {
+    before: Option<String>,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    until: Option<chrono::DateTime<chrono::Utc>>,
+    class: Option<String>,
+    limit: Option<usize>,
+}
+
+fn positions(text: &str) -> Result<BTreeMap<i32, i64>, String> {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (p, o) = pair.split_once(':').ok_or_else(|| format!("`{pair}` is not partition:offset"))?;
+            Ok((
+                p.parse().map_err(|_| format!("`{p}` is not a partition"))?,
+                o.parse().map_err(|_| format!("`{o}` is not an offset"))?,
+            ))
+        })
+        .collect()
+}
+
+/// A page of the handler's DLQ, newest first.
+pub(super) async fn dead_letters(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    query: Result<Query<DeadLetterQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Some(desk) = state.console.desk(&name) else {
+        return routes::error(
+            StatusCode::NOT_FOUND,
+            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
+        )
+        .into_response();
+    };
+    let Query(q) = match query {
+        Ok(q) => q,
+        Err(e) => return routes::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
+    };
+    let before = match q.before.as_deref().map(positions).transpose() {
+        Ok(before) => before.unwrap_or_default(),
+        Err(e) => return routes::error(StatusCode::BAD_REQUEST, format!("before: {e}")).into_response(),
+    };
+    let Ok(reading) = state.console.reading.clone().try_acquire_owned() else {
+        return routes::error(StatusCode::SERVICE_UNAVAILABLE, "other dead-letter pages are being read: try again")
+            .into_response();
+    };
+    let query = PageQuery { before, since: q.since, until: q.until, class: q.class, limit: q.limit };
+    match desk.page(query, reading).await {
+        Ok(page) => Json(page).into_response(),
+        Err(e) => routes::error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")).into_response(),
+    }
+}
+
+/// A replay's selection: records by DLQ position, or a window.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    #[serde(default)]
+    records: Vec<(i32, i64)>,
+    since: Option<chrono::DateTime<chrono::Utc>>,
+    until: Option<chrono::DateTime<chrono::Utc>>,
+    class: Option<String>,
+    limit: Option<usize>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// Replays the selected records (or judges them, dry), one replay at a time.
+pub(super) async fn replay(State(state): State<AdminState>, Path(name): Path<String>, body: Body) -> Response {
+    let Some(desk) = state.console.desk(&name) else {
+        return routes::error(
+            StatusCode::NOT_FOUND,
+            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
+        )
+        .into_response();
+    };
+    let request: ReplayRequest = match json_body(&state, body).await {
+        Ok(request) => request,
+        Err(refusal) => return refusal,
+    };
+    let max = crate::pipeline::replay::MAX_SELECTED;
+    let selection = if request.records.is_empty() {
+        if request.since.is_none() && request.until.is_none() {
+            return routes::error(StatusCode::BAD_REQUEST, "select records, or a range with since and/or until")
+                .into_response();
+        }
+        if request.limit == Some(0) {
+            return routes::error(StatusCode::BAD_REQUEST, "limit: at least 1").into_response();
+        }
+        let window = Window {
+            since: request.since,
+            until: request.until,
+            limit: request.limit.map(|l| l.min(max)),
+            class: request.class,
+        };
+        Selection::Window(window)
+    } else {
+        let mut records = request.records;
+        records.sort_unstable();
+        records.dedup();
+        if records.len() > max {
+            return routes::error(StatusCode::BAD_REQUEST, format!("at most {max} records at once")).into_response();
+        }
+        Selection::Records(records)
+    };
+    let Ok(replaying) = state.console.replaying.clone().try_acquire_owned() else {
+        return routes::error(StatusCode::CONFLICT, "a replay is running on this host: wait for it").into_response();
+    };
+    let options = ReplayOptions { dry_run: request.dry_run, ..ReplayOptions::default() };
+    // A task of its own: a client that goes away does not cut it short,
+    // and the next replay waits for its end.
+    let desk = desk.clone();
+    let run = tokio::spawn(async move {
+        let _replaying = replaying;
+        desk.replay(selection, options).await
+    });
+    match run.await {
+        Ok(Ok(report)) => {
+            tracing::info!(
+                handler = %name, dry_run = report.dry_run, read = report.read, applied = report.applied,
+                stopped = ?report.stopped, "console: DLQ replay"
+            );
+            // Stopped by an outage: what it did so far, as a 503.
+            let status = if report.stopped.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+            (status, Json(report)).into_response()
+        }
+        Ok(Err(e)) => routes::error(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")).into_response(),
+        Err(e) => routes::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the replay failed: {e}")).into_response(),
+    }
+}

@@ -1,0 +1,243 @@
+//! The operator console: pages served by the admin listener under
+//! `/console/`, from files embedded in the binary (`assets/`: plain HTML,
+//! CSS and JavaScript, no build step), over a JSON API of its own under
+//! `/console/api/`.
+//!
+//! The admin API refuses browsers (see `admin::authorize`); the console is
+//! for them, so it keeps the attacks that refusal stops out by other means:
+//! - a login exchanges a token for a session (`session`): an HttpOnly,
+//!   SameSite=Strict cookie, so no other site's page sends it;
+//! - every change carries the session's CSRF token in `X-CSRF-Token` (a
+//!   form on another site cannot set headers) and an `Origin` naming this
+//!   console;
+//! - `Host` must be a loopback name or one of `[admin] console_hosts`, so a
+//!   page whose DNS name was re-pointed here (rebinding) is refused;
+//! - a strict Content-Security-Policy (no inline script, no other origin)
+//!   and the page renders every guest-controlled text (reasons, payloads,
+//!   headers) as text, never as HTML.
+//!
+//! The session's scope decides what it may do, as a token's does on the API
+//! (`access`). Uploads and activations run the API's own handlers; replays
+//! run `pipeline::replay`, the code of `idem dlq replay`.
+
+mod api;
+mod assets;
+mod history;
+mod session;
+mod views;
+
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use tokio::sync::{Semaphore, watch};
+
+use super::access::{self, Scope};
+use super::{AdminState, routes};
+use crate::config::AdminConfig;
+use crate::pipeline::replay::Desk;
+use crate::telemetry::Telemetry;
+
+/// The console's state beside the API's.
+pub(crate) struct Console {
+    sessions: session::Sessions,
+    /// `[admin] console_hosts`, lower-cased.
+    hosts: Vec<String>,
+    telemetry: Arc<Telemetry>,
+    /// Each handler's DLQ desk, attached when the pipelines exist.
+    desks: OnceLock<Vec<Desk>>,
+    /// The live pages, rendered at the last sample.
+    rendered: RwLock<views::Rendered>,
+    /// DLQ pages read at once; replays run at once. Each permit is held by
+    /// the work itself, not by the request, which a client can drop.
+    reading: Arc<Semaphore>,
+    replaying: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console").field("hosts", &self.hosts).finish_non_exhaustive()
+    }
+}
+
+impl Console {
+    pub(crate) fn new(config: &AdminConfig, telemetry: Arc<Telemetry>) -> anyhow::Result<Self> {
+        for host in &config.console_hosts {
+            let fine = !host.is_empty()
+                && host.len() <= 260
+                && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'));
+            if !fine {
+                anyhow::bail!(
+                    "[admin] console_hosts: `{}` is not a host name with an optional port (as a browser sends \
+                     `Host`: letters, digits, `.`, `-`, `:`, `[`, `]`)",
+                    crate::text::shown(host, 100)
+                );
+            }
+        }
+        Ok(Self {
+            sessions: session::Sessions::default(),
+            hosts: config.console_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            telemetry,
+            desks: OnceLock::new(),
+            rendered: RwLock::default(),
+            reading: Arc::new(Semaphore::new(2)),
+            replaying: Arc::new(Semaphore::new(1)),
+        })
+    }
+
+    /// Gives the console the handlers' DLQ desks (once).
+    pub(crate) fn attach(&self, desks: Vec<Desk>) {
+        let _ = self.desks.set(desks);
+    }
+
+    fn desk(&self, handler: &str) -> Option<&Desk> {
+        self.desks.get()?.iter().find(|d| d.handler() == handler)
+    }
+
+    fn host_allowed(&self, host: Option<&HeaderValue>) -> bool {
+        access::loopback_host(host)
+            || host.and_then(|h| h.to_str().ok()).is_some_and(|h| self.hosts.iter().any(|a| a.eq_ignore_ascii_case(h)))
+    }
+
+    /// Samples every handler once a second and renders the live pages,
+    /// until `stop`.
+    pub(crate) async fn sample(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut histories = history::Histories::default();
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            histories.sample(&self.telemetry.handlers());
+            let rendered = views::render(&histories.by_handler);
+            *self.rendered.write().unwrap_or_else(|e| e.into_inner()) = rendered;
+        }
+    }
+
+    fn rendered(&self) -> views::Rendered {
+        self.rendered.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+pub(super) fn router(state: AdminState) -> axum::Router {
+    axum::Router::new()
+        .route("/console", get(|| async { axum::response::Redirect::permanent("/console/") }))
+        .route("/console/", get(assets::index))
+        .route("/console/console.js", get(assets::script))
+        .route("/console/console.css", get(assets::style))
+        .route("/console/api/login", post(api::login))
+        .route("/console/api/logout", post(api::logout))
+        .route("/console/api/session", get(api::current))
+        .route("/console/api/overview", get(api::overview))
+        .route("/console/api/handlers/{name}", get(api::handler))
+        .route("/console/api/handlers/{name}/modules", get(routes::show))
+        .route("/console/api/handlers/{name}/module", put(routes::upload).layer(DefaultBodyLimit::disable()))
+        .route("/console/api/handlers/{name}/activate", post(routes::activate))
+        .route("/console/api/handlers/{name}/dead-letters", get(api::dead_letters))
+        .route("/console/api/handlers/{name}/dead-letters/replay", post(api::replay))
+        .route(
+            "/console/{*rest}",
+            axum::routing::any(|| async { routes::error(StatusCode::NOT_FOUND, "no such console page") }),
+        )
+        // On the console's routes only: any other path stays the API's.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Every console request: the `Host` check, then for a change its origin,
+/// and for the API a session (and for a change its CSRF token and scope);
+/// every answer gets the security headers.
+async fn guard(State(state): State<AdminState>, mut request: Request, next: Next) -> Response {
+    let mut response = match check(&state, &mut request) {
+        Ok(()) => next.run(request).await,
+        Err((status, message)) => routes::error(status, message).into_response(),
+    };
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    headers.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
+    headers.insert("cross-origin-resource-policy", HeaderValue::from_static("same-origin"));
+    response
+}
+
+/// Why a request is refused: answered as `{"error": …}` with the status.
+type Refusal = (StatusCode, String);
+
+fn refuse(status: StatusCode, message: impl Into<String>) -> Result<(), Refusal> {
+    Err((status, message.into()))
+}
+
+fn check(state: &AdminState, request: &mut Request) -> Result<(), Refusal> {
+    let console = &state.console;
+    let host = request.headers().get(header::HOST).cloned();
+    if !console.host_allowed(host.as_ref()) {
+        let shown = host.as_ref().and_then(|h| h.to_str().ok()).map_or("(none)".into(), |h| crate::text::shown(h, 100));
+        return refuse(
+            StatusCode::FORBIDDEN,
+            format!("Host `{shown}` is not a name of this console (loopback, or [admin] console_hosts)"),
+        );
+    }
+    let path = request.uri().path().to_owned();
+    let changes = Scope::needed_for(request.method()) == Scope::Operate;
+    if changes {
+        same_origin(request, host.as_ref())?;
+    }
+    if !path.starts_with("/console/api/") || path == "/console/api/login" {
+        return Ok(());
+    }
+    let Some(session) = session::cookie(request.headers()).and_then(|id| console.sessions.get(id)) else {
+        return refuse(StatusCode::UNAUTHORIZED, "log in first: no session, or it ended");
+    };
+    if changes {
+        let given = request.headers().get("x-csrf-token").and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !access::same_secret(given, &session.csrf) {
+            return refuse(StatusCode::FORBIDDEN, "a change needs this session's CSRF token in X-CSRF-Token");
+        }
+        if path != "/console/api/logout" && session.scope < Scope::Operate {
+            return refuse(StatusCode::FORBIDDEN, state.tokens.too_narrow(session.scope));
+        }
+    }
+    // The uploader the store records is the console's, whatever was sent.
+    request.headers_mut().insert("x-uploaded-by", HeaderValue::from_static("console"));
+    request.extensions_mut().insert(session);
+    Ok(())
+}
+
+/// A change must come from a page of this console: browsers name the page's
+/// origin in `Origin` on every non-GET request, and its relation to the
+/// target in `Sec-Fetch-Site`.
+fn same_origin(request: &Request, host: Option<&HeaderValue>) -> Result<(), Refusal> {
+    let headers = request.headers();
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    if site.is_some_and(|s| s != "same-origin") {
+        return refuse(StatusCode::FORBIDDEN, "changes are accepted only from the console's own pages");
+    }
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let host = host.and_then(|h| h.to_str().ok()).unwrap_or("");
+    let ours = origin.is_some_and(|o| {
+        o.strip_prefix("http://")
+            .or_else(|| o.strip_prefix("https://"))
+            .is_some_and(|rest| rest.eq_ignore_ascii_case(host))
+    });
+    if !ours || request.method() == Method::OPTIONS {
+        return refuse(StatusCode::FORBIDDEN, "changes are accepted only from the console's own pages (Origin)");
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+// The operator console in a real browser: Debian's Chromium, driven by
+// Playwright. tests/tests/admin/console.rs starts the host (Apache Kafka,
+// PostgreSQL, the billing handler) and runs this script; the two talk over
+// stdin/stdout: this script prints `need <step>` when it wants the test to
+// act (produce a stream, dead-letter a record, ...) and the test answers
+// `done <step> <json>`. Any failed check exits non-zero naming it.
+//
+// Screenshots of each page, with the run's data, go to $SHOTS.
+
+import assert from "node:assert/strict";
+import http from "node:http";
+import readline from "node:readline";
+import { chromium } from "playwright-core";
+
+const url = process.env.CONSOLE_URL; // http://localhost:PORT
+const operateToken = process.env.OPERATE_TOKEN;
+const readToken = process.env.READ_TOKEN;
+const shots = process.env.SHOTS;
+const handler = "billing";
+
+const answers = readline.createInterface({ input: process.stdin });
+const pending = [];
+answers.on("line", (line) => pending.shift()?.(line));
+
+// Asks the test to do `step`; resolves with its JSON answer.
+function need(step) {
+  return new Promise((resolve, reject) => {
+    pending.push((line) => {
+      const [word, name, ...rest] = line.split(" ");
+      if (word !== "done" || name !== step) reject(new Error(`asked for ${step}, got: ${line}`));
+      else resolve(JSON.parse(rest.join(" ") || "null"));
+    });
+    process.stdout.write(`need ${step}\n`);
+  });
+}
+
+function log(text) {
+  process.stderr.write(`console.mjs: ${text}\n`);
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+  log(`screenshot ${name}.png`);
+}
+
+// Waits until `probe()` returns a truthy value (polling), naming `what`.
+async function until(what, probe, seconds = 60) {
+  const end = Date.now() + seconds * 1000;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > end) throw new Error(`not within ${seconds} s: ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+const number = (text) => (text === null || text.trim() === "–" ? null : Number(text.replace(/[^0-9.]/g, "")));
+
+// One raw request to the console, with chosen headers (a browser cannot
+// forge Host; an attacker's client can).
+function raw(method, path, headers) {
+  const target = new URL(url);
+  return new Promise((resolve, reject) => {
+    const request = http.request({ host: "127.0.0.1", port: target.port, method, path, headers }, (response) => {
+      let body = "";
+      response.on("data", (c) => (body += c));
+      response.on("end", () => resolve({ status: response.statusCode, body }));
+    });
+    request.on("error", reject);
+    request.end();
+  });
+}
+
+async function login(page, token) {
+  await page.goto(`${url}/console/`);
+  await page.locator("#token").fill(token);
+  await page.locator("#login button[type=submit]").click();
+  await page.locator("#logout").waitFor({ state: "visible" });
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
+});
+try {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  const page = await context.newPage();
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") pageErrors.push(m.text()); });
+
+  // ---- login ----
+  await page.goto(`${url}/console/`);
+  await page.locator("#token").fill("not-the-token");
+  await page.locator("#login button[type=submit]").click();
+  await page.locator("#login-error").getByText("wrong token").waitFor();
+  await shot(page, "login");
+  pageErrors.length = 0; // the 401 above is logged by Chromium as a failed resource
+  await login(page, operateToken);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === "idem_console");
+  assert.ok(session, "a session cookie");
+  assert.equal(session.httpOnly, true, "the session cookie is HttpOnly");
+  assert.equal(session.sameSite, "Strict", "the session cookie is SameSite=Strict");
+  assert.equal(await page.evaluate(() => document.cookie), "", "the page's script cannot read the session cookie");
+
+  // ---- overview: lag rises with a stream, then falls to 0 ----
+  await page.locator("#handlers").waitFor();
+  const lagCell = page.locator(`#handlers tr[data-handler=${handler}] td[data-field=lag]`);
+  const stream = need("stream"); // the test produces while the browser watches
+  const peak = await until("lag above 0 on the overview", async () => {
+    const lag = number(await lagCell.textContent());
+    return lag > 0 ? lag : null;
+  }, 120);
+  log(`lag seen at ${peak}`);
+  await shot(page, "overview-draining");
+  await stream;
+  await until("lag back to 0 on the overview", async () => number(await lagCell.textContent()) === 0, 180);
+  await page.waitForTimeout(2500); // the sparklines show the fall
+  await shot(page, "overview");
+
+  // ---- a dead-lettered record whose payload holds markup ----
+  const poison = await need("poison");
+  await page.goto(`${url}/console/#/handler/${handler}`);
+  await page.locator("#failures").getByText("HTTP 422").first().waitFor({ timeout: 30000 });
+  await page.locator("#http").getByText("2xx").waitFor();
+  await shot(page, "handler");
+
+  // ---- modules: a refused upload, a v2, events moving to it, a rollback ----
+  const files = await need("modules");
+  await page.goto(`${url}/console/#/modules/${handler}`);
+  await page.locator("#module-file").setInputFiles(files.garbage);
+  await page.locator("#upload button[type=submit]").click();
+  const refused = page.locator("#outcome .message.error");
+  await refused.waitFor();
+  const refusal = await refused.textContent();
+  assert.match(refusal, /Refused \(422\)/, refusal);
+  assert.match(refusal, /not a WebAssembly component|component/i, refusal);
+  await page.locator("#module-file").setInputFiles(files.v2);
+  await page.locator("#module-note").fill("v2 from the console test");
+  await page.locator("#upload button[type=submit]").click();
+  await page.locator("#outcome").getByText("stored as version 2 and activated").waitFor();
+  await page.locator('#versions tr[data-version="2"] .pill.active').waitFor();
+  await need("stream-v2");
+  await until("events processed by v2 on the modules page", async () => {
+    await page.reload();
+    await page.locator('#versions tr[data-version="2"]').waitFor();
+    return number(await page.locator('#versions tr[data-version="2"] td[data-field=processed]').textContent()) > 0;
+  });
+  await shot(page, "modules");
+  await page.locator('#versions tr[data-version="1"] button[data-activate="1"]').click();
+  await page.locator('#versions tr[data-version="1"] button[data-confirm="1"]').click();
+  await page.locator("#outcome").getByText("version 1 is active").waitFor();
+  await page.locator('#versions tr[data-version="1"] .pill.active').waitFor();
+  assert.equal((await need("active")).version, 1, "the rollback reached the store");
+
+  // ---- dead letters: the markup is text; a dry run, a replay, once ----
+  await page.goto(`${url}/console/#/dead-letters/${handler}`);
+  const key = `${poison.partition}:${poison.offset}`;
+  const row = page.locator(`#dead-letters tr[data-record="${key}"]`);
+  await row.waitFor();
+  assert.match(await row.textContent(), /permanent/);
+  assert.match(await row.textContent(), /HTTP 422/);
+  await row.locator("button[data-open]").click();
+  const payload = page.locator("#payload");
+  await payload.waitFor();
+  const shown = await payload.textContent();
+  assert.ok(shown.includes(poison.markup), `the payload shows the markup as text: ${shown}`);
+  assert.equal(await page.locator("#payload *").count(), 0, "no element was made from the payload");
+  assert.equal(await page.evaluate(() => window.__pwned), undefined, "the payload's script did not run");
+  await shot(page, "dead-letters");
+  await row.locator("input[data-select]").check();
+  await page.locator("button[data-action=dry-selected]").click();
+  const outcome = page.locator(`#outcomes tr[data-outcome="${key}"] td[data-field=outcome]`);
+  await until("the dry run's outcome", async () => (await outcome.count()) && (await outcome.textContent()) === "would apply");
+  assert.equal((await need("charges")).charges, 0, "a dry run charges nothing");
+  await page.locator("button[data-action=selected]").click();
+  await until("the replay's outcome", async () => (await outcome.count()) && (await outcome.textContent()) === "applied");
+  await shot(page, "dead-letters-replayed");
+  await page.locator("button[data-action=selected]").click();
+  await until("the second replay's outcome", async () => (await outcome.count()) && (await outcome.textContent()) === "duplicate");
+  assert.equal((await need("charges")).charges, 1, "replayed twice, charged once");
+  assert.equal(await page.evaluate(() => window.__pwned), undefined, "the payload's script never ran");
+
+  // ---- attacks ----
+  // A form on another site posting to the console: its page is served here,
+  // at 127.0.0.1 (another site than localhost), with a script of its own.
+  const attacker = http.createServer((req, res) => {
+    res.setHeader("content-type", "text/html");
+    res.end(`<form id=f method=POST action="${url}/console/api/handlers/${handler}/activate?version=2"></form>` +
+      `<script>document.getElementById("f").submit()</script>`);
+  });
+  await new Promise((r) => attacker.listen(0, "127.0.0.1", r));
+  const evil = await context.newPage();
+  await evil.goto(`http://127.0.0.1:${attacker.address().port}/`);
+  await evil.waitForURL(`${url}/console/api/**`);
+  const evilBody = await evil.locator("body").textContent();
+  assert.match(evilBody, /accepted only from the console's own pages/, evilBody);
+  attacker.close();
+  assert.equal((await need("active")).version, 1, "the cross-site post changed nothing");
+  // A request naming another host (DNS rebinding), even with the cookie.
+  const rebound = await raw("GET", "/console/api/overview", { Host: `evil.example:${new URL(url).port}`, Cookie: `idem_console=${session.value}` });
+  assert.equal(rebound.status, 403, rebound.body);
+  assert.match(rebound.body, /is not a name of this console/);
+  // A change without the CSRF token, from the console's own origin.
+  const noCsrf = await page.evaluate(async (h) => (await fetch(`/console/api/handlers/${h}/activate?version=2`, { method: "POST" })).status, handler);
+  assert.equal(noCsrf, 403, "a change without the CSRF token");
+
+  // ---- a read token sees every page and changes nothing ----
+  const reader = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  const readPage = await reader.newPage();
+  await login(readPage, readToken);
+  await readPage.locator("#who").getByText("scope: read").waitFor();
+  await readPage.goto(`${url}/console/#/modules/${handler}`);
+  await readPage.locator("#versions").waitFor();
+  assert.equal(await readPage.locator("#upload").count(), 0, "no upload form for a read session");
+  assert.equal(await readPage.locator("button[data-activate]").count(), 0, "no activate button for a read session");
+  const deploy = await readPage.evaluate(async (h) => {
+    const s = await (await fetch("/console/api/session")).json();
+    const r = await fetch(`/console/api/handlers/${h}/activate?version=2`, { method: "POST", headers: { "X-CSRF-Token": s.csrf } });
+    return { status: r.status, body: await r.text() };
+  }, handler);
+  assert.equal(deploy.status, 403, deploy.body);
+  assert.match(deploy.body, /scope `read`/);
+  await readPage.goto(`${url}/console/#/dead-letters/${handler}`);
+  await readPage.locator("#dead-letters").waitFor();
+  assert.equal(await readPage.locator("button[data-action]").count(), 0, "no replay buttons for a read session");
+  assert.equal((await need("active")).version, 1, "the read session changed nothing");
+
+  // ---- logout ends the session on the host ----
+  await page.locator("#logout").click();
+  await page.locator("#token").waitFor();
+  const after = await raw("GET", "/console/api/overview", { Host: new URL(url).host, Cookie: `idem_console=${session.value}` });
+  assert.equal(after.status, 401, "the session ended with the logout");
+
+  // Refused requests (the tests above provoke 401, 403, 422) are logged by
+  // Chromium as failed resources; anything else is a script error.
+  const errors = pageErrors.filter((e) => !/^Failed to load resource: the server responded with a status of 4\d\d/.test(e));
+  assert.deepEqual(errors, [], "no script errors on the console's pages");
+  process.stdout.write("pass\n");
+} finally {
+  await browser.close();
+  answers.close();
+}
