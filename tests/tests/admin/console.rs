@@ -213,6 +213,17 @@ async fn the_console_and_the_api_refuse_what_a_session_or_token_may_not_do() {
     assert_eq!(anonymous.status, 401, "{}", anonymous.body);
     let overview = request(a, "GET", "/console/api/overview", &format!("cookie: {cookie}\r\n")).await;
     assert_eq!(overview.status, 200, "{}", overview.body);
+    // Nothing dead-lettered yet: an empty page saying so, not an error.
+    let empty = request(a, "GET", "/console/api/handlers/billing/dead-letters", &format!("cookie: {cookie}\r\n")).await;
+    assert_eq!(empty.status, 200, "{}", empty.body);
+    assert!(empty.body.contains("nothing was dead-lettered"), "{}", empty.body);
+    let bad =
+        request(a, "GET", "/console/api/handlers/billing/dead-letters?before=x", &format!("cookie: {cookie}\r\n"))
+            .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("not partition:offset"), "{}", bad.body);
+    let nowhere = request(a, "GET", "/console/api/no/such/page", &format!("cookie: {cookie}\r\n")).await;
+    assert_eq!(nowhere.status, 404, "{}", nowhere.body);
     // A read session may not change anything, CSRF token or not.
     let change = format!("cookie: {cookie}\r\norigin: {ours}\r\nx-csrf-token: {csrf}\r\ncontent-length: 0\r\n");
     let activate = request(a, "POST", "/console/api/handlers/billing/activate?version=1", &change).await;

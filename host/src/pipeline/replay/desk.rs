@@ -54,6 +54,11 @@ impl Desk {
     /// One page of the DLQ, read on a blocking thread that holds `permit`
     /// until it is done (whether or not anyone still waits for it).
     pub async fn page(&self, query: PageQuery, permit: tokio::sync::OwnedSemaphorePermit) -> anyhow::Result<Page> {
+        if self.handler.dead_letters.is_none() {
+            let note =
+                "on_failure = \"block\": this handler has no dead-letter topic; a failed record stops its partition";
+            return Ok(Page::empty(self.handler.config.dlq_topic(), note.into()));
+        }
         let (config, handler, keys) = (self.config.clone(), self.handler.config.clone(), self.keys()?);
         tokio::task::spawn_blocking(move || {
             let _permit = permit;

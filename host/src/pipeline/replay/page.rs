@@ -57,6 +57,16 @@ pub struct Page {
     pub scanned: usize,
     /// Where the next, older page starts (`before`); `None`: nothing older.
     pub older: Option<BTreeMap<i32, i64>>,
+    /// Why the page is empty when that is not the filters' doing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Page {
+    /// A page of a DLQ topic that holds nothing, saying why.
+    pub fn empty(topic: String, note: String) -> Self {
+        Self { topic, records: Vec::new(), scanned: 0, older: None, note: Some(note) }
+    }
 }
 
 /// One DLQ record as the console shows it; all of it text the browser
@@ -163,18 +173,20 @@ pub fn read_page(config: &Config, handler: &HandlerConfig, keys: &Keys, query: &
         .fetch_metadata(Some(&topic), Duration::from_secs(10))
         .with_context(|| format!("failed to look up the DLQ topic {topic}"))?;
     let Some(t) = metadata.topics().first().filter(|t| t.error().is_none()) else {
-        bail!("the DLQ topic {topic} does not exist yet (nothing was dead-lettered)");
+        let note = format!("{topic} does not exist yet: nothing was dead-lettered (idem creates it at the first)");
+        return Ok(Page::empty(topic, note));
     };
     let limit = query.limit.unwrap_or(MAX_SHOWN).clamp(1, MAX_SHOWN);
     let per_partition = (SCAN / (t.partitions().len().max(1) as i64)).max(1);
     let continuing = !query.before.is_empty();
-    let (mut lists, mut scanned, mut below) = (Vec::new(), 0, BTreeMap::new());
+    let (mut lists, mut scanned, mut below, mut held) = (Vec::new(), 0, BTreeMap::new(), 0);
     for p in t.partitions() {
         let given = query.before.get(&p.id()).copied();
         if continuing && given.is_none() {
             continue;
         }
         let (low, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
+        held += high - low;
         let end = given.unwrap_or(high).min(high);
         let start = end.saturating_sub(per_partition).max(low);
         let (matches, read, dropped) = read_range(&consumer, &topic, p.id(), (start, end), keys, query, limit)?;
@@ -186,8 +198,12 @@ pub fn read_page(config: &Config, handler: &HandlerConfig, keys: &Keys, query: &
         below.insert(p.id(), if dropped { first_kept } else { (start > low).then_some(start) });
         lists.push((p.id(), matches));
     }
+    if held == 0 {
+        let note = format!("{topic} holds no record: nothing was dead-lettered (or retention removed it)");
+        return Ok(Page::empty(topic, note));
+    }
     let (shown, older) = merge(lists, &below, limit);
-    Ok(Page { topic, records: shown, scanned, older: (!older.is_empty()).then_some(older) })
+    Ok(Page { topic, records: shown, scanned, older: (!older.is_empty()).then_some(older), note: None })
 }
 
 /// The newest `limit` records over the partitions' lists (each newest

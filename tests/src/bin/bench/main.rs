@@ -137,10 +137,19 @@ async fn main() -> anyhow::Result<()> {
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
     let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksv".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
+    // `BENCH_ROUNDS=4`: the chosen variants four times, in turn and every
+    // other round backwards (a v v a a v v a, so that a drift of the
+    // machine over the run favours neither), each shown by its median
+    // round: two variants close in speed are compared over more than one
+    // run's luck.
+    let rounds: usize = std::env::var("BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(1).max(1);
     let mut rows = Vec::new();
     let mut relayed = None;
     for http in [false, true] {
-        for variant in VARIANTS {
+        let order = |round: usize| -> Vec<&Variant> {
+            if round.is_multiple_of(2) { VARIANTS.iter().collect() } else { VARIANTS.iter().rev().collect() }
+        };
+        for variant in (0..rounds).flat_map(order) {
             let http_only = matches!(variant.kind, Kind::Idem(Shape { drops: true, .. }) | Kind::Skewed(_));
             let without_only = matches!(variant.kind, Kind::Emit);
             if (http_only && !http) || (without_only && http) || !chosen(variant.name) {
@@ -162,7 +171,11 @@ async fn main() -> anyhow::Result<()> {
             rows.push(row);
         }
     }
+    let (rows, spread) = medians(rows);
     let mut report = render(&rows);
+    if rounds > 1 {
+        report.push_str(&format!("\nMedians of {rounds} rounds; records/s in each: {spread}\n"));
+    }
     if let Some(r) = &relayed {
         let a = rows.iter().find(|r| !r.http && r.variant.starts_with('a')).map_or(f64::NAN, |r| r.events_per_s);
         let o = rows.iter().find(|r| r.variant.starts_with('o')).map_or(f64::NAN, |r| r.events_per_s);
@@ -189,6 +202,31 @@ async fn main() -> anyhow::Result<()> {
     std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&rows)?)?;
     eprintln!("bench: wrote {0}/bench.md and {0}/bench.json", out.display());
     Ok(())
+}
+
+/// Each variant's median row over its rounds (in first-run order), and
+/// every round's records/s per variant.
+fn medians(rows: Vec<Row>) -> (Vec<Row>, String) {
+    let mut groups: Vec<Vec<Row>> = Vec::new();
+    for row in rows {
+        match groups.iter_mut().find(|g| g[0].variant == row.variant && g[0].http == row.http) {
+            Some(group) => group.push(row),
+            None => groups.push(vec![row]),
+        }
+    }
+    let mut spread = Vec::new();
+    let medians = groups
+        .into_iter()
+        .filter_map(|mut group| {
+            let each: Vec<String> = group.iter().map(|r| format!("{:.0}", r.events_per_s)).collect();
+            let (letter, http) = (group[0].variant.split(':').next().unwrap_or(""), group[0].http);
+            spread.push(format!("{letter}{} {}", if http { " (HTTP)" } else { "" }, each.join(", ")));
+            group.sort_by(|a, b| a.events_per_s.total_cmp(&b.events_per_s));
+            let middle = group.len() / 2;
+            group.into_iter().nth(middle)
+        })
+        .collect();
+    (medians, spread.join("; "))
 }
 
 /// `bench compare BASE_BIN LABEL SEALED N ROUNDS OUT` (scripts/bench-compare);

@@ -365,6 +365,7 @@ async function deadLettersPage(name, gen) {
   show(gen,
     el("h1", {}, "Dead letters of ", name),
     el("p", { class: "muted" }, page.topic + ": " + page.records.length + " shown of " + page.scanned + " read, newest failure first. Only sealed records (written by idem) show their failure and may be replayed."),
+    page.note ? message(page.note) : null,
     filters, actions, outcome,
     table(["", "Failed at", "Class", "Reason", "attempts", "replays", "Original record", "DLQ position", "Seal", ""], rows, { id: "dead-letters" }),
     older, detail);
