@@ -17,7 +17,7 @@ use rdkafka::message::{Headers as _, Message as _, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::read::{authenticity, failed_at, header, small_consumer};
+use super::read::{Polled, authenticity, failed_at, header, poll_one, small_consumer};
 use crate::config::{Config, HandlerConfig};
 use crate::pipeline::dlq::headers;
 use crate::pipeline::dlq::seal::{Authenticity, Keys};
@@ -261,13 +261,11 @@ fn read_range(
         if std::time::Instant::now() > deadline {
             bail!("reading {topic}/{partition}: no record at offset {next} within 30 s");
         }
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
-        let message = match message {
-            Ok(message) => message.detach(),
-            // The end (a transaction's marker or an aborted batch can hold
-            // the last offsets): what was read is the page.
-            Err(rdkafka::error::KafkaError::PartitionEOF(_)) => break,
-            Err(e) => return Err(e).with_context(|| format!("failed to read {topic}")),
+        let message = match poll_one(consumer, topic)? {
+            Polled::Record(message) => message,
+            Polled::Nothing => continue,
+            // What was read is the page.
+            Polled::End => break,
         };
         next = message.offset() + 1;
         if message.offset() >= end {

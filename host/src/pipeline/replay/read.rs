@@ -69,6 +69,29 @@ pub(super) fn small_consumer(
     crate::kafka_client::create(&client, Default::default(), "a DLQ reader")
 }
 
+/// What one poll of a DLQ reader brought.
+pub(super) enum Polled {
+    Record(OwnedMessage),
+    /// Nothing within the poll's wait.
+    Nothing,
+    /// The assigned partition's end: below its high watermark when
+    /// transaction markers or aborted batches hold the last offsets.
+    End,
+}
+
+/// Polls `consumer` once (200 ms at most).
+pub(super) fn poll_one(
+    consumer: &BaseConsumer<crate::kafka_client::ProbeContext>,
+    topic: &str,
+) -> anyhow::Result<Polled> {
+    match consumer.poll(Duration::from_millis(200)) {
+        None => Ok(Polled::Nothing),
+        Some(Ok(message)) => Ok(Polled::Record(message.detach())),
+        Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => Ok(Polled::End),
+        Some(Err(e)) => Err(e).with_context(|| format!("failed to read {topic}")),
+    }
+}
+
 /// The handler's DLQ records inside `window`, oldest offset first per partition.
 pub fn read(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow::Result<Vec<OwnedMessage>> {
     read_sealed(config, handler, window, None)
@@ -107,12 +130,10 @@ pub(crate) fn read_sealed(
             if std::time::Instant::now() > deadline {
                 bail!("reading {topic}/{}: stuck at offset {next} of {high}", p.id());
             }
-            let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
-            let message = match message {
-                Ok(message) => message.detach(),
-                // Its end, below `high` when transaction markers hold the last offsets.
-                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => break,
-                Err(e) => return Err(e).with_context(|| format!("failed to read {topic}")),
+            let message = match poll_one(&consumer, topic)? {
+                Polled::Record(message) => message,
+                Polled::Nothing => continue,
+                Polled::End => break,
             };
             next = message.offset() + 1;
             deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -164,16 +185,15 @@ pub(crate) fn read_at(
             if std::time::Instant::now() > deadline {
                 bail!("reading {topic}/{partition}: no record at offset {offset} within 30 s");
             }
-            let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
-            let message = match message {
-                Ok(message) => message,
-                Err(rdkafka::error::KafkaError::PartitionEOF(_)) => {
+            let message = match poll_one(&consumer, &topic)? {
+                Polled::Record(message) => message,
+                Polled::Nothing => continue,
+                Polled::End => {
                     bail!("{topic} has no record at partition {partition} offset {offset} (a transaction marker)")
                 }
-                Err(e) => return Err(e).with_context(|| format!("failed to read {topic}")),
             };
             if message.offset() == offset {
-                out.push(message.detach());
+                out.push(message);
                 break;
             }
             if message.offset() > offset {
