@@ -2,6 +2,7 @@
 # installed on first use exactly as scripts/test does (pinned, in a
 # virtualenv of its own under $IDEM_TOOLS).
 tools="${IDEM_TOOLS:-/var/tmp/idem-tools}"
+. "$(dirname "${BASH_SOURCE[0]}")/../trust.sh"
 componentize="$tools/componentize-py/bin/componentize-py"
 
 ensure_componentize_py() {
