@@ -96,14 +96,14 @@ impl Sessions {
     /// `None`: [`MAX_FAILURES`] this minute already (refused without
     /// looking at the token).
     pub(crate) fn attempt(&self, peer: Option<IpAddr>) -> Option<Attempt> {
+        let peer = peer.map(network);
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if failures.len() >= MAX_PEERS {
             failures.retain(|_, times| times.back().is_some_and(|t| t.elapsed() < FAILURE_WINDOW));
-            if failures.len() >= MAX_PEERS {
-                let quietest = failures.iter().min_by_key(|(_, times)| times.back().copied()).map(|(p, _)| *p);
-                failures.remove(&quietest.flatten());
-            }
         }
+        // Still full: a new address shares one bucket with every other
+        // newcomer, so no address's count is ever forgotten early.
+        let peer = if failures.len() >= MAX_PEERS && !failures.contains_key(&peer) { None } else { peer };
         let times = failures.entry(peer).or_default();
         while times.front().is_some_and(|t| t.elapsed() >= FAILURE_WINDOW) {
             times.pop_front();
@@ -123,6 +123,19 @@ impl Sessions {
             && let Some(i) = times.iter().position(|t| *t == attempt.at)
         {
             times.remove(i);
+        }
+    }
+}
+
+/// What failed logins are counted by: an IPv4 address, or an IPv6 /64 (one
+/// host can hold a whole /64 and try from each of its addresses).
+fn network(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::V6(segments.into())
         }
     }
 }
@@ -170,6 +183,11 @@ mod tests {
         assert!(sessions.attempt(one).is_none(), "tries at once count before they fail");
         assert!(sessions.attempt(two).is_some(), "another address is not locked out");
         drop(pending);
+        let v6 = |last: u16| Some(std::net::IpAddr::V6([0x2001, 0xdb8, 0, 1, 0, 0, 0, last].into()));
+        for last in 0..super::MAX_FAILURES as u16 {
+            assert!(sessions.attempt(v6(last)).is_some());
+        }
+        assert!(sessions.attempt(v6(999)).is_none(), "a /64 is one address");
     }
 
     #[test]

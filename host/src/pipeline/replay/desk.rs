@@ -19,8 +19,9 @@ pub enum Selection {
     Window(Window),
 }
 
-/// Records one selection names at most.
-pub const MAX_SELECTED: usize = 1000;
+/// Records one console replay runs at most (they are held in memory while
+/// it runs: up to the topic's largest message each).
+pub const MAX_SELECTED: usize = 200;
 
 /// One handler's DLQ, as a running host's console reaches it.
 #[derive(Clone)]

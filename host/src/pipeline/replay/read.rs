@@ -63,6 +63,11 @@ pub(super) fn small_consumer(
         .set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
+        // Every record, not only those up to the last stable offset: a
+        // producer holding a transaction open on the DLQ topic must not
+        // stall a reader or hide what idem wrote after it (idem writes
+        // no transactions there; the seal decides what is trusted).
+        .set("isolation.level", "read_uncommitted")
         .set("queued.max.messages.kbytes", "4096")
         .set("fetch.max.bytes", "4194304")
         .set("max.partition.fetch.bytes", "1048576");

@@ -322,7 +322,8 @@ async function deadLettersPage(name, gen) {
     dlq.filters = { sinceLocal: since.value, untilLocal: until.value, since: isoOf(since.value), until: isoOf(until.value), class: cls.value };
     dlq.before = null;
     dlq.selected.clear();
-    deadLettersPage(name, gen).catch(failed);
+    const again = ++generation;
+    deadLettersPage(name, again).catch((e) => failed(e, again));
   });
   const query = new URLSearchParams();
   if (dlq.filters.since) query.set("since", dlq.filters.since);
@@ -355,12 +356,13 @@ async function deadLettersPage(name, gen) {
   const actions = operate()
     ? el("p", { class: "inline" }, act("Dry run selected", true, false), " ", act("Replay selected", false, false, "primary"), " ",
       act("Dry run range", true, true), " ", act("Replay range", false, true, "danger"),
-      el("span", { class: "muted" }, "  The range is the filters above (at most 1,000 records)."))
+      el("span", { class: "muted" }, "  The range is the filters above (at most 200 records)."))
     : el("p", { class: "muted" }, "Read-only session: replays need a token of scope operate.");
   const older = page.older ? el("button", { type: "button", id: "older" }, "Older records") : null;
   if (older) older.addEventListener("click", () => {
     dlq.before = Object.entries(page.older).map(([p, o]) => p + ":" + o).join(",");
-    deadLettersPage(name, gen).catch(failed);
+    const again = ++generation;
+    deadLettersPage(name, again).catch((e) => failed(e, again));
   });
   show(gen,
     el("h1", {}, "Dead letters of ", name),
@@ -415,9 +417,10 @@ async function replay(name, dry, range, outcome) {
 
 // ---- routing and refresh -------------------------------------------------
 
-function failed(e) {
+// A failed load of the page asked for at navigation `gen`.
+function failed(e, gen) {
   if (e instanceof Refused && e.status === 401) return;
-  show(generation, message(e.message, true));
+  show(gen === undefined ? generation : gen, message(e.message, true));
 }
 
 function decoded(part) {
@@ -429,11 +432,12 @@ function route() {
   const gen = ++generation;
   const [page, name] = location.hash.replace(/^#\/?/, "").split("/").map(decoded);
   refresh = null;
-  if (page === "modules" && name) { modulesPage(name, gen).catch(failed); return; }
-  if (page === "dead-letters" && name) { deadLettersPage(name, gen).catch(failed); return; }
+  const fail = (e) => failed(e, gen);
+  if (page === "modules" && name) { modulesPage(name, gen).catch(fail); return; }
+  if (page === "dead-letters" && name) { deadLettersPage(name, gen).catch(fail); return; }
   const run = page === "handler" && name ? () => handlerPage(name, gen) : () => overviewPage(gen);
   refresh = run;
-  run().catch(failed);
+  run().catch(fail);
 }
 
 setInterval(async () => {
