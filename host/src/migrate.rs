@@ -64,5 +64,8 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<()> {
     if !missing.is_empty() {
         bail!("migrations missing: {}; run `idem migrate`", missing.join(", "));
     }
+    // The key the host vouches for its emits with (`outbox::write`): every
+    // path that runs handlers checks the database here first.
+    crate::outbox::write::load_key(pool).await;
     Ok(())
 }

@@ -12,7 +12,21 @@
 //! What it cannot: the `eventId` (a fresh UUID v7 minted here), the
 //! `eventType`/`occurredAt` fields, and the provenance headers
 //! (`idem.causation-id`, `idem.correlation-id`, `idem.producer`,
-//! `traceparent`).
+//! `traceparent`) — nor anything a reader could take for them:
+//! - a top-level payload key whose [`folded`] form is an envelope field's
+//!   (`EventId`, `"eventId "`, `event_id`, `eventid`, `еventId` with a
+//!   Cyrillic `е`) is refused ([`EmitError::Invalid`]);
+//! - a header whose [`folded`] name starts with `idem` or is `traceparent`
+//!   or `tracestate` (`Idem.Correlation-Id`, `idem_correlation_id`,
+//!   `traceparent ` with a space, `іdem.x` with a Cyrillic `і`) is refused,
+//!   and so is any header name that is not made of visible ASCII token
+//!   characters (HTTP's `tchar`: letters, digits, ``!#$%&'*+-.^_`|~``), so
+//!   no look-alike letter, space or control character can make one name
+//!   look like another ([`EmitError::Refused`]).
+//!
+//! `idem_api.emit_events` checks the same names again in the database
+//! (migration `20261203000001_outbox_rules.sql`), all but the look-alike
+//! letters of payload keys; the topic's schema is checked here only.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -155,8 +169,12 @@ impl EmitCapability {
             Ok(_) => return Err(EmitError::Invalid("the payload is not a JSON object".into())),
             Err(e) => return Err(EmitError::Invalid(format!("the payload is not JSON: {}", shown(&e.to_string())))),
         };
-        if let Some(field) = ["eventId", "eventType", "occurredAt"].into_iter().find(|f| payload.contains_key(*f)) {
-            return Err(EmitError::Invalid(format!("`{field}` is the host's: leave it out of the payload")));
+        if let Some((key, field)) = envelope_like(&payload) {
+            return Err(EmitError::Invalid(format!(
+                "`{}` is the host's `{field}` or looks like it (top-level keys are compared ignoring case, spaces, \
+                 punctuation and look-alike letters): leave it out of the payload",
+                shown(key)
+            )));
         }
         let event_id = Uuid::now_v7();
         let mut value = payload.clone();
@@ -178,6 +196,133 @@ impl EmitCapability {
     }
 }
 
+/// The fields the host adds to every payload.
+const ENVELOPE: [&str; 3] = ["eventId", "eventType", "occurredAt"];
+
+/// `name` as compared with the host's names: look-alike letters mapped to
+/// the Latin ones they imitate ([`latin`]), lower case, only letters and
+/// digits kept (no spaces, punctuation, zero-width or control characters).
+/// `Event_ID `, `event-id` and `еventId` all fold to `eventid`.
+fn folded(name: &str) -> String {
+    name.chars().map(latin).flat_map(char::to_lowercase).filter(|c| c.is_alphanumeric()).collect()
+}
+
+/// The Latin letter `c` looks like, if it is a fullwidth form or one of the
+/// Cyrillic and Greek letters drawn like a Latin one; else `c`.
+fn latin(c: char) -> char {
+    const LOOK_ALIKES: &[(char, char)] = &[
+        // Cyrillic.
+        ('а', 'a'),
+        ('в', 'b'),
+        ('с', 'c'),
+        ('ԁ', 'd'),
+        ('е', 'e'),
+        ('һ', 'h'),
+        ('і', 'i'),
+        ('ј', 'j'),
+        ('к', 'k'),
+        ('ӏ', 'l'),
+        ('м', 'm'),
+        ('н', 'h'),
+        ('о', 'o'),
+        ('р', 'p'),
+        ('ԛ', 'q'),
+        ('г', 'r'),
+        ('ѕ', 's'),
+        ('т', 't'),
+        ('ц', 'u'),
+        ('ѵ', 'v'),
+        ('ԝ', 'w'),
+        ('х', 'x'),
+        ('у', 'y'),
+        ('ү', 'y'),
+        ('А', 'A'),
+        ('В', 'B'),
+        ('С', 'C'),
+        ('Ԁ', 'D'),
+        ('Е', 'E'),
+        ('Н', 'H'),
+        ('І', 'I'),
+        ('Ј', 'J'),
+        ('К', 'K'),
+        ('М', 'M'),
+        ('О', 'O'),
+        ('Р', 'P'),
+        ('Ѕ', 'S'),
+        ('Т', 'T'),
+        ('Ѵ', 'V'),
+        ('Х', 'X'),
+        ('У', 'Y'),
+        ('Ү', 'Y'),
+        // Greek.
+        ('α', 'a'),
+        ('ε', 'e'),
+        ('ι', 'i'),
+        ('κ', 'k'),
+        ('ν', 'v'),
+        ('ο', 'o'),
+        ('ρ', 'p'),
+        ('τ', 't'),
+        ('υ', 'u'),
+        ('χ', 'x'),
+        ('Α', 'A'),
+        ('Β', 'B'),
+        ('Ε', 'E'),
+        ('Ζ', 'Z'),
+        ('Η', 'H'),
+        ('Ι', 'I'),
+        ('Κ', 'K'),
+        ('Μ', 'M'),
+        ('Ν', 'N'),
+        ('Ο', 'O'),
+        ('Ρ', 'P'),
+        ('Τ', 'T'),
+        ('Υ', 'Y'),
+        ('Χ', 'X'),
+        // Latin letters that pass for others.
+        ('ı', 'i'),
+        ('ſ', 's'),
+        ('ℓ', 'l'),
+    ];
+    match u32::from(c) {
+        // Fullwidth ASCII (`ｅｖｅｎｔＩｄ`).
+        0xFF01..=0xFF5E => char::from_u32(u32::from(c) - 0xFEE0).unwrap_or(c),
+        _ => LOOK_ALIKES.iter().find(|(from, _)| *from == c).map_or(c, |(_, to)| *to),
+    }
+}
+
+/// The first top-level key of `payload` that is, or looks like, an
+/// envelope field, with that field.
+fn envelope_like(payload: &serde_json::Map<String, serde_json::Value>) -> Option<(&str, &'static str)> {
+    payload.keys().find_map(|key| {
+        let key_folded = folded(key);
+        ENVELOPE.into_iter().find(|field| folded(field) == key_folded).map(|field| (key.as_str(), field))
+    })
+}
+
+/// Why a guest may not name a header `name`, if it may not.
+fn refused_header(name: &str) -> Option<String> {
+    let shown = crate::text::shown(name, 200);
+    let name_folded = folded(name);
+    if name_folded.starts_with("idem") || name_folded == "traceparent" || name_folded == "tracestate" {
+        return Some(format!(
+            "header `{shown}` is the host's or looks like it (idem*, traceparent, tracestate, compared ignoring case, \
+             spaces, punctuation and look-alike letters)"
+        ));
+    }
+    if name.is_empty() {
+        return Some("a header name is empty".to_owned());
+    }
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if !name.bytes().all(token) {
+        return Some(format!(
+            "header `{shown}`: a header name is visible ASCII letters, digits and !#$%&'*+-.^_`|~ only (no spaces, \
+             controls or look-alike letters)"
+        ));
+    }
+    None
+}
+
 /// The guest's headers (none of the host's names), then the host's.
 fn headers_of(
     guest: Vec<(String, String)>,
@@ -188,12 +333,8 @@ fn headers_of(
     }
     let mut headers = serde_json::Map::new();
     for (name, value) in guest {
-        let lower = name.to_ascii_lowercase();
-        if name.is_empty() || lower.starts_with("idem.") || lower == "traceparent" || lower == "tracestate" {
-            return Err(EmitError::Refused(format!(
-                "header `{}` is the host's (idem.*, traceparent, tracestate) or empty",
-                crate::text::shown(&name, 200)
-            )));
+        if let Some(why) = refused_header(&name) {
+            return Err(EmitError::Refused(why));
         }
         if headers.insert(name.clone(), value.into()).is_some() {
             return Err(EmitError::Refused(format!("header `{}` is named twice", crate::text::shown(&name, 200))));
@@ -215,5 +356,128 @@ impl emit::Host for EmitCapability {
             self.emitted.push(emitted);
             id
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{EmitCapability, EmitPolicy, envelope_like, refused_header};
+    use crate::wit::emit::{EmitError, Message};
+
+    fn capability() -> EmitCapability {
+        let schema = serde_json::json!({ "type": "object" });
+        let types = ["t.v1".to_owned()];
+        let policy = EmitPolicy::new([("out", types.as_slice(), &schema)]).unwrap_or_default();
+        let provenance = vec![("idem.correlation-id".to_owned(), uuid::Uuid::now_v7().to_string())];
+        EmitCapability::new(Arc::new(policy), 16, 64 << 10, Some(provenance))
+    }
+
+    fn message(payload: &str, headers: &[(&str, &str)]) -> Message {
+        Message {
+            topic: "out".into(),
+            key: "k".into(),
+            event_type: "t.v1".into(),
+            payload: payload.into(),
+            headers: headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect(),
+        }
+    }
+
+    fn payload(key: &str) -> serde_json::Map<String, serde_json::Value> {
+        let mut map = serde_json::Map::new();
+        map.insert("amount".into(), 1.into());
+        map.insert(key.into(), "x".into());
+        map
+    }
+
+    #[test]
+    fn a_payload_key_that_is_or_looks_like_an_envelope_field_is_refused() {
+        let near_misses = [
+            ("eventId", "eventId"),
+            ("EventId", "eventId"),
+            ("eventId ", "eventId"),
+            (" eventId", "eventId"),
+            ("event_id", "eventId"),
+            ("eventid", "eventId"),
+            ("EVENT-ID", "eventId"),
+            ("event.id", "eventId"),
+            ("event\u{200b}Id", "eventId"),
+            ("\u{435}ventId", "eventId"),
+            ("\u{ff45}\u{ff56}\u{ff45}\u{ff4e}\u{ff54}\u{ff29}\u{ff44}", "eventId"),
+            ("Event Type", "eventType"),
+            ("event_type", "eventType"),
+            ("occurred_at", "occurredAt"),
+            ("OccurredAt\t", "occurredAt"),
+            ("\u{3bf}ccurredAt", "occurredAt"),
+        ];
+        for (key, field) in near_misses {
+            assert_eq!(envelope_like(&payload(key)), Some((key, field)), "{key:?}");
+        }
+        for fine in ["eventIds", "event", "id", "type", "sourceEventId", "occurred", "prénom", "orderId"] {
+            assert_eq!(envelope_like(&payload(fine)), None, "{fine:?}");
+        }
+        // Only the top level is the envelope's.
+        let nested = serde_json::json!({ "inner": { "eventId": "x" } });
+        assert_eq!(envelope_like(nested.as_object().unwrap_or(&serde_json::Map::new())), None);
+    }
+
+    #[test]
+    fn a_header_name_that_is_or_looks_like_the_hosts_is_refused() {
+        let hosts = [
+            "idem.correlation-id",
+            "Idem.Correlation-Id",
+            "IDEM.causation-id",
+            "idem_correlation_id",
+            "idem-producer",
+            "idem",
+            "idemx",
+            "Idempotency-Key",
+            " idem.x",
+            "traceparent",
+            "TraceParent",
+            "traceparent ",
+            "trace-parent",
+            "trace_state",
+            "tracestate",
+            "\u{456}dem.correlation-id",
+            "\u{ff49}dem.x",
+            "trace\u{200b}parent",
+        ];
+        for name in hosts {
+            let why = refused_header(name).unwrap_or_else(|| panic!("{name:?} is accepted"));
+            assert!(why.contains("is the host's or looks like it"), "{name:?}: {why}");
+        }
+        for name in ["x tenant", "x-tenant\n", "x-t\u{e9}nant", "x\u{0430}", "x:y", "x\"y", "(x)"] {
+            let why = refused_header(name).unwrap_or_else(|| panic!("{name:?} is accepted"));
+            assert!(why.contains("visible ASCII"), "{name:?}: {why}");
+        }
+        assert!(refused_header("").is_some());
+        for fine in ["x-tenant", "X-Tenant", "content-type", "trace-id", "tenant_id", "a!#$%&'*+-.^_`|~z", "ide"] {
+            assert_eq!(refused_header(fine), None, "{fine:?}");
+        }
+    }
+
+    #[test]
+    fn emit_refuses_near_misses_with_their_names_and_accepts_the_rest() {
+        let cap = capability();
+        match cap.accept(message(r#"{"amount": 1, "EventId": "019a0000-0000-7000-8000-000000000001"}"#, &[])) {
+            Err(EmitError::Invalid(why)) => assert!(why.starts_with("`EventId` is the host's `eventId`"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match cap.accept(message(r#"{"amount": 1}"#, &[("Idem.Correlation-Id", "x")])) {
+            Err(EmitError::Refused(why)) => {
+                assert!(why.starts_with("header `Idem.Correlation-Id` is the host's"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        match cap.accept(message(r#"{"amount": 1}"#, &[("traceparent ", "x")])) {
+            Err(EmitError::Refused(why)) => assert!(why.starts_with("header `traceparent ` is the host's"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let accepted = cap.accept(message(r#"{"amount": 1, "eventIds": []}"#, &[("x-tenant", "eu")]));
+        let accepted = accepted.unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(accepted.headers.get("x-tenant"), Some(&serde_json::Value::from("eu")));
+        assert!(accepted.headers.contains_key("idem.correlation-id"), "the host's provenance added");
     }
 }

@@ -60,6 +60,7 @@ assignor = "cooperative-sticky"
 auto_offset_reset = "earliest"
 dedup_retention = "7d"
 stale_events = "dlq"
+trust_input_trace_headers = false
 
 [handler.batch]
 max_events = 100

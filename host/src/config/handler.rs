@@ -140,6 +140,13 @@ pub struct HandlerConfig {
     /// dedup row: `"dlq"` (default), `"process"` or `"skip"`.
     #[serde(default)]
     pub stale_events: StalePolicy,
+    /// Whether the events it emits carry on the `idem.correlation-id` and
+    /// `traceparent` of the record that caused them. false (default): that
+    /// record's producer is not trusted to name the chain; an emit's
+    /// correlation id is its cause's own id and its `traceparent` only the
+    /// host's span's (see `outbox::write::provenance`).
+    #[serde(default)]
+    pub trust_input_trace_headers: bool,
 }
 
 /// Events per transaction (see the README's "Batching").

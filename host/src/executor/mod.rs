@@ -277,7 +277,8 @@ impl Executor {
         let deadline = tx.deadline();
         // An event run without a dedup row emits nothing: its emits could
         // not name it as their cause (README, "The outbox").
-        let provenance = guarded.then(|| crate::outbox::write::provenance(event));
+        let trust = self.handler.settings().trust_input_trace_headers;
+        let provenance = guarded.then(|| crate::outbox::write::provenance(event, trust));
         let caps = self.capabilities(tx, event.id.hyphenated().to_string(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);

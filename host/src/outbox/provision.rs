@@ -179,6 +179,17 @@ pub async fn check(pool: &PgPool, config: &Config) -> anyhow::Result<()> {
             );
         }
     }
+    // Handlers' emits are written with the host's vouch: its key must be
+    // readable (read by `migrate::check`).
+    if config.handlers.iter().any(|h| !h.emit.is_empty()) {
+        let database: String = sqlx::query_scalar("SELECT pg_catalog.current_database()::text")
+            .fetch_one(pool)
+            .await
+            .context("failed to query the database")?;
+        if let Err(why) = super::write::key_of(&database) {
+            bail!("handlers emit through the outbox, but {why}");
+        }
+    }
     Ok(())
 }
 

@@ -45,6 +45,9 @@ pub struct HandlerSettings {
     /// Events one instance serves before a fresh one replaces it (1: a
     /// fresh instance per event; see `runtime::warm`).
     pub events_per_instance: u32,
+    /// `trust_input_trace_headers`: emits carry on the input record's
+    /// correlation id and trace (see `outbox::write::provenance`).
+    pub trust_input_trace_headers: bool,
 }
 
 impl HandlerSettings {
@@ -66,6 +69,7 @@ impl HandlerSettings {
             max_emits: 16,
             max_emit_bytes: 64 << 10,
             events_per_instance: 1,
+            trust_input_trace_headers: false,
         }
     }
 
@@ -110,6 +114,7 @@ impl HandlerSettings {
             max_emits: h.limits.max_emits,
             max_emit_bytes: h.limits.max_emit_bytes,
             events_per_instance: h.events_per_instance,
+            trust_input_trace_headers: h.trust_input_trace_headers,
         })
     }
 }

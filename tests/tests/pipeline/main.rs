@@ -21,6 +21,7 @@ mod languages;
 mod modules;
 mod observability;
 mod outbox;
+mod outbox_rules;
 mod restarts;
 mod retention;
 mod revocation;
