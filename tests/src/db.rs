@@ -56,6 +56,14 @@ pub fn with_database(url: &str, name: &str) -> String {
 impl TestDb {
     /// An empty database: no schema, no migrations.
     pub async fn empty() -> anyhow::Result<Self> {
+        // Bounded: a server that accepts but never answers fails the test.
+        let limit = std::time::Duration::from_secs(120);
+        tokio::time::timeout(limit, Self::create_empty())
+            .await
+            .map_err(|_| anyhow::anyhow!("no test database created on {} within {} s", server_url(), limit.as_secs()))?
+    }
+
+    async fn create_empty() -> anyhow::Result<Self> {
         let server = server_url();
         let name = crate::unique_name(PREFIX);
         let mut admin =
@@ -144,8 +152,18 @@ impl TestDb {
     }
 
     pub async fn drop_database(self) {
-        self.pool.close().await;
-        if let Ok(mut admin) = PgConnection::connect(&server_url()).await {
+        // `close` waits for every connection to come back; one still held
+        // somewhere does not hold the test: the drop below forces it.
+        let limit = std::time::Duration::from_secs(30);
+        if tokio::time::timeout(limit, self.pool.close()).await.is_err() {
+            eprintln!(
+                "{}: a pooled connection was still in use {} s after close; dropping anyway",
+                self.name,
+                limit.as_secs()
+            );
+        }
+        let connect = tokio::time::timeout(limit, PgConnection::connect(&server_url()));
+        if let Ok(Ok(mut admin)) = connect.await {
             let _ = admin.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str()).await;
             for (_, schema, _) in HANDLERS {
                 let _ = admin.execute(format!("DROP ROLE IF EXISTS {}_{schema}", self.name).as_str()).await;

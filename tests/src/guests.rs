@@ -1,13 +1,30 @@
 //! The guest components, built for `wasm32-wasip2` by the harness itself.
 //!
-//! They are built once per test process into `<target>/guests` (a target
-//! directory of their own: the `cargo test` that runs us holds the lock on
-//! ours).
+//! They are built into `<target>/guests` (a target directory of their own:
+//! the `cargo test` that runs us may hold the lock on ours). nextest runs
+//! each test in a process of its own, many at once: the Rust guests are
+//! built by cargo (whose lock serialises concurrent builds) once per
+//! process, or not at all when `IDEM_GUESTS_PREBUILT` says scripts/test
+//! built them before the run; an SDK handler is built once per content
+//! (its sources, the SDK, `wit/`, the build script: a hash in its file
+//! name), into a file of the building process's own that is then renamed
+//! into place, so that concurrent processes never read a half-written one.
+//! Every build is bounded in time ([`crate::output_within`]).
 
 use std::collections::BTreeMap;
+use std::hash::Hasher as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// The longest a build of the Rust guests may take (a cold release build
+/// of five crates for wasm32-wasip2 on 2 busy cores takes a few minutes).
+const RUST_BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
+
+/// The longest one SDK handler's build may take (componentize-py or
+/// componentize-js: tens of seconds).
+const SDK_BUILD_LIMIT: Duration = Duration::from_secs(10 * 60);
 
 pub const CRATES: &[&str] = &["billing", "notification", "payments", "scenarios", "not-a-handler"];
 
@@ -31,19 +48,26 @@ fn guest_target_dir() -> PathBuf {
 
 fn build() -> Result<PathBuf, String> {
     let target_dir = guest_target_dir();
+    let out = target_dir.join("wasm32-wasip2").join("release");
+    // scripts/test builds them once before the run (see the module doc).
+    if std::env::var_os("IDEM_GUESTS_PREBUILT").is_some()
+        && CRATES.iter().filter(|c| **c != "not-a-handler").all(|c| out.join(format!("{c}.wasm")).exists())
+    {
+        return Ok(out);
+    }
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(workspace()).args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"]);
     for name in CRATES {
         cmd.args(["-p", name]);
     }
     cmd.env("CARGO_TARGET_DIR", &target_dir);
-    let status = cmd.status().map_err(|e| format!("failed to run cargo: {e}"))?;
+    let (status, _) = crate::output_within(&mut cmd, "cargo build of the guest components", RUST_BUILD_LIMIT);
     if !status.success() {
         return Err(format!(
             "building the guest components failed ({status}); is the target installed? `rustup target add wasm32-wasip2`"
         ));
     }
-    Ok(target_dir.join("wasm32-wasip2").join("release"))
+    Ok(out)
 }
 
 /// The path of the built component `name`: one of [`CRATES`], or a handler
@@ -94,17 +118,59 @@ fn build_sdk(name: &str) -> Result<PathBuf, String> {
         return Err(format!("{}: neither app.py nor handler.ts", source.display()));
     };
     std::fs::create_dir_all(guest_target_dir()).map_err(|e| format!("guest target dir: {e}"))?;
-    let out = guest_target_dir().join(format!("{name}.wasm"));
-    let status = Command::new("bash")
-        .arg(workspace().join(script))
-        .arg(&source)
-        .arg(&out)
-        .status()
-        .map_err(|e| format!("failed to run {script}: {e}"))?;
+    // What the component is made of: its sources, the SDK, the WIT, the scripts.
+    let root = workspace();
+    let mut inputs = vec![source.clone(), root.join("wit"), root.join(script), root.join("scripts/sdk/lib.sh")];
+    if script.ends_with("python") {
+        inputs.push(root.join("sdk/python/idem"));
+    } else {
+        for part in ["src", "tools", "package.json", "package-lock.json", "tsconfig.base.json", "tsconfig.build.json"] {
+            inputs.push(root.join("sdk/typescript").join(part));
+        }
+    }
+    let mut hasher = std::hash::DefaultHasher::new();
+    for input in &inputs {
+        hash_tree(&root, input, &mut hasher)?;
+    }
+    let out = guest_target_dir().join(format!("{name}-{:016x}.wasm", hasher.finish()));
+    if out.exists() {
+        return Ok(out);
+    }
+    // Built into a file of this process's own, then renamed into place.
+    let partial = guest_target_dir().join(format!("{name}.{}.partial.wasm", std::process::id()));
+    let mut command = Command::new("bash");
+    command.arg(root.join(script)).arg(&source).arg(&partial);
+    let (status, _) = crate::output_within(&mut command, &format!("{script} {}", source.display()), SDK_BUILD_LIMIT);
     if !status.success() {
+        let _ = std::fs::remove_file(&partial);
         return Err(format!("{script} failed on {}: {status}", source.display()));
     }
+    std::fs::rename(&partial, &out).map_err(|e| format!("{} into place: {e}", out.display()))?;
     Ok(out)
+}
+
+/// Feeds the relative path and bytes of every file under `path` (or of the
+/// file `path`) into `hasher`, in a fixed order, skipping installed
+/// packages and caches.
+fn hash_tree(root: &Path, path: &Path, hasher: &mut std::hash::DefaultHasher) -> Result<(), String> {
+    let relative = path.strip_prefix(root).unwrap_or(path).to_string_lossy().into_owned();
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| !matches!(p.file_name().and_then(|n| n.to_str()), Some("node_modules" | "__pycache__")))
+            .collect();
+        entries.sort();
+        for entry in entries {
+            hash_tree(root, &entry, hasher)?;
+        }
+    } else if path.exists() {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        hasher.write(relative.as_bytes());
+        hasher.write_usize(bytes.len());
+        hasher.write(&bytes);
+    }
+    Ok(())
 }
 
 /// `component` (a component's bytes) with a custom section `idem-marker`

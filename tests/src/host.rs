@@ -2,8 +2,11 @@
 //! either `idem::app::run` in this process or the `idem` binary as a
 //! child process (for SIGKILL and SIGTERM).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use idem::stats::HandlerReport;
 
@@ -282,12 +285,13 @@ pub fn admin_url(config: &Path) -> String {
 }
 
 /// The lines of `/metrics` of the host that runs `config` (none while its
-/// admin listener is not up yet).
+/// admin listener is not up yet, or when it has not answered within 10 s).
 pub async fn metrics(config: &Path) -> Vec<String> {
     let url = format!("{}/metrics", admin_url(config));
-    match reqwest::get(&url).await {
-        Ok(response) => response.text().await.unwrap_or_default().lines().map(str::to_owned).collect(),
-        Err(_) => Vec::new(),
+    let fetch = async { reqwest::get(&url).await?.text().await };
+    match tokio::time::timeout(Duration::from_secs(10), fetch).await {
+        Ok(Ok(text)) => text.lines().map(str::to_owned).collect(),
+        Ok(Err(_)) | Err(_) => Vec::new(),
     }
 }
 
@@ -299,12 +303,43 @@ pub fn partition_gauge(metrics: &[String], name: &str, partition: i32, value: &s
         .any(|l| l.starts_with(&format!("{name}{{")) && l.contains(&label) && l.ends_with(&format!(" {value}")))
 }
 
-/// Runs the host in this process until every partition is drained.
+/// The longest a host (in this process or a child) may run before it
+/// drains its partitions and exits by itself (`--exit-when-drained`), or a
+/// child that was sent no signal may run before [`wait_report`] gives up:
+/// the suite's longest drains take about a minute on 2 busy cores.
+pub const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// Beyond a host's `[shutdown] timeout`, how long its exit may take after
+/// SIGTERM (or after SIGKILL) before the harness calls it hung.
+pub const EXIT_MARGIN: Duration = Duration::from_secs(30);
+
+/// The `[shutdown] timeout` of `config` (idem's default, 10 s, when unset).
+pub fn shutdown_timeout(config: &Path) -> Duration {
+    let text = std::fs::read_to_string(config).unwrap_or_default();
+    let mut in_shutdown = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_shutdown = line == "[shutdown]";
+        } else if in_shutdown && let Some(value) = line.strip_prefix("timeout") {
+            let value = value.trim_start().trim_start_matches('=').trim().trim_matches('"');
+            if let Ok(span) = idem::config::Span::parse(value) {
+                return span.0;
+            }
+        }
+    }
+    Duration::from_secs(10)
+}
+
+/// Runs the host in this process until every partition is drained
+/// (within [`RUN_LIMIT`]).
 pub async fn run_until_drained(config: &Path) -> Vec<HandlerReport> {
     run_in_process(config, true, std::future::pending()).await
 }
 
 /// Runs the host in this process until `shutdown` (or drained, if asked).
+/// Bounded: drained within [`RUN_LIMIT`], and stopped within the config's
+/// `[shutdown] timeout` and [`EXIT_MARGIN`] of `shutdown`; past either the
+/// test panics saying which.
 pub async fn run_in_process(
     config: &Path,
     exit_when_drained: bool,
@@ -312,7 +347,38 @@ pub async fn run_in_process(
 ) -> Vec<HandlerReport> {
     let prepared = idem::startup::prepare(config).await.unwrap_or_else(|e| panic!("start-up checks: {e:#}"));
     let options = idem::app::RunOptions { exit_when_drained, ..Default::default() };
-    idem::app::run(prepared, options, shutdown).await.unwrap_or_else(|e| panic!("run: {e:#}"))
+    let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = fired_tx.send(());
+    };
+    let stop_limit = shutdown_timeout(config) + EXIT_MARGIN;
+    let stopped_in_time = async move {
+        if fired_rx.await.is_err() {
+            // The run ended without the shutdown: nothing to bound.
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(stop_limit).await;
+    };
+    let drained_in_time = async {
+        if exit_when_drained {
+            tokio::time::sleep(RUN_LIMIT).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = idem::app::run(prepared, options, shutdown) => result.unwrap_or_else(|e| panic!("run: {e:#}")),
+        () = stopped_in_time => panic!(
+            "the host in this process ({}) had not stopped {} s after its shutdown was asked \
+             ([shutdown] timeout {} s + {} s)",
+            config.display(), stop_limit.as_secs(), shutdown_timeout(config).as_secs(), EXIT_MARGIN.as_secs()
+        ),
+        () = drained_in_time => panic!(
+            "the host in this process ({}) had not drained its partitions within {} s",
+            config.display(), RUN_LIMIT.as_secs()
+        ),
+    }
 }
 
 /// A host running in this process until [`InProcess::stop`].
@@ -334,7 +400,8 @@ impl InProcess {
         Self { stop, task }
     }
 
-    /// Stops the host the way SIGTERM would and returns its counters.
+    /// Stops the host the way SIGTERM would and returns its counters
+    /// ([`run_in_process`] bounds how long that may take).
     pub async fn stop(self) -> Vec<HandlerReport> {
         let _ = self.stop.send(());
         self.task.await.unwrap_or_else(|e| panic!("host: {e}"))
@@ -354,25 +421,92 @@ pub fn spawn(config: &Path, exit_when_drained: bool, env: &[(&str, &str)]) -> Ch
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", crate::idem_bin().display()))
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", crate::idem_bin().display()));
+    let started = Spawned {
+        config: config.to_path_buf(),
+        shutdown: shutdown_timeout(config),
+        started: Instant::now(),
+        stopping: None,
+    };
+    spawned().insert(child.id(), started);
+    child
+}
+
+/// What the harness knows of a child it started: enough for
+/// [`wait_report`] to know how long the child may take to exit.
+struct Spawned {
+    config: PathBuf,
+    shutdown: Duration,
+    started: Instant,
+    /// The last stopping signal sent ([`signal`]) and when.
+    stopping: Option<(String, Instant)>,
+}
+
+fn spawned() -> std::sync::MutexGuard<'static, BTreeMap<u32, Spawned>> {
+    static SPAWNED: Mutex<BTreeMap<u32, Spawned>> = Mutex::new(BTreeMap::new());
+    SPAWNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Waits for a child started with [`spawn`] and parses its report line.
+///
+/// Bounded: after SIGTERM (or SIGINT) the child must exit within its
+/// config's `[shutdown] timeout` plus [`EXIT_MARGIN`], after SIGKILL within
+/// [`EXIT_MARGIN`], and one sent neither (`--exit-when-drained`) within
+/// [`RUN_LIMIT`] of its start. Past that it is killed and the test panics
+/// naming the child, its config and the bound, instead of hanging the run.
 pub fn wait_report(child: Child) -> (std::process::ExitStatus, Vec<HandlerReport>) {
-    let out = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let pid = child.id();
+    let known = spawned().remove(&pid);
+    let now = Instant::now();
+    let (deadline, what) = match known {
+        Some(Spawned { config, stopping: Some((signal, at)), .. }) if signal == "KILL" => (
+            at + EXIT_MARGIN,
+            format!("idem run ({}) after SIGKILL, allowed {} s", config.display(), EXIT_MARGIN.as_secs()),
+        ),
+        Some(Spawned { config, shutdown, stopping: Some((signal, at)), .. }) => (
+            at + shutdown + EXIT_MARGIN,
+            format!(
+                "idem run ({}) after SIG{signal}, allowed its [shutdown] timeout {} s + {} s",
+                config.display(),
+                shutdown.as_secs_f64(),
+                EXIT_MARGIN.as_secs()
+            ),
+        ),
+        Some(Spawned { config, started, .. }) => (
+            started + RUN_LIMIT,
+            format!(
+                "idem run ({}) sent no stopping signal, allowed {} s to end",
+                config.display(),
+                RUN_LIMIT.as_secs()
+            ),
+        ),
+        None => (now + RUN_LIMIT, format!("idem run (pid {pid}), allowed {} s to end", RUN_LIMIT.as_secs())),
+    };
+    // However late the call, a child that is exiting gets a moment to.
+    let deadline = deadline.max(now + Duration::from_secs(5));
+    let (status, out) = crate::wait_within(child, &what, deadline);
+    let stdout = String::from_utf8_lossy(&out);
     let reports = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find_map(|v| serde_json::from_value(v["handlers"].clone()).ok())
         .unwrap_or_default();
-    (out.status, reports)
+    (status, reports)
 }
 
-/// Sends SIGTERM (or SIGKILL) to a child.
+/// Sends SIGTERM (or SIGKILL, or another signal) to a child.
 pub fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status();
-    assert!(status.is_ok_and(|s| s.success()), "kill -{signal} {}", child.id());
+    let (status, _) = crate::output_within(
+        Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()),
+        &format!("kill -{signal} {}", child.id()),
+        Duration::from_secs(10),
+    );
+    assert!(status.success(), "kill -{signal} {}", child.id());
+    if matches!(signal, "TERM" | "INT" | "KILL" | "QUIT")
+        && let Some(known) = spawned().get_mut(&child.id())
+    {
+        known.stopping = Some((signal.to_owned(), Instant::now()));
+    }
 }
 
 /// An `order.confirmed.v1` payload with a fresh UUID v7 id.

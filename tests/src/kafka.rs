@@ -141,17 +141,28 @@ impl OwnBroker {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 
+    /// Runs `scripts/kafka/broker` with `args`, within [`BROKER_SCRIPT_LIMIT`].
     fn script(&self, args: &[&str]) {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/broker");
-        let out = std::process::Command::new(script)
+        let mut command = std::process::Command::new(script);
+        command
             .args(args)
             .env("IDEM_BROKER_OWNER", std::process::id().to_string())
-            .stderr(std::process::Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("scripts/kafka/broker {args:?}: {e}"));
-        assert!(out.status.success(), "scripts/kafka/broker {args:?} failed ({}): its error above", out.status);
+            .stderr(std::process::Stdio::inherit());
+        let (status, _) =
+            crate::output_within(&mut command, &format!("scripts/kafka/broker {args:?}"), BROKER_SCRIPT_LIMIT);
+        assert!(status.success(), "scripts/kafka/broker {args:?} failed ({status}): its error above");
     }
 }
+
+/// The longest `scripts/kafka/broker start` or `stop` may take: a start
+/// waits for the JVM to serve (seconds; tens on a busy machine, a minute
+/// or more when the jars are fetched first), a stop kills after 15 s.
+const BROKER_SCRIPT_LIMIT: Duration = Duration::from_secs(300);
+
+/// The longest the mock cluster's thread may take to start it or to run
+/// one command ([`on_mock`]).
+const MOCK_LIMIT: Duration = Duration::from_secs(60);
 
 /// Starts the mock cluster on a thread that owns it (it is not `Send`) for
 /// the rest of the process.
@@ -174,7 +185,9 @@ fn start_mock() -> Result<Broker, String> {
             }
         })
         .map_err(|e| format!("failed to spawn the mock cluster's thread: {e}"))?;
-    let servers = ready_rx.recv().map_err(|e| format!("mock cluster: {e}"))??;
+    let servers = ready_rx
+        .recv_timeout(MOCK_LIMIT)
+        .map_err(|e| format!("librdkafka's mock cluster did not start within {} s: {e}", MOCK_LIMIT.as_secs()))??;
     Ok(Broker::Mock { servers, commands: command_tx })
 }
 
@@ -191,7 +204,8 @@ pub fn on_mock<T: Send + 'static>(
         let _ = tx.send(f(cluster));
     });
     commands.send(command).unwrap_or_else(|e| panic!("mock cluster gone: {e}"));
-    rx.recv().unwrap_or_else(|e| panic!("mock cluster gone: {e}"))
+    rx.recv_timeout(MOCK_LIMIT)
+        .unwrap_or_else(|e| panic!("no answer from the mock cluster's thread within {} s: {e}", MOCK_LIMIT.as_secs()))
 }
 
 /// Whether this process runs on the mock cluster ([`use_mock_cluster`]).
@@ -270,12 +284,19 @@ pub fn create_topic_like(name: &str, like: &str) {
     let count = partitions(like).max(1);
     // On a thread of its own: the caller may be inside an async runtime.
     let topic = name.to_owned();
-    std::thread::spawn(move || {
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let creating = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
         runtime.unwrap_or_else(|e| panic!("runtime: {e}")).block_on(create_named_topic(&topic, count));
-    })
-    .join()
-    .unwrap_or_else(|_| panic!("creating topic {name} failed"));
+        let _ = done_tx.send(());
+    });
+    // Bounded: the admin request's own timeouts are the broker's.
+    match done_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("topic {name} not created within 60 s"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {}
+    }
+    creating.join().unwrap_or_else(|_| panic!("creating topic {name} failed"));
 }
 
 /// The partition count of `topic` (0: it does not exist).

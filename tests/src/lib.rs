@@ -107,9 +107,74 @@ pub fn idem_bin() -> std::path::PathBuf {
 /// with: the configs it writes name a file holding it (`[dlq] key_file`).
 pub const DLQ_KEY: &str = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed";
 
-/// Polls `done` every 50 ms; panics after 60 s naming `what`.
+/// Waits for `child` to exit, its stdout (when piped) read meanwhile, for
+/// at most until `deadline`: past it the child is killed and the test
+/// panics naming `what`. Every wait of the harness for a process goes
+/// through here or [`output_within`], so that a process that never exits
+/// fails its test, naming it, instead of hanging the run.
+pub fn wait_within(
+    mut child: std::process::Child,
+    what: &str,
+    deadline: std::time::Instant,
+) -> (std::process::ExitStatus, Vec<u8>) {
+    use std::io::Read as _;
+    use std::time::{Duration, Instant};
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    if let Some(mut stdout) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut buffer = Vec::new();
+            let _ = stdout.read_to_end(&mut buffer);
+            let _ = tx.send(buffer);
+        });
+    } else {
+        drop(tx);
+    }
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => panic!("waiting for {what} (pid {}): {e}", child.id()),
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} (pid {}) had not exited by its deadline: killed it (SIGKILL)", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A process it started and left running may hold its stdout open.
+    let stdout = match rx.recv_timeout(STDOUT_AFTER_EXIT) {
+        Ok(buffer) => buffer,
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Vec::new(),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!(
+            "{what} exited ({status}) but its stdout was still open {STDOUT_AFTER_EXIT:?} later: a process it \
+             started holds it"
+        ),
+    };
+    (status, stdout)
+}
+
+/// How long [`wait_within`] reads a child's stdout after the child exited.
+const STDOUT_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs `command` to its end within `limit` (stdout captured, stderr as
+/// the command set it, inherited by default); past `limit` it is killed
+/// and the test panics naming `what`.
+pub fn output_within(
+    command: &mut std::process::Command,
+    what: &str,
+    limit: std::time::Duration,
+) -> (std::process::ExitStatus, Vec<u8>) {
+    let child =
+        command.stdout(std::process::Stdio::piped()).spawn().unwrap_or_else(|e| panic!("failed to start {what}: {e}"));
+    wait_within(child, &format!("{what} (allowed {} s)", limit.as_secs()), std::time::Instant::now() + limit)
+}
+
+/// Polls `done` every 50 ms; panics after 60 s (of wall-clock time, however
+/// long each check takes) naming `what`.
 pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    for _ in 0..1200 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
         if done() {
             return;
         }
@@ -118,13 +183,18 @@ pub async fn wait_until(what: &str, done: impl Fn() -> bool) {
     panic!("not within 60 s: {what}");
 }
 
-/// [`wait_until`] for a check that awaits (a query, say).
+/// [`wait_until`] for a check that awaits (a query, say); a check that
+/// never finishes is cut off at the same 60 s.
 pub async fn wait_until_async<F: std::future::Future<Output = bool>>(what: &str, done: impl Fn() -> F) {
-    for _ in 0..1200 {
-        if done().await {
-            return;
+    let polling = async {
+        loop {
+            if done().await {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(60), polling).await.is_err() {
+        panic!("not within 60 s: {what}");
     }
-    panic!("not within 60 s: {what}");
 }
