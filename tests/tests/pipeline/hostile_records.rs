@@ -127,23 +127,36 @@ async fn generated_hostile_records_never_stop_a_partition_and_every_valid_order_
     let (valid, hostiles) = (1_000_i64, 120_i64);
     let mut kinds = std::collections::BTreeMap::<&str, u64>::new();
     let mut too_large = 0;
+    // Interleaved as produced: hostile records every 7th place (i % 3 picks
+    // the partition, so each partition gets them), valid orders before,
+    // between and after them in the same partition; the orders that follow
+    // a hostile record in its partition are kept to be checked one by one.
     let mut records: Vec<(i32, Vec<u8>)> = Vec::new();
+    let mut pending: Vec<(i32, Vec<u8>)> = Vec::new();
     let mut hostile_at = Vec::new();
+    let mut after_hostile: Vec<i64> = Vec::new();
+    let mut tainted = [false; 3];
     for i in 0..valid + hostiles {
-        if i % 9 == 4 && hostile_at.len() < hostiles as usize {
+        let partition = (i % 3) as i32;
+        if i % 7 == 4 && hostile_at.len() < hostiles as usize {
+            kafka::produce_all(&env.producer, &env.topic, &pending).await;
+            records.append(&mut pending);
+            let (kind, key, value, headers, large) = hostile(&mut rng, hostile_at.len() as i64);
+            *kinds.entry(kind).or_default() += 1;
+            too_large += u64::from(large);
+            let refs: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+            kafka::produce_raw(&env.producer, &env.topic, partition, &key, value.as_deref(), &refs).await;
             hostile_at.push(i);
+            tainted[partition as usize] = true;
             continue;
         }
-        records.push(((i % 3) as i32, order_payload(i + 1).1));
+        if tainted[partition as usize] {
+            after_hostile.push(i + 1);
+        }
+        pending.push((partition, order_payload(i + 1).1));
     }
-    kafka::produce_all(&env.producer, &env.topic, &records).await;
-    for (n, at) in hostile_at.iter().enumerate() {
-        let (kind, key, value, headers, large) = hostile(&mut rng, n as i64);
-        *kinds.entry(kind).or_default() += 1;
-        too_large += u64::from(large);
-        let refs: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
-        kafka::produce_raw(&env.producer, &env.topic, (*at % 3) as i32, &key, value.as_deref(), &refs).await;
-    }
+    kafka::produce_all(&env.producer, &env.topic, &pending).await;
+    records.append(&mut pending);
     let sent_valid = records.len() as u64;
     let sent_hostile = hostile_at.len() as u64;
 
@@ -159,10 +172,23 @@ async fn generated_hostile_records_never_stop_a_partition_and_every_valid_order_
     assert_eq!(env.provider.charges() as u64, sent_valid, "each charge sent once: {summary}");
     let ends: Vec<Option<i64>> = kafka::high_watermarks(&env.topic, 3).into_iter().map(Some).collect();
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 3), ends, "every partition resolved: {summary}");
+    // The valid orders produced after a hostile record in its partition
+    // (most of them in the same fetch, the same batch): each charged.
+    assert!(after_hostile.len() > 500, "the interleaving put valid orders after hostile ones: {}", after_hostile.len());
+    let charged: Vec<i64> =
+        sqlx::query_scalar("SELECT DISTINCT order_id FROM billing.charge WHERE order_id = ANY($1) ORDER BY 1")
+            .bind(&after_hostile)
+            .fetch_all(&env.db.pool)
+            .await
+            .expect("charges");
+    let missing: Vec<&i64> = after_hostile.iter().filter(|o| charged.binary_search(o).is_err()).collect();
+    assert!(missing.is_empty(), "orders after a hostile record not charged: {missing:?}; {summary}");
     let dead = kafka::read_all(&dlq);
     assert_eq!(dead.len() as u64, sent_hostile, "{summary}");
     for m in &dead {
-        let reason = header(m, h::REASON).unwrap_or_default();
+        let at = (rdkafka::Message::partition(m), rdkafka::Message::offset(m));
+        let reason = header(m, h::REASON).unwrap_or_else(|| panic!("the dead letter at {at:?} has no reason header"));
+        assert!(!reason.is_empty(), "the dead letter at {at:?} has an empty reason");
         assert!(reason != "forged reason" && reason.len() <= 1_100 && !reason.contains('\n'), "{reason:?}");
         assert_eq!(header(m, h::HANDLER).as_deref(), Some("billing"));
     }
