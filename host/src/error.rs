@@ -37,7 +37,8 @@ pub enum ErrorClass {
     Unavailable,
     /// The event id was already processed with a different payload.
     Conflicting,
-    /// The host cannot work at all: stop the handler.
+    /// The host cannot work for this handler (idem's own tables refuse
+    /// it): the handler's incident (`pipeline::incident`), no one else's.
     Fatal,
 }
 

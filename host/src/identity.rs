@@ -20,8 +20,16 @@
 //!   hostname (`localhost`, empty) there is no automatic identity;
 //! - `"off"`: dynamic membership, as Kafka's clients default to.
 //!
-//! Each handler's consumer joins as `<identity>.<handler>` (its own group,
-//! or a group shared with other handlers, alike).
+//! Each handler's consumer joins as `<identity>.<handler>.<mark>` (its own
+//! group, or a group shared with other handlers, alike). The mark is 16 hex
+//! digits of SHA-256 over a secret only idem's role can read
+//! (`idem.instance_secret`, made by the migrations) and the rest of the id:
+//! stable for the same host and handler, so restarts keep their place, but
+//! not computable from a host name, so a Kafka client cannot join a
+//! handler's group as the host without first reading the id from the group
+//! (a client with Describe on the group can; that is why a fence is the
+//! handler's incident only, made good by joining again:
+//! `pipeline::incident`).
 //!
 //! Under KIP-848 (`group_protocol = "consumer"`) an automatic identity is
 //! not used: there the broker refuses a returning identity whose previous
@@ -45,12 +53,14 @@ pub struct Identity {
     pub name: Option<String>,
     /// Held for the process's life (an automatic identity's slot).
     lock: Option<File>,
+    /// `idem.instance_secret` (see the module doc); empty until read.
+    secret: Vec<u8>,
 }
 
 impl Identity {
     /// No static membership.
     pub fn none() -> Self {
-        Self { name: None, lock: None }
+        Self { name: None, lock: None, secret: Vec::new() }
     }
 
     /// Resolves `configured` (`[kafka] instance_id`, overridden by
@@ -59,8 +69,19 @@ impl Identity {
         Ok(match chosen(configured)? {
             Choice::Off => Self::none(),
             Choice::Auto => from_hostname(),
-            Choice::Named(name) => Self { name: Some(name), lock: None },
+            Choice::Named(name) => Self { name: Some(name), lock: None, secret: Vec::new() },
         })
+    }
+
+    /// Reads the database's instance secret, for the ids' marks.
+    pub async fn with_secret(mut self, pool: &sqlx::PgPool) -> anyhow::Result<Self> {
+        if self.name.is_some() {
+            self.secret = sqlx::query_scalar("SELECT secret FROM idem.instance_secret")
+                .fetch_one(pool)
+                .await
+                .context("cannot read idem.instance_secret (run idem migrate)")?;
+        }
+        Ok(self)
     }
 
     /// Whether the identity was chosen automatically (see the module doc).
@@ -71,7 +92,11 @@ impl Identity {
     /// The `group.instance.id` of `handler`'s consumer.
     pub fn instance_id(&self, handler: &str) -> Option<String> {
         let handler: String = handler.chars().map(|c| if id_char(c) { c } else { '_' }).collect();
-        self.name.as_ref().map(|name| format!("{name}.{handler}"))
+        self.name.as_ref().map(|name| {
+            let visible = format!("{name}.{handler}");
+            let mark = mark(&self.secret, &visible);
+            format!("{visible}.{mark}")
+        })
     }
 }
 
@@ -79,7 +104,7 @@ impl Identity {
 /// taking a slot: `None` for `"auto"` and `"off"`. For `idem check`.
 pub fn named(configured: &str) -> anyhow::Result<Option<Identity>> {
     Ok(match chosen(configured)? {
-        Choice::Named(name) => Some(Identity { name: Some(name), lock: None }),
+        Choice::Named(name) => Some(Identity { name: Some(name), lock: None, secret: Vec::new() }),
         Choice::Off | Choice::Auto => None,
     })
 }
@@ -101,6 +126,17 @@ fn chosen(configured: &str) -> anyhow::Result<Choice> {
             Choice::Named(wanted)
         }
     })
+}
+
+/// 16 hex digits of SHA-256 over `secret` and `visible` (its length first,
+/// so no two pairs share an input).
+fn mark(secret: &[u8], visible: &str) -> String {
+    use sha2::Digest as _;
+    let mut digest = sha2::Sha256::new();
+    digest.update((secret.len() as u64).to_be_bytes());
+    digest.update(secret);
+    digest.update(visible.as_bytes());
+    hex::encode(&digest.finalize()[..8])
 }
 
 /// A character Kafka takes in an id.
@@ -148,7 +184,7 @@ fn slot_of(host: &str) -> Option<Identity> {
         if file.try_lock().is_ok() {
             let name = format!("{host}-{slot}");
             tracing::info!(instance_id = %name, lock = %path.display(), "static group membership");
-            return Some(Identity { name: Some(name), lock: Some(file) });
+            return Some(Identity { name: Some(name), lock: Some(file), secret: Vec::new() });
         }
     }
     None
@@ -175,8 +211,13 @@ mod tests {
         for bad in ["", "a b", "x\ny", "ü", &"x".repeat(201)] {
             assert!(check(bad).is_err(), "{bad:?}");
         }
-        let id = Identity { name: Some("host-1".into()), lock: None };
-        assert_eq!(id.instance_id("billing eu").as_deref(), Some("host-1.billing_eu"));
+        let id = Identity { name: Some("host-1".into()), lock: None, secret: b"secret".to_vec() };
+        let billing = id.instance_id("billing eu").expect("an id");
+        assert!(billing.starts_with("host-1.billing_eu."), "{billing}");
+        assert_eq!(id.instance_id("billing eu"), Some(billing.clone()), "stable for a restart");
+        assert!(check(&billing).is_ok(), "{billing}");
+        let other = Identity { name: Some("host-1".into()), lock: None, secret: b"another".to_vec() };
+        assert_ne!(other.instance_id("billing eu"), Some(billing), "not computable without the secret");
         assert_eq!(Identity::none().instance_id("billing"), None);
     }
 

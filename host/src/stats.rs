@@ -55,6 +55,67 @@ pub struct Stats {
     resolved_count: AtomicU64,
     /// The latest final failures, newest last (the console's list).
     recent: Mutex<std::collections::VecDeque<FailureNote>>,
+    /// The handler's incidents (`pipeline::incident`).
+    pub incidents: Incidents,
+}
+
+/// Why a handler's pipeline had to be made again: each is that handler's
+/// incident only (see `pipeline::incident`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncidentKind {
+    /// Its consumer was fenced: a member joined its group with its
+    /// `group.instance.id` (another host, a client that took the id, or
+    /// its own earlier session after a broker outage).
+    Fenced,
+    /// Its consumer failed for good for another reason.
+    ConsumerFailed,
+    /// A partition worker panicked.
+    WorkerPanicked,
+    /// idem's own tables refused the handler (a revoked grant, a dropped table).
+    LedgerRefused,
+}
+
+impl IncidentKind {
+    pub const ALL: [Self; 4] = [Self::Fenced, Self::ConsumerFailed, Self::WorkerPanicked, Self::LedgerRefused];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fenced => "fenced",
+            Self::ConsumerFailed => "consumer_failed",
+            Self::WorkerPanicked => "worker_panicked",
+            Self::LedgerRefused => "ledger_refused",
+        }
+    }
+}
+
+/// A handler's incidents: how many of each kind, and the one under way
+/// (from its start until the consumer made again has joined its group).
+#[derive(Debug, Default)]
+pub struct Incidents {
+    total: [AtomicU64; 4],
+    current: Mutex<Option<IncidentKind>>,
+}
+
+impl Incidents {
+    pub fn began(&self, kind: IncidentKind) {
+        if let Some(i) = IncidentKind::ALL.iter().position(|k| *k == kind) {
+            Stats::add(&self.total[i]);
+        }
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(kind);
+    }
+
+    pub fn ended(&self) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    pub fn current(&self) -> Option<IncidentKind> {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Each kind with its count.
+    pub fn totals(&self) -> impl Iterator<Item = (IncidentKind, u64)> + '_ {
+        IncidentKind::ALL.into_iter().zip(self.total.iter().map(|n| n.load(Ordering::Relaxed)))
+    }
 }
 
 /// One final failure as the console lists it: where, when, class, reason
@@ -106,6 +167,7 @@ impl Default for Stats {
             latencies: Mutex::default(),
             resolved_count: AtomicU64::default(),
             recent: Mutex::default(),
+            incidents: Incidents::default(),
         }
     }
 }

@@ -37,6 +37,23 @@ impl Scope {
     }
 }
 
+/// The shortest token a host accepts. A wrong login is only slowed, never
+/// allowed to lock out the right token (`console::session`), so a token
+/// must be one no one can guess: 32 characters of `openssl rand -hex 32`
+/// hold 128 bits.
+pub(crate) const MIN_TOKEN_CHARS: usize = 32;
+
+fn long_enough(env: &str, token: &str) -> anyhow::Result<()> {
+    let chars = token.chars().count();
+    if chars < MIN_TOKEN_CHARS {
+        bail!(
+            "${env} holds a token of {chars} characters: a token must have at least {MIN_TOKEN_CHARS}, random \
+             (e.g. `openssl rand -hex 32`), so that guessing it is hopeless"
+        );
+    }
+    Ok(())
+}
+
 /// The tokens this host accepts, read from the environment at start-up.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Tokens {
@@ -49,6 +66,11 @@ pub(crate) struct Tokens {
 impl Tokens {
     pub(crate) fn from_config(config: &AdminConfig) -> anyhow::Result<Self> {
         let (operate, read) = (config.token(), config.read_token());
+        for (env, token) in [(&config.token_env, &operate), (&config.read_token_env, &read)] {
+            if let Some(token) = token {
+                long_enough(env, token)?;
+            }
+        }
         if operate.is_some() && operate == read {
             bail!(
                 "${} and ${} hold the same token: a token has one scope, so the read-only token must differ",
@@ -138,6 +160,13 @@ mod tests {
                 && !constant_time_eq(b"token", b"tokeN")
                 && !constant_time_eq(b"t", b"to")
         );
+    }
+
+    #[test]
+    fn short_tokens_are_refused_naming_their_variable() {
+        let err = super::long_enough("IDEM_ADMIN_TOKEN", "admin-test-token").expect_err("16 characters").to_string();
+        assert!(err.contains("$IDEM_ADMIN_TOKEN") && err.contains("16 characters"), "{err}");
+        assert!(super::long_enough("IDEM_ADMIN_TOKEN", &"x".repeat(super::MIN_TOKEN_CHARS)).is_ok());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The composition root of `idem run`, as a binary's `main` is in
 //! mini-redis: [`run`] starts what serves beside the consumers (the admin
 //! API with telemetry, the module watcher, retention) and one pipeline per
-//! handler, supervises them (a shutdown, a fatal error, progress), and stops
-//! them all. The pipeline only consumes; `startup` checks everything before
+//! handler, supervises them (a shutdown, progress), and stops them all. No
+//! handler's failure stops the others or the host: each is that handler's
+//! incident (`pipeline::incident`). The pipeline only consumes; `startup` checks everything before
 //! anything starts, and `cli` is the command line over both.
 
 pub mod cli;
@@ -14,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::modules::Slot;
 use crate::pipeline::{Pipeline, Stopping, Wiring};
@@ -36,8 +37,7 @@ pub struct RunOptions {
 
 /// Runs every handler until `shutdown` resolves (or, with
 /// `exit_when_drained`, until all are drained), then finishes in-flight
-/// events, commits and returns each handler's counters. A fatal error stops
-/// every handler and is returned.
+/// events, commits and returns each handler's counters.
 pub async fn run(
     mut prepared: Prepared,
     options: RunOptions,
@@ -51,9 +51,9 @@ pub async fn run(
     let admin =
         crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone(), telemetry.clone())
             .await?;
-    let (fatal_tx, fatal_rx) = mpsc::unbounded_channel();
     // Held until every consumer is closed: an automatic identity's slot.
-    let identity = crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?;
+    let identity =
+        crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?.with_secret(&prepared.pool).await?;
     // Every consumer is made and subscribed before any polls, so a
     // failure here leaves nothing running behind.
     let mut reports = Vec::new();
@@ -69,7 +69,6 @@ pub async fn run(
         let wiring = Wiring {
             idem_pool: prepared.pool.clone(),
             stats: stats.clone(),
-            fatal: fatal_tx.clone(),
             instance,
             watch_drain: options.exit_when_drained,
         };
@@ -102,8 +101,7 @@ pub async fn run(
             pipeline.spawn(stop_rx.clone(), how)
         })
         .collect();
-    drop(fatal_tx);
-    let (joined, fatal) = supervise(threads, shutdown, fatal_rx, &stop_tx, &reports).await;
+    let joined = supervise(threads, shutdown, &stop_tx, &reports).await;
     let _ = stop_tx.send(true);
     drop(identity);
     // The services stop on `stop_tx` too; one still busy (a retention pass
@@ -115,9 +113,6 @@ pub async fn run(
     }
     for result in joined {
         result.context("a polling thread panicked")?;
-    }
-    if let Some(message) = fatal {
-        anyhow::bail!("stopped on a fatal error: {message}");
     }
     Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
 }
@@ -166,30 +161,24 @@ fn services(
 }
 
 /// Waits for every polling thread to end, stopping them all on `shutdown`
-/// or on the first fatal error (returned), and logging progress meanwhile.
+/// and logging progress meanwhile.
 async fn supervise(
     threads: Vec<tokio::task::JoinHandle<()>>,
     shutdown: impl std::future::Future<Output = ()>,
-    mut fatal_rx: mpsc::UnboundedReceiver<String>,
     stop_tx: &watch::Sender<bool>,
     reports: &[(String, Arc<Stats>)],
-) -> (Vec<Result<(), tokio::task::JoinError>>, Option<String>) {
+) -> Vec<Result<(), tokio::task::JoinError>> {
     let all = futures::future::join_all(threads);
     tokio::pin!(all, shutdown);
-    let mut fatal = None;
     let mut stopping = false;
     let mut log_every = tokio::time::interval(Duration::from_secs(30));
     log_every.tick().await;
     loop {
         tokio::select! {
-            joined = &mut all => return (joined, fatal),
+            joined = &mut all => return joined,
             () = &mut shutdown, if !stopping => {
                 tracing::info!("shutting down: finishing in-flight events");
                 stopping = true;
-                let _ = stop_tx.send(true);
-            }
-            Some(message) = fatal_rx.recv(), if fatal.is_none() => {
-                fatal = Some(message);
                 let _ = stop_tx.send(true);
             }
             _ = log_every.tick() => {

@@ -83,7 +83,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     let mut warnings = Vec::new();
     if seed == Seed::No {
         warnings.extend(crate::retention::topic::warnings(&config).await);
-        warnings.extend(identity_in_use(&config)?);
+        warnings.extend(identity_in_use(&config, &pool).await?);
     }
     let database = config.database_name()?;
     let shared = Preparing { config: &config, database, pool: &pool, runtime: &runtime, natives, seed, dlq_keys };
@@ -363,8 +363,9 @@ pub fn redact(url: &str) -> String {
 /// identity; `check` cannot tell which, so it warns, naming the member's
 /// client host. An automatic identity is not looked up: its slot lock keeps
 /// it unique on its machine.
-fn identity_in_use(config: &Config) -> anyhow::Result<Vec<String>> {
+async fn identity_in_use(config: &Config, pool: &sqlx::PgPool) -> anyhow::Result<Vec<String>> {
     let Some(identity) = crate::identity::named(&config.kafka.instance_id)? else { return Ok(Vec::new()) };
+    let identity = identity.with_secret(pool).await?;
     let mut warnings = Vec::new();
     for handler in &config.handlers {
         let Some(instance) = identity.instance_id(&handler.name) else { continue };

@@ -52,6 +52,11 @@ pub struct AdminConfig {
     /// cannot take them all (the probes' included).
     #[serde(default = "default_max_connections_per_peer")]
     pub max_connections_per_peer: usize,
+    /// The console is reached over HTTPS (a TLS proxy in front): its
+    /// session cookie gets `Secure`, so a browser never sends it over
+    /// plain HTTP. Off by default: the listener itself speaks plain HTTP.
+    #[serde(default)]
+    pub console_behind_tls: bool,
 }
 
 impl Default for AdminConfig {
@@ -65,6 +70,7 @@ impl Default for AdminConfig {
             body_timeout: default_body_timeout(),
             max_connections: default_max_connections(),
             max_connections_per_peer: default_max_connections_per_peer(),
+            console_behind_tls: false,
         }
     }
 }

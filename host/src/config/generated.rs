@@ -25,6 +25,7 @@ listen = "127.0.0.1:7700"
 token_env = "IDEM_ADMIN_TOKEN"
 read_token_env = "IDEM_ADMIN_READ_TOKEN"
 console_hosts = ["idem.internal:7700"]
+console_behind_tls = false
 header_timeout = "10s"
 body_timeout = "60s"
 max_connections = 64

@@ -128,15 +128,15 @@ impl IdemContext {
         self.partitions().clear();
     }
 
-    /// Stops the host: `message` is the fatal error's account.
-    pub(crate) fn fatal(&self, message: String) {
-        self.shared.fatal(message);
+    /// The handler whose consumer this is.
+    pub(crate) fn handler(&self) -> &HandlerContext {
+        &self.shared
     }
 
     /// Starts the worker of `state`'s `lane`, and watches it: a worker that
     /// panics must not leave a partition silently dead while the consumer
-    /// keeps fetching into its queue: the handler stops, loudly, and nothing
-    /// past the record is committed.
+    /// keeps fetching into its queue: it is the handler's incident, loudly
+    /// (its consumer is made again), and nothing past the record is committed.
     fn start_worker(&self, state: &Arc<PartitionState>, lane: usize, queue: mpsc::UnboundedReceiver<Record>) {
         let worker = super::worker::Worker::new(self.shared.clone(), state.clone(), lane, queue);
         let worker = self.runtime.spawn(worker.work());
@@ -148,7 +148,8 @@ impl IdemContext {
                 watched.worker_died(lane);
                 let (topic, partition) = (&watched.topic, watched.partition);
                 tracing::error!(handler = %shared.name, %topic, partition, lane, "partition worker panicked: {e}");
-                shared.fatal(format!("handler {}: the worker of {topic}/{partition} panicked", shared.name));
+                let account = format!("the worker of {topic}/{partition} panicked");
+                shared.incident(crate::stats::IncidentKind::WorkerPanicked, account);
             }
         });
     }
@@ -374,6 +375,8 @@ impl IdemContext {
             }
             drop(watermarks);
             self.joined.store(true, Ordering::SeqCst);
+            // A consumer made again after an incident is in its group.
+            self.shared.stats.incidents.ended();
         }
     }
 

@@ -8,6 +8,7 @@ mod combine;
 mod consumer;
 pub mod dlq;
 mod faults;
+mod incident;
 mod partition;
 mod polling;
 pub mod replay;
@@ -25,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rdkafka::consumer::BaseConsumer;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{Semaphore, watch};
 
 use crate::config::{Config, HandlerConfig};
 use crate::kafka_client::ProbeContext;
@@ -91,15 +92,24 @@ pub(crate) struct HandlerContext {
     /// in its assignment (see `attempts`).
     pub unproven: tokio::sync::Mutex<()>,
     pub stats: Arc<Stats>,
-    fatal: mpsc::UnboundedSender<String>,
+    /// An incident a worker reported, for the polling thread to act on.
+    incident: incident::Reported,
     /// The crash tests' fault points (`faults.rs`; none without the
     /// `test-hooks` feature).
     faults: faults::FaultPoints,
 }
 
 impl HandlerContext {
-    pub(crate) fn fatal(&self, message: String) {
-        let _ = self.fatal.send(message);
+    /// Reports an incident of this handler (see `incident`): its
+    /// consumer is made again; no other handler stops.
+    pub(crate) fn incident(&self, kind: crate::stats::IncidentKind, account: String) {
+        tracing::error!(handler = %self.name, kind = kind.as_str(), "incident: {account}");
+        self.incident.report(kind, account);
+    }
+
+    /// The incident a worker reported, if any, once.
+    pub(crate) fn taken_incident(&self) -> Option<(crate::stats::IncidentKind, String)> {
+        self.incident.take()
     }
 
     pub(crate) fn abort_point(&self, payload: &str) {
@@ -143,8 +153,6 @@ pub(crate) struct Wiring {
     /// idem's own pool: execution counts that outlive the process.
     pub idem_pool: sqlx::PgPool,
     pub stats: Arc<Stats>,
-    /// Where a fatal error goes: it stops every handler.
-    pub fatal: mpsc::UnboundedSender<String>,
     /// The consumer's `group.instance.id` (`None`: dynamic membership).
     pub instance: Option<String>,
     /// Watch for the end of every assigned partition.
@@ -165,7 +173,7 @@ impl Pipeline {
             config: config.clone(),
             dead_letters,
             stats: wiring.stats,
-            fatal: wiring.fatal,
+            incident: incident::Reported::default(),
             faults: faults::FaultPoints::from_env(),
             marks: attempts::marks_pool(&wiring.idem_pool),
             idem_pool: wiring.idem_pool,

@@ -1,15 +1,17 @@
 //! A handler's polling thread: its consumer made from a recipe (so it can
 //! be made again), the poll loop that routes records and commits, and what
-//! it does with a fatal consumer error.
+//! it does with a fatal consumer error or an incident a worker reported.
 //!
-//! One fatal error is waited out rather than ending the host: under KIP-848
-//! the broker refuses a static member whose previous process died until
-//! its `group.consumer.session.timeout.ms` runs out (UNRELEASED_INSTANCE_ID),
-//! and librdkafka makes that refusal fatal. The loop then drops the
-//! consumer and makes a new one on the same state, every few seconds, until
-//! the broker lets the identity back in. Every other fatal error (a fence
-//! by another live host with the same identity included) stops the host,
-//! named.
+//! No fatal error ends the host (see `incident`): the loop closes the
+//! consumer and makes a new one on the same state, after a backoff. One
+//! fatal error is no incident but expected: under KIP-848 the broker
+//! refuses a static member whose previous process died until its
+//! `group.consumer.session.timeout.ms` runs out (UNRELEASED_INSTANCE_ID);
+//! the consumer is made again every [`REJOIN_EVERY`] until the broker lets
+//! the identity back in. A fence (FENCED_INSTANCE_ID) is an incident: a
+//! live twin with the same identity, a client that took it, or this host's
+//! own earlier session after a broker outage (its rejoin raced the
+//! broker's restart) — made again, the consumer takes the identity back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,8 +25,10 @@ use tokio::sync::watch;
 
 use super::HandlerContext;
 use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
+use super::incident::Backoff;
 use super::shutdown;
 use crate::config::{Config, HandlerConfig};
+use crate::stats::IncidentKind;
 
 /// Offsets resolved since the last commit are committed this often.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(200);
@@ -115,34 +119,36 @@ pub(super) fn poll_loop(
     let ctx = recipe.context.clone();
     let mut last_commit = Instant::now();
     let mut last_recommit = Instant::now();
+    let mut backoff = Backoff::default();
     while !*stop.borrow() {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => ctx.route(consumer::record(&message)),
+        let trouble = match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                ctx.route(consumer::record(&message));
+                None
+            }
             Some(Err(rdkafka::error::KafkaError::MessageConsumptionFatal(code))) => {
                 let (code, reason) = consumer.client().fatal_error().unwrap_or((code, code.to_string()));
-                if code == RDKafkaErrorCode::UnreleasedInstanceId {
-                    match rejoin(recipe, consumer, &stop) {
-                        Ok(again) => {
-                            consumer = again;
-                            continue;
-                        }
-                        Err(Some(e)) => ctx.fatal(format!("cannot make the Kafka consumer again: {e:#}")),
-                        // Stopped while waiting: the consumer is closed already.
-                        Err(None) => {}
-                    }
-                    return;
-                }
-                let message = fatal_account(code, &reason, recipe.instance.as_deref());
-                tracing::error!("{message}");
-                ctx.fatal(message);
-                break;
+                Some(fatal(code, &reason, recipe.instance.as_deref()))
             }
             Some(Err(e)) => {
                 if let Some(line) = ctx.repeats.line(&format!("poll: {e}"), format_args!("consumer error: {e}")) {
                     tracing::warn!("{line}");
                 }
+                None
             }
-            None => {}
+            None => None,
+        };
+        // A worker's report waits for this turn: the consumer is ours.
+        let trouble = trouble.or_else(|| ctx.handler().taken_incident().map(|(kind, _)| Trouble::Incident(kind)));
+        if let Some(trouble) = trouble {
+            match remake(recipe, consumer, &stop, trouble, &mut backoff) {
+                Some(again) => {
+                    consumer = again;
+                    continue;
+                }
+                // Stopped while waiting: the consumer is closed already.
+                None => return,
+            }
         }
         ctx.look_up_starts(&consumer);
         ctx.flow_control(&consumer);
@@ -163,42 +169,107 @@ pub(super) fn poll_loop(
     shutdown::finish(consumer, &shutdown::Ending { deadline: Instant::now() + how.timeout, leave });
 }
 
-/// The broker refused the identity for now: the consumer is closed (its
-/// assignment is lost: the partitions stop, nothing more is committed) and
-/// made again after [`REJOIN_EVERY`]. `Err(None)`: the host stopped
-/// meanwhile; `Err(Some(_))`: the consumer cannot be made.
-fn rejoin(
+/// Why a handler's consumer is made again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trouble {
+    /// The broker still holds the identity for this host's previous
+    /// process (KIP-848): expected after a restart, not an incident.
+    Unreleased,
+    /// The handler's incident (see `incident`).
+    Incident(IncidentKind),
+}
+
+/// What a fatal consumer error means, said at error level when it is an
+/// incident.
+fn fatal(code: RDKafkaErrorCode, reason: &str, instance: Option<&str>) -> Trouble {
+    match code {
+        RDKafkaErrorCode::UnreleasedInstanceId => Trouble::Unreleased,
+        RDKafkaErrorCode::FencedInstanceId => {
+            tracing::error!("{}", fenced_account(reason, instance));
+            Trouble::Incident(IncidentKind::Fenced)
+        }
+        _ => {
+            tracing::error!("the Kafka consumer failed for good: {reason}");
+            Trouble::Incident(IncidentKind::ConsumerFailed)
+        }
+    }
+}
+
+/// Closes `consumer` (its assignment is lost: the partitions stop, what
+/// is resolved is committed if the consumer still can) and makes it again
+/// after a wait, until it is made. `None`: the host stopped meanwhile.
+fn remake(
     recipe: &Recipe,
     consumer: HandlerConsumer,
     stop: &watch::Receiver<bool>,
-) -> Result<HandlerConsumer, Option<anyhow::Error>> {
+    trouble: Trouble,
+    backoff: &mut Backoff,
+) -> Option<HandlerConsumer> {
     let ctx = &recipe.context;
-    tracing::warn!(
-        instance = ?recipe.instance,
-        "the broker still holds this host's group instance for its previous process (KIP-848 releases it after \
-         the broker's group.consumer.session.timeout.ms): joining again in {REJOIN_EVERY:?}"
-    );
-    consumer::settle(&ctx.states(), consumer::REVOKE_GRACE);
-    ctx.release_all();
-    shutdown::close(consumer, Instant::now() + REJOIN_EVERY);
-    let until = Instant::now() + REJOIN_EVERY;
-    while Instant::now() < until {
-        if *stop.borrow() {
-            return Err(None);
+    let handler = &ctx.handler().name;
+    let fatally_failed =
+        matches!(trouble, Trouble::Unreleased | Trouble::Incident(IncidentKind::Fenced | IncidentKind::ConsumerFailed));
+    let mut wait = match trouble {
+        Trouble::Unreleased => {
+            tracing::warn!(
+                handler = %handler, instance = ?recipe.instance,
+                "the broker still holds this host's group instance for its previous process (KIP-848 releases \
+                 it after the broker's group.consumer.session.timeout.ms): joining again in {REJOIN_EVERY:?}"
+            );
+            REJOIN_EVERY
         }
-        std::thread::sleep(Duration::from_millis(50));
+        Trouble::Incident(kind) => {
+            ctx.handler().stats.incidents.began(kind);
+            let wait = backoff.wait();
+            tracing::error!(
+                handler = %handler, kind = kind.as_str(),
+                "the handler's consumer is closed and made again in {wait:?}; no other handler stops"
+            );
+            wait
+        }
+    };
+    let states = ctx.states();
+    consumer::settle(&states, consumer::REVOKE_GRACE);
+    consumer::commit(&consumer, &states, CommitMode::Async, Positions::All);
+    ctx.release_all();
+    ctx.joined.store(false, Ordering::SeqCst);
+    if fatally_failed {
+        // A fenced or failed client refuses the close (and `close` would
+        // leak it): destroyed on a thread of its own, so that a destroy
+        // that hangs holds no handler up.
+        let dropped = std::thread::Builder::new().name("idem-consumer-drop".into()).spawn(move || drop(consumer));
+        if let Err(e) = dropped {
+            tracing::warn!(handler = %handler, "cannot start a thread to drop the failed consumer: {e}");
+        }
+    } else {
+        shutdown::close(consumer, Instant::now() + REJOIN_EVERY);
     }
-    recipe.make().map_err(Some)
+    loop {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if *stop.borrow() {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        match recipe.make() {
+            Ok(again) => return Some(again),
+            Err(e) => {
+                wait = backoff.wait();
+                tracing::error!(handler = %handler, "cannot make the Kafka consumer again: {e:#}; next try in {wait:?}");
+            }
+        }
+    }
 }
 
-/// A fatal consumer error in words an operator can act on: a fenced
-/// static member names its identity (two live hosts share it).
-fn fatal_account(code: RDKafkaErrorCode, reason: &str, instance: Option<&str>) -> String {
+/// A fence in words an operator can act on, naming the identity.
+fn fenced_account(reason: &str, instance: Option<&str>) -> String {
     match instance {
-        Some(id) if code == RDKafkaErrorCode::FencedInstanceId => format!(
-            "this host was fenced: another live host joined the group as instance `{id}`. Two live hosts must \
-             never share an instance id: give each its own [kafka] instance_id or IDEM_INSTANCE_ID ({reason})"
+        Some(id) => format!(
+            "this host was fenced: a member joined the group as instance `{id}` (another live host with the same \
+             [kafka] instance_id or IDEM_INSTANCE_ID, a client that took the id, or this host's own earlier session \
+             after a broker outage); the consumer takes the identity back when made again ({reason})"
         ),
-        _ => format!("the Kafka consumer failed for good: {reason}"),
+        None => format!("this host's consumer was fenced ({reason})"),
     }
 }

@@ -129,7 +129,13 @@ impl Telemetry {
             consumers.push("no handler is consuming yet".to_owned());
         }
         for h in handlers {
-            if !h.tap.joined() {
+            if let Some(kind) = h.stats.incidents.current() {
+                consumers.push(format!(
+                    "handler `{}`: in an incident ({}): its consumer is being made again (see the log)",
+                    h.name,
+                    kind.as_str()
+                ));
+            } else if !h.tap.joined() {
                 consumers.push(format!("handler `{}`: its consumer has not joined its group", h.name));
             }
         }

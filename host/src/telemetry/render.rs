@@ -147,6 +147,29 @@ pub(super) fn render(
             e.sample("idem_http_retries_total", &[("handler", &h.name), ("host", &host), ("reason", reason)], n as f64);
         }
     }
+    e.family(
+        "idem_handler_incidents_total",
+        "counter",
+        "Times the handler's pipeline was made again after a failure that stopped it (fenced, consumer failed, \
+         worker panicked, idem's tables refused); no other handler stops (alert on it).",
+    );
+    for h in handlers {
+        for (kind, n) in h.stats.incidents.totals() {
+            e.sample("idem_handler_incidents_total", &[("handler", &h.name), ("kind", kind.as_str())], n as f64);
+        }
+    }
+    e.family(
+        "idem_handler_incident",
+        "gauge",
+        "1 while the handler is in an incident: its consumer is being made again.",
+    );
+    for h in handlers {
+        e.sample(
+            "idem_handler_incident",
+            &[("handler", &h.name)],
+            f64::from(u8::from(h.stats.incidents.current().is_some())),
+        );
+    }
     e.family("idem_module_version", "gauge", "The module version this host runs (0: a native handler).");
     for h in handlers {
         e.sample("idem_module_version", &[("handler", &h.name)], f64::from(h.slot.version().unwrap_or(0)));

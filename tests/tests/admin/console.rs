@@ -197,6 +197,7 @@ async fn the_console_and_the_api_refuse_what_a_session_or_token_may_not_do() {
         head.contains("set-cookie: idem_console=") && head.contains("httponly") && head.contains("samesite=strict"),
         "{head}"
     );
+    assert!(!head.contains("; secure"), "plain HTTP without console_behind_tls: no Secure, or no browser keeps it");
     let cookie = read
         .head
         .lines()
@@ -276,4 +277,104 @@ async fn request_with_body(a: std::net::SocketAddr, method: &str, path: &str, he
     let mut stream = tokio::net::TcpStream::connect(a).await.expect("connect");
     let text = format!("{method} {path} HTTP/1.1\r\nhost: {a}\r\nconnection: close\r\n{headers_and_body}");
     super::exchange(&mut stream, text.as_bytes(), Duration::from_secs(30), path).await
+}
+
+/// Nobody can lock operators out or starve their pages: wrong logins from
+/// an address (every browser behind a proxy shares one) slow only wrong
+/// tries, the right token is let in at once; a `read` session reading
+/// dead-letter pages in a loop gets one page at a time and never takes an
+/// operator's turn; behind TLS the session cookie is `Secure`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_right_token_is_never_refused_and_no_session_starves_another() {
+    let env = Env::new().await;
+    let config = env.config(&env.billing(), "console_behind_tls = true");
+    let host = Host::start(&config, None).await;
+    let a = host.address;
+    // Dead letters to read: records that are not JSON.
+    let producer = kafka::producer();
+    for i in 0..20 {
+        kafka::produce(&producer, &env.topic, i % 2, "k", format!("not json {i}").as_bytes()).await;
+    }
+    let dlq = format!("{}.billing.dlq", env.topic);
+    idem_tests::wait_until("20 dead letters", || kafka::read_all(&dlq).len() == 20).await;
+
+    let ours = format!("http://{a}");
+    let login = |token: &str| {
+        let body = serde_json::json!({ "token": token }).to_string();
+        format!("content-type: application/json\r\ncontent-length: {}\r\norigin: {ours}\r\n\r\n{body}", body.len())
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..15 {
+        statuses.push(request_with_body(a, "POST", "/console/api/login", &login("wrong-guess")).await.status);
+    }
+    assert_eq!(statuses[..10], [401; 10], "{statuses:?}");
+    assert_eq!(statuses[10..], [429; 5], "wrong tries past 10 a minute are slowed: {statuses:?}");
+    let operate = request_with_body(a, "POST", "/console/api/login", &login(TOKEN)).await;
+    assert_eq!(operate.status, 200, "the right token from the same address: {}", operate.body);
+    let head = operate.head.to_ascii_lowercase();
+    assert!(head.contains("set-cookie: idem_console=") && head.contains("; secure"), "behind TLS: {head}");
+    let read = request_with_body(a, "POST", "/console/api/login", &login(READ_TOKEN)).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    let cookie_of = |answer: &super::Answer| {
+        answer
+            .head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with("set-cookie:")
+                    .then(|| l[11..].trim().split(';').next().unwrap_or("").to_owned())
+            })
+            .expect("cookie")
+    };
+    let (operator, reader) = (cookie_of(&operate), cookie_of(&read));
+    let page = "/console/api/handlers/billing/dead-letters";
+
+    // The reader: four requests at once, again and again, for 8 s.
+    let looping = tokio::spawn(async move {
+        let began = std::time::Instant::now();
+        let (mut read, mut refused) = (0, 0);
+        while began.elapsed() < Duration::from_secs(8) {
+            let header = format!("cookie: {reader}\r\n");
+            let tries = (0..4).map(|_| request(a, "GET", page, &header));
+            for answer in futures::future::join_all(tries).await {
+                match answer.status {
+                    200 => read += 1,
+                    429 => {
+                        assert!(answer.body.contains("reading a dead-letter page already"), "{}", answer.body);
+                        refused += 1;
+                    }
+                    other => panic!("the reader got {other}: {}", answer.body),
+                }
+            }
+        }
+        (read, refused)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..10 {
+        let answer = request(a, "GET", page, &format!("cookie: {operator}\r\n")).await;
+        assert_eq!(answer.status, 200, "the operator's read {i} while a reader loops: {}", answer.body);
+        assert!(answer.body.contains("not json"), "{}", answer.body);
+    }
+    let (read, refused) = looping.await.expect("reader");
+    assert!(read > 0 && refused > 0, "the reader read {read} pages, one at a time ({refused} refused)");
+    host.stop().await;
+    env.finish().await;
+}
+
+/// A token short enough to guess is refused at start-up, naming its variable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_short_token_is_refused_at_start_up() {
+    let env = Env::new().await;
+    let config = env.config(&env.billing(), "");
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(["run", "--config", config.to_str().expect("path")])
+        .env("IDEM_ADMIN_TOKEN", "admin-test-token")
+        .env("IDEM_TEST_PARENT_PID", std::process::id().to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("idem run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("$IDEM_ADMIN_TOKEN holds a token of 16 characters"), "{stderr}");
+    env.finish().await;
 }

@@ -25,9 +25,9 @@ mod flood;
 mod spec;
 mod uploads;
 
-const TOKEN: &str = "admin-test-token";
+const TOKEN: &str = "admin-test-token-0123456789abcdef";
 /// The host's token of scope `read` (`IDEM_ADMIN_READ_TOKEN`).
-const READ_TOKEN: &str = "admin-test-read-token";
+const READ_TOKEN: &str = "admin-test-read-token-0123456789abcdef";
 
 struct Env {
     db: TestDb,

@@ -407,18 +407,47 @@ async fn on_failure_block_stops_the_partition_at_the_failed_record_and_the_other
     env.finish().await;
 }
 
+/// A partition worker that panics is its handler's incident: nothing is
+/// committed past its record, the handler's consumer is made again (and,
+/// the record panicking again, again after a longer wait), and the host
+/// and its other handler go on.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_panicking_worker_stops_the_handler_loudly_without_committing_past_its_record() {
+async fn a_panicking_worker_is_its_handlers_incident_and_nothing_else_stops() {
     let env = Env::new(1).await;
     env.send(0, &scenario("ok", serde_json::json!({})).1).await;
     env.send(0, &scenario("ok", serde_json::json!({ "note": "panic-here" })).1).await;
     env.send(0, &scenario("ok", serde_json::json!({})).1).await;
     let spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
-    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
-    let (status, _) = host::wait_report(host::spawn(&config, true, &[("IDEM_TEST_PANIC_ON", "panic-here")]));
-    assert!(!status.success(), "a dead partition worker stops `idem run` with an error: {status}");
+    let orders = kafka::create_topic(1).await;
+    let billing = HandlerSpec::billing(&orders, &env.provider.base_url());
+    let config = host::write_config(&env.db.url, &[spec.clone(), billing]);
+    let mut child = host::spawn(&config, false, &[("IDEM_TEST_PANIC_ON", "panic-here")]);
+    let panicked = |metrics: &[String]| {
+        metrics
+            .iter()
+            .find_map(|l| {
+                l.strip_prefix("idem_handler_incidents_total{handler=\"scenarios\",kind=\"worker_panicked\"} ")
+                    .and_then(|n| n.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    // Twice: the record panics again once the consumer is made again.
+    idem_tests::wait_until_async("two incidents of the panicking handler", || async {
+        panicked(&host::metrics(&config).await) >= 2
+    })
+    .await;
+    let records: Vec<(i32, Vec<u8>)> = (1..=10).map(|i| (0, order_payload(i).1)).collect();
+    kafka::produce_all(&env.producer, &orders, &records).await;
+    idem_tests::wait_until_async("billing charges every order meanwhile", || async {
+        env.count("SELECT count(*) FROM billing.charge").await == 10
+    })
+    .await;
+    assert!(child.try_wait().expect("wait").is_none(), "the host stays up");
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(1)], "nothing committed past the record");
     assert_eq!(env.count("SELECT count(*) FROM scenario.effect WHERE note = 'start'").await, 1);
+    host::signal(&child, "TERM");
+    let (status, _) = host::wait_report(child);
+    assert!(status.success(), "a clean stop: {status}");
     env.finish().await;
 }
 

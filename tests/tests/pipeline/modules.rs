@@ -193,7 +193,7 @@ async fn bad_uploads_are_refused_with_their_reason_and_change_nothing() {
     let mut spec = env.billing();
     spec.extra = "max_module_mib = 1\n".into();
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
-    let token = "s3cret-token";
+    let token = "s3cret-token-0123456789abcdef-0123";
     let child = host::spawn(&config, false, &[("IDEM_ADMIN_TOKEN", token)]);
     let api = Api::of(&config).authorized(token);
     api.ready("billing").await;
@@ -521,7 +521,7 @@ async fn an_upload_that_needs_more_compile_cpu_than_its_cap_is_refused_and_event
     let mut spec = env.billing();
     spec.extra = "max_module_mib = 64\nmax_compile_seconds = 1\n".into();
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
-    let token = "s3cret-token";
+    let token = "s3cret-token-0123456789abcdef-0123";
     let child = host::spawn(&config, false, &[("IDEM_ADMIN_TOKEN", token)]);
     let api = Api::of(&config).authorized(token);
     api.ready("billing").await;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::session::{self, Session};
+use super::shares;
 use crate::admin::{AdminState, body, routes};
 use crate::pipeline::replay::{PageQuery, ReplayOptions, Selection, Window};
 
@@ -48,30 +49,27 @@ pub(super) async fn login(
                        $IDEM_ADMIN_READ_TOKEN (scope read) set ([admin] token_env, read_token_env)";
         return routes::error(StatusCode::FORBIDDEN, message).into_response();
     }
-    // A try counts as failed until it succeeds, so tries at once cannot
-    // pass the limit together.
-    let Some(attempt) = console.sessions.attempt(peer) else {
-        return routes::error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many failed logins from this address: try again in a minute",
-        )
-        .into_response();
-    };
     let login: Login = match json_body(&state, body).await {
         Ok(login) => login,
         Err(refusal) => return refusal,
     };
+    // The right token is let in whatever others tried (see `session`).
     let Some(scope) = state.tokens.scope_of(&login.token) else {
         tracing::warn!(peer = ?peer, "console: a login with a wrong token");
+        if console.sessions.failed(peer) {
+            let message = "wrong token, and too many wrong tokens from this address: wrong tries are slowed for a \
+                           minute (the right token is always let in)";
+            return routes::error(StatusCode::TOO_MANY_REQUESTS, message).into_response();
+        }
         return routes::error(StatusCode::UNAUTHORIZED, "wrong token").into_response();
     };
-    console.sessions.succeeded(attempt);
     let (id, session) = console.sessions.start(scope);
     tracing::info!(scope = scope.as_str(), "console: logged in");
     let cookie = format!(
-        "{}={id}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={}",
+        "{}={id}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={}{}",
         session::COOKIE,
-        session::LIFETIME.as_secs()
+        session::LIFETIME.as_secs(),
+        console.secure_attribute()
     );
     let mut response = Json(json!({ "scope": session.scope, "csrf": session.csrf })).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -84,7 +82,11 @@ pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) 
     if let Some(id) = session::cookie(&headers) {
         state.console.sessions.end(id);
     }
-    let gone = format!("{}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0", session::COOKIE);
+    let gone = format!(
+        "{}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0{}",
+        session::COOKIE,
+        state.console.secure_attribute()
+    );
     let mut response = Json(json!({ "message": "logged out" })).into_response();
     if let Ok(value) = HeaderValue::from_str(&gone) {
         response.headers_mut().insert(header::SET_COOKIE, value);
@@ -151,6 +153,7 @@ fn positions(text: &str) -> Result<BTreeMap<i32, i64>, String> {
 /// A page of the handler's DLQ, newest first.
 pub(super) async fn dead_letters(
     State(state): State<AdminState>,
+    axum::Extension(session): axum::Extension<Session>,
     Path(name): Path<String>,
     query: Result<Query<DeadLetterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
@@ -169,9 +172,19 @@ pub(super) async fn dead_letters(
         Ok(before) => before.unwrap_or_default(),
         Err(e) => return routes::error(StatusCode::BAD_REQUEST, format!("before: {e}")).into_response(),
     };
-    let Ok(reading) = state.console.reading.clone().try_acquire_owned() else {
-        return routes::error(StatusCode::SERVICE_UNAVAILABLE, "other dead-letter pages are being read: try again")
-            .into_response();
+    let reading = match state.console.reading.take(session.scope, session.id).await {
+        Ok(share) => share,
+        Err(shares::Refused::Pending) => {
+            let message = "this session is reading a dead-letter page already: wait for it";
+            return routes::error(StatusCode::TOO_MANY_REQUESTS, message).into_response();
+        }
+        Err(shares::Refused::Busy) => {
+            let message = format!(
+                "other dead-letter pages were being read for {} s (each session reads in turn): try again",
+                shares::LONGEST_WAIT.as_secs()
+            );
+            return routes::error(StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+        }
     };
     let query = PageQuery { before, since: q.since, until: q.until, class: q.class, limit: q.limit };
     match desk.page(query, reading).await {

@@ -24,6 +24,7 @@ mod api;
 mod assets;
 mod history;
 mod session;
+mod shares;
 mod views;
 
 use std::sync::{Arc, OnceLock, RwLock};
@@ -52,10 +53,13 @@ pub(crate) struct Console {
     desks: OnceLock<Vec<Desk>>,
     /// The live pages, rendered at the last sample.
     rendered: RwLock<views::Rendered>,
-    /// DLQ pages read at once; replays run at once. Each permit is held by
-    /// the work itself, not by the request, which a client can drop.
-    reading: Arc<Semaphore>,
+    /// DLQ pages read at once, shared fairly (`shares`); replays run at
+    /// once. Each is held by the work itself, not by the request, which a
+    /// client can drop.
+    reading: shares::Shares,
     replaying: Arc<Semaphore>,
+    /// `[admin] console_behind_tls`: cookies are `Secure`.
+    secure: bool,
 }
 
 impl std::fmt::Debug for Console {
@@ -84,9 +88,15 @@ impl Console {
             telemetry,
             desks: OnceLock::new(),
             rendered: RwLock::default(),
-            reading: Arc::new(Semaphore::new(2)),
+            reading: shares::Shares::default(),
             replaying: Arc::new(Semaphore::new(1)),
+            secure: config.console_behind_tls,
         })
+    }
+
+    /// The cookies' `Secure` attribute, when the console is behind TLS.
+    fn secure_attribute(&self) -> &'static str {
+        if self.secure { "; Secure" } else { "" }
     }
 
     /// Gives the console the handlers' DLQ desks (once).

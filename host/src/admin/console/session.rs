@@ -5,9 +5,14 @@
 //! Sessions live in memory: a restart logs everyone out, and each host of a
 //! fleet has its own. They end [`LIFETIME`] after login; at most
 //! [`MAX_SESSIONS`] of each scope are kept (the oldest of that scope goes
-//! first, so `read` logins never end `operate` sessions). Failed logins are
-//! limited to [`MAX_FAILURES`] a minute per IP address, so guessing a token
-//! is as slow as it is hopeless, and one address cannot lock out another.
+//! first, so `read` logins never end `operate` sessions).
+//!
+//! The right token is always let in. Wrong ones are slowed: past
+//! [`MAX_FAILURES`] a minute from an address (an IPv4 address, an IPv6 /64)
+//! a wrong try is answered 429 instead of 401. No one can lock anyone out
+//! by failing, neither from their address nor from a proxy's every browser
+//! shares; what makes guessing hopeless is the token's length
+//! (`access::MIN_TOKEN_CHARS`).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -30,6 +35,8 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
     pub scope: Scope,
+    /// This session's number on this host (never a secret).
+    pub id: u64,
     /// What the page sends back in `X-CSRF-Token` on every change.
     pub csrf: String,
     started: Instant,
@@ -40,15 +47,10 @@ pub(crate) struct Sessions {
     /// By the SHA-256 of the cookie's value, so that the map's keys are not
     /// themselves the secrets.
     live: Mutex<HashMap<[u8; 32], Session>>,
-    /// Failed (and pending) logins in the last minute, per address.
+    /// Failed logins in the last minute, per address.
     failures: Mutex<HashMap<Option<IpAddr>, VecDeque<Instant>>>,
-}
-
-/// A login being tried: counted as failed unless [`Sessions::succeeded`].
-#[derive(Debug)]
-pub(crate) struct Attempt {
-    peer: Option<IpAddr>,
-    at: Instant,
+    /// Numbers sessions (their fair share of reads: `shares`).
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 /// 32 random bytes, hex.
@@ -69,7 +71,8 @@ fn digest(id: &str) -> [u8; 32] {
 impl Sessions {
     /// Starts a session of `scope`; returns the cookie's value and the session.
     pub(crate) fn start(&self, scope: Scope) -> (String, Session) {
-        let (id, session) = (secret(), Session { scope, csrf: secret(), started: Instant::now() });
+        let number = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (id, session) = (secret(), Session { scope, id: number, csrf: secret(), started: Instant::now() });
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|_, s| s.started.elapsed() < LIFETIME);
         let same_scope = || live.iter().filter(|(_, s)| s.scope == scope);
@@ -92,38 +95,26 @@ impl Sessions {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).remove(&digest(id));
     }
 
-    /// Starts a login from `peer`, counted as failed until it succeeds;
-    /// `None`: [`MAX_FAILURES`] this minute already (refused without
-    /// looking at the token).
-    pub(crate) fn attempt(&self, peer: Option<IpAddr>) -> Option<Attempt> {
+    /// Counts a wrong login from `peer`; true when the address is past
+    /// [`MAX_FAILURES`] this minute (the answer is then 429).
+    pub(crate) fn failed(&self, peer: Option<IpAddr>) -> bool {
         let peer = peer.map(network);
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if failures.len() >= MAX_PEERS {
             failures.retain(|_, times| times.back().is_some_and(|t| t.elapsed() < FAILURE_WINDOW));
         }
-        // Still full: a new address shares one bucket with every other
-        // newcomer, so no address's count is ever forgotten early.
+        // Still full: a new address shares one count with every other
+        // newcomer (it slows only wrong tries, so sharing locks no one out).
         let peer = if failures.len() >= MAX_PEERS && !failures.contains_key(&peer) { None } else { peer };
         let times = failures.entry(peer).or_default();
         while times.front().is_some_and(|t| t.elapsed() >= FAILURE_WINDOW) {
             times.pop_front();
         }
-        if times.len() >= MAX_FAILURES {
-            return None;
+        if times.len() < MAX_FAILURES {
+            times.push_back(Instant::now());
+            return false;
         }
-        let at = Instant::now();
-        times.push_back(at);
-        Some(Attempt { peer, at })
-    }
-
-    /// The login succeeded: it does not count as a failure.
-    pub(crate) fn succeeded(&self, attempt: Attempt) {
-        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(times) = failures.get_mut(&attempt.peer)
-            && let Some(i) = times.iter().position(|t| *t == attempt.at)
-        {
-            times.remove(i);
-        }
+        true
     }
 }
 
@@ -171,23 +162,19 @@ mod tests {
     }
 
     #[test]
-    fn failed_logins_are_limited_per_address_and_successes_do_not_count() {
+    fn wrong_logins_are_slowed_per_address() {
         let sessions = Sessions::default();
         let (one, two) = (Some([10, 0, 0, 1].into()), Some([10, 0, 0, 2].into()));
-        for _ in 0..5 {
-            let ok = sessions.attempt(one).expect("under the limit");
-            sessions.succeeded(ok);
+        for _ in 0..super::MAX_FAILURES {
+            assert!(!sessions.failed(one), "under the limit");
         }
-        let pending: Vec<_> =
-            (0..super::MAX_FAILURES).map(|_| sessions.attempt(one).expect("under the limit")).collect();
-        assert!(sessions.attempt(one).is_none(), "tries at once count before they fail");
-        assert!(sessions.attempt(two).is_some(), "another address is not locked out");
-        drop(pending);
+        assert!(sessions.failed(one), "past the limit");
+        assert!(!sessions.failed(two), "another address is not slowed");
         let v6 = |last: u16| Some(std::net::IpAddr::V6([0x2001, 0xdb8, 0, 1, 0, 0, 0, last].into()));
         for last in 0..super::MAX_FAILURES as u16 {
-            assert!(sessions.attempt(v6(last)).is_some());
+            assert!(!sessions.failed(v6(last)));
         }
-        assert!(sessions.attempt(v6(999)).is_none(), "a /64 is one address");
+        assert!(sessions.failed(v6(999)), "a /64 is one address");
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl Desk {
 
     /// One page of the DLQ, read on a blocking thread that holds `permit`
     /// until it is done (whether or not anyone still waits for it).
-    pub async fn page(&self, query: PageQuery, permit: tokio::sync::OwnedSemaphorePermit) -> anyhow::Result<Page> {
+    pub async fn page(&self, query: PageQuery, permit: impl Send + 'static) -> anyhow::Result<Page> {
         if self.handler.dead_letters.is_none() {
             let note =
                 "on_failure = \"block\": this handler has no dead-letter topic; a failed record stops its partition";

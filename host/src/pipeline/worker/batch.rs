@@ -215,13 +215,15 @@ enum AfterBatch {
     Shrink { at: usize, own: Option<ExecError> },
 }
 
-/// A failure on `idem.batch_in_flight`: fatal when idem's role may not use
-/// it (the handler stops, naming the table), else logged.
+/// A failure on `idem.batch_in_flight`: the handler's incident when idem's
+/// role may not use it (naming the table), else logged.
 fn refused(shared: &HandlerContext, what: &str, e: sqlx::Error) {
     let error = crate::ExecError::from_host_sql(e);
     if error.class() == crate::error::ErrorClass::Fatal {
-        tracing::error!(handler = %shared.name, "fatal: cannot {what} idem.batch_in_flight: {error}");
-        shared.fatal(format!("handler {}: cannot {what} idem.batch_in_flight: {error}", shared.name));
+        shared.incident(
+            crate::stats::IncidentKind::LedgerRefused,
+            format!("cannot {what} idem.batch_in_flight: {error}"),
+        );
     } else {
         tracing::warn!(handler = %shared.name, "failed to {what} idem.batch_in_flight: {error}");
     }

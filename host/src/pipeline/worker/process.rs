@@ -152,7 +152,7 @@ impl Worker {
             }
             Step::Fatal => {
                 tracing::error!(handler = %name, %topic, partition, offset, %event_id, "fatal: {error}");
-                shared.fatal(format!("handler {name}: {error}"));
+                shared.incident(crate::stats::IncidentKind::LedgerRefused, error.to_string());
                 Next::Abandon
             }
             Step::Final(class) => {
@@ -215,10 +215,10 @@ impl Worker {
                     let error = ExecError::from_host_sql(e);
                     let name = &shared.name;
                     if error.class() == ErrorClass::Fatal {
-                        tracing::error!(handler = %name, "fatal: cannot count executions: {error}");
-                        shared.fatal(format!(
-                            "handler {name}: cannot count executions in idem.execution_attempt: {error}"
-                        ));
+                        shared.incident(
+                            crate::stats::IncidentKind::LedgerRefused,
+                            format!("cannot count executions in idem.execution_attempt: {error}"),
+                        );
                         return Ran::Abandoned;
                     }
                     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 pub const VIEWERS: usize = 10;
 /// The host's admin token in variant v (`IDEM_ADMIN_TOKEN`).
-pub const TOKEN: &str = "bench-console-viewers";
+pub const TOKEN: &str = "bench-console-viewers-0123456789abcdef";
 
 /// Viewers running until [`Viewers::stop`].
 pub struct Viewers {
