@@ -277,19 +277,26 @@ async fn a_failure_among_events_running_at_once_rolls_back_and_nothing_doubles()
 /// Two events of one batch at once, each within its budget alone, but one
 /// waits for the other's long statement and overruns: the overrun is not
 /// counted against it (with one attempt allowed it would be dead-lettered);
-/// it runs again alone and commits.
+/// it runs again alone and commits. That they ran at once and that one
+/// overran is shown, not assumed: the batch was split (a serial run of
+/// the same records splits nothing, each event being well within its
+/// budget), and the quick event's first INSERT (a `lane_log` id, which a
+/// rollback does not give back) was undone: the row kept is its second.
 #[tokio::test(flavor = "multi_thread")]
 async fn waiting_for_another_events_statement_is_not_counted_as_an_events_own_overrun() {
     let env = Env::new(1).await;
-    let slow = scenario("statement", serde_json::json!({ "sql": "SELECT pg_sleep(0.9)" })).1;
-    let quick = scenario("lane", serde_json::json!({ "seq": 0, "sleep_ms": 300 })).1;
+    // Alone, each is well within the 1.5 s budget (the slow one by 0.3 s, so
+    // that a loaded machine does not make it overrun alone); together the
+    // quick one waits 1.2 s for the slow statement, then needs 0.5 s more.
+    let slow = scenario("statement", serde_json::json!({ "sql": "SELECT pg_sleep(1.2)" })).1;
+    let quick = scenario("lane", serde_json::json!({ "seq": 0, "sleep_ms": 500 })).1;
     // The first record of an assignment runs alone: an ordinary one first.
     let first = scenario("ok", serde_json::json!({})).1;
     kafka::produce_all_keyed(&env.producer, &env.topic, &[(0, "o", first), (0, "a", slow), (0, "b", quick)]).await;
     let spec = HandlerSpec {
         max_attempts: 1,
         batch: Some((2, 200)),
-        extra: "timeout_ms = 1000\n".into(),
+        extra: "timeout_ms = 1500\n".into(),
         ..HandlerSpec::scenarios(&env.topic, &env.provider.base_url())
     }
     .with_lanes("key", 1)
@@ -297,6 +304,10 @@ async fn waiting_for_another_events_statement_is_not_counted_as_an_events_own_ov
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let r = &host::run_until_drained(&config).await[0];
     assert_eq!((r.processed, r.failed, r.dead_lettered), (3, 0, 0), "{r:?}");
+    assert_eq!(r.batch_splits, 1, "one event of the batch overran (waiting for the other's statement): {r:?}");
+    assert_eq!(r.retries, 0, "and it spent no attempt: {r:?}");
     assert_eq!(env.count("SELECT count(*) FROM scenario.lane_log").await, 1);
+    let kept: i64 = sqlx::query_scalar("SELECT id FROM scenario.lane_log").fetch_one(&env.db.pool).await.expect("row");
+    assert_eq!(kept, 2, "the quick event's INSERT ran in the batch beside the slow statement and was rolled back");
     env.finish().await;
 }
