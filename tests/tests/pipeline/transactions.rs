@@ -219,8 +219,13 @@ async fn an_event_that_kills_the_host_inside_a_batch_is_dead_lettered_after_max_
             break reports;
         }
         crashes += 1;
-        assert!(crashes <= 4, "the host keeps crashing on the same event");
+        assert!(crashes <= 5, "the host keeps crashing on the same event ({crashes} times)");
     };
+    // Exactly 1 + max_attempts crashes: the batch's (blamed on no event:
+    // its marked range then runs one record at a time, counted), then the
+    // killer's max_attempts = 2 counted executions alone; the next start
+    // dead-letters it without running it (`pipeline/attempts.rs`).
+    assert_eq!(crashes, 1 + spec.max_attempts, "the batch's crash, then max_attempts = 2 of the killer's alone");
     let r = &report[0];
     assert_eq!(r.dead_lettered, 1, "{r:?}");
     let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
