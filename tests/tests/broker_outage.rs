@@ -30,13 +30,27 @@ async fn publish_orders(service: &sqlx::PgPool, topic: &str, ids: std::ops::Rang
     }
 }
 
-/// The order ids of the payment requests on `topic`, each once.
-fn requested(topic: &str) -> std::collections::BTreeSet<i64> {
+/// How many records on `topic` carry each order id (an order published or
+/// announced twice counts 2: duplicates are seen, not merged).
+fn per_order(topic: &str) -> std::collections::BTreeMap<i64, usize> {
     let value = |m: &rdkafka::message::OwnedMessage| {
         use rdkafka::Message as _;
         serde_json::from_slice::<serde_json::Value>(m.payload().unwrap_or_default()).unwrap_or_default()
     };
-    kafka::read_all(topic).iter().filter_map(|m| value(m)["orderId"].as_i64()).collect()
+    let mut counts = std::collections::BTreeMap::new();
+    for id in kafka::read_all(topic).iter().filter_map(|m| value(m)["orderId"].as_i64()) {
+        *counts.entry(id).or_default() += 1;
+    }
+    counts
+}
+
+/// Each of the orders 1..=n exactly once on `topic`.
+fn assert_each_once(topic: &str, n: i64, what: &str) {
+    let counts = per_order(topic);
+    let wrong: Vec<(i64, usize)> =
+        (1..=n).map(|id| (id, counts.get(&id).copied().unwrap_or(0))).filter(|(_, c)| *c != 1).collect();
+    assert!(wrong.is_empty(), "{what}: orders not exactly once (order, times): {wrong:?}");
+    assert_eq!(counts.values().sum::<usize>(), n as usize, "{what}: records for other orders: {counts:?}");
 }
 
 /// The whole chain through an outage of the only broker: the order
@@ -62,7 +76,7 @@ async fn a_broker_down_for_30_s_holds_the_outbox_loses_nothing_and_everything_fl
     let unpublished = "SELECT count(*) FROM idem.outbox WHERE published_at IS NULL";
     let failed = "SELECT count(*) FROM idem.outbox WHERE failed_at IS NOT NULL";
     idem_tests::wait_until_async("the first 20 orders flow through the chain", || async {
-        requested(&requests).len() == 20 && db.count(unpublished).await == 0
+        per_order(&requests).len() == 20 && db.count(unpublished).await == 0
     })
     .await;
 
@@ -78,7 +92,7 @@ async fn a_broker_down_for_30_s_holds_the_outbox_loses_nothing_and_everything_fl
     broker.start();
     let up = Instant::now();
     idem_tests::wait_until_async("every order flows through once the broker is back", || async {
-        requested(&requests).len() == 40 && db.count(unpublished).await == 0
+        per_order(&requests).len() == 40 && db.count(unpublished).await == 0
     })
     .await;
     eprintln!("the 20 held orders charged and announced within {:?} of the broker's start", up.elapsed());
@@ -89,6 +103,8 @@ async fn a_broker_down_for_30_s_holds_the_outbox_loses_nothing_and_everything_fl
     assert_eq!(db.count("SELECT count(*) FROM billing.charge").await, 40, "each order charged once");
     assert_eq!(db.count("SELECT count(DISTINCT order_id) FROM billing.charge").await, 40);
     assert_eq!(provider.charges(), 40, "one charge per order at the provider");
+    assert_each_once(&orders, 40, "the order service's outbox published");
+    assert_each_once(&requests, 40, "billing's outbox announced");
     let billing = reports.iter().find(|r| r.handler == "billing").unwrap_or_else(|| panic!("{reports:?}"));
     assert_eq!((billing.failed, billing.dead_lettered), (0, 0), "{billing:?}");
     db.drop_database().await;
