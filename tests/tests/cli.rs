@@ -412,3 +412,71 @@ async fn idem_test_commit_keeps_the_events_that_succeeded_and_only_for_the_confi
     let _ = std::fs::remove_file(&events);
     db.drop_database().await;
 }
+
+/// `idem test --component DIR` builds the project with its `build.sh`, which
+/// runs the project's own code: in an empty environment (none of the
+/// operator's secrets, a scratch HOME), and never as root: as root it
+/// refuses, naming the way out; as an unprivileged user the build runs and
+/// sees neither `IDEM_ADMIN_TOKEN` nor `IDEM_DLQ_KEY` nor `DATABASE_URL`.
+#[test]
+fn idem_test_builds_a_project_without_the_operators_secrets_and_never_as_root() {
+    use std::os::unix::fs::MetadataExt as _;
+    use std::os::unix::process::CommandExt as _;
+    const NOBODY: u32 = 65_534;
+    let config = host::write_config(
+        "postgres://127.0.0.1:1/never-reached",
+        &[HandlerSpec::billing("orders.confirmed", "http://127.0.0.1:9")],
+    );
+    let project = config.with_file_name("project");
+    std::fs::create_dir(&project).expect("project");
+    // The build writes what it sees (its environment and uid) and no component.
+    std::fs::write(project.join("build.sh"), "#!/usr/bin/env bash\n{ env; echo \"uid=$(id -u)\"; } > seen.txt\n")
+        .expect("build.sh");
+    let events = project.join("events.jsonl");
+    std::fs::write(
+        &events,
+        r#"{"eventId":"0193aa4e-8c2a-7c3e-9b1a-2f4d5e6a7b01","eventType":"order.confirmed.v1","occurredAt":"2026-12-02T07:00:00Z","aggregateType":"Order","orderId":1,"customerId":7,"totalAmount":1,"currency":"EUR"}"#,
+    )
+    .expect("events");
+    let secrets = [
+        ("IDEM_ADMIN_TOKEN", "admin-token-that-must-not-leak"),
+        ("IDEM_DLQ_KEY", "dlq-key-that-must-not-leak"),
+        ("DATABASE_URL", "postgres://leaked@127.0.0.1/leak"),
+    ];
+    let run = |uid: Option<u32>| {
+        let mut command = Command::new(idem_tests::idem_bin());
+        command.args(["test", "--config"]).arg(&config).args(["--handler", "billing", "--component"]);
+        command.arg(&project).arg(&events).envs(secrets);
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let out = command.output().expect("run idem test");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let seen = project.join("seen.txt");
+
+    let root = std::fs::metadata("/proc/self").expect("/proc/self").uid() == 0;
+    if root {
+        let (ok, out) = run(None);
+        assert!(!ok, "{out}");
+        let expected = format!("refusing to run {} as root", project.join("build.sh").display());
+        assert!(out.contains(&expected) && out.contains("--component"), "`{expected}` missing from:\n{out}");
+        assert!(!seen.exists(), "build.sh ran as root: {:?}", std::fs::read_to_string(&seen));
+        // The same build by an unprivileged user, owning the project.
+        std::os::unix::fs::chown(&project, Some(NOBODY), Some(NOBODY)).expect("chown the project");
+    }
+    let (ok, out) = run(root.then_some(NOBODY));
+    assert!(!ok && out.contains("built no .wasm"), "the build ran and wrote no component: {out}");
+    let env = std::fs::read_to_string(&seen).unwrap_or_else(|e| panic!("build.sh did not run ({e}): {out}"));
+    for (name, value) in secrets {
+        assert!(!env.contains(name) && !env.contains(value), "{name} reached the build:\n{env}");
+    }
+    let uid = env.lines().find_map(|l| l.strip_prefix("uid=")).expect("uid line");
+    assert_ne!(uid, "0", "the build ran as root:\n{env}");
+    let home = env.lines().find_map(|l| l.strip_prefix("HOME=")).expect("HOME line");
+    assert!(home.contains("idem-build-"), "HOME is a scratch directory, not the operator's: {home}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "PATH is kept:\n{env}");
+    assert!(!Path::new(home).exists(), "the scratch directory is removed");
+    let _ = std::fs::remove_dir_all(config.parent().expect("config dir"));
+}

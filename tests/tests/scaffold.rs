@@ -1,7 +1,7 @@
 //! `idem new`: a project of each language, written into a fresh folder
 //! outside the repository, builds with its own `build.sh` into a component
-//! the host loads, and passes its own `test.sh` (`idem migrate`, `idem
-//! test`) against PostgreSQL. The Rust build
+//! the host loads, and passes its own `test.sh` (`./build.sh`, `idem
+//! migrate`, `idem test --component NAME.wasm`) against PostgreSQL. The Rust build
 //! uses `$CARGO_TARGET_DIR/scaffold` (default /var/tmp/idem-target/scaffold)
 //! so that repeated runs reuse the dependencies; the Python build needs
 //! componentize-py (installed into $IDEM_TOOLS on first use), the
@@ -67,7 +67,13 @@ async fn new_build_load_test(name: &str, lang: &str, env: &[(&str, PathBuf)]) ->
     let text = std::fs::read_to_string(&config).expect("idem.toml");
     let url = text.lines().find(|l| l.starts_with("url = ")).expect("[database] url").to_owned();
     std::fs::write(&config, text.replace(&url, &format!("url = \"{}\"", db.url))).expect("idem.toml");
-    let out = Command::new(dir.join("test.sh")).env("IDEM", idem_tests::idem_bin()).output().expect("run test.sh");
+    // test.sh builds the project itself (as whoever runs it), then tests the
+    // component: `idem test` builds nothing as root (see tests/tests/cli.rs).
+    let out = Command::new(dir.join("test.sh"))
+        .env("IDEM", idem_tests::idem_bin())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run test.sh");
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{name}: test.sh failed ({}):\n{said}", out.status);
     assert!(said.contains("2 event(s), 0 failed; the transaction was rolled back"), "{name}: {said}");

@@ -37,7 +37,12 @@ pub(super) enum Command {
         #[arg(long)]
         handler: String,
         /// The component to test (default: the handler's `component` file),
-        /// or a project directory with a build.sh (`idem new`), built first.
+        /// or a project directory with a build.sh (`idem new`), built first:
+        /// the build runs the project's own code, so it runs in an empty
+        /// environment (PATH, the toolchains' homes and registry settings,
+        /// a scratch HOME; no IDEM_ADMIN_TOKEN, IDEM_DLQ_KEY or other
+        /// secret), and never as root: as root idem refuses; build it as an
+        /// unprivileged user and pass the .wasm.
         #[arg(long)]
         component: Option<PathBuf>,
         /// Keep what the events did (the claims too): commit instead of rolling back.

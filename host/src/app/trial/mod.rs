@@ -117,6 +117,12 @@ async fn executor(
     o: &Options,
     rec: Option<&Recorder>,
 ) -> anyhow::Result<Executor> {
+    // The component first: a project is built before anything else is
+    // opened (the build sees none of it).
+    let Some(component) = o.component.clone().or_else(|| h.component.clone()) else {
+        bail!("handler `{}` has no component file; name the one to test with --component", h.name);
+    };
+    let component = if component.is_dir() { build(&component)? } else { component };
     let admin = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(&config.database.url)
@@ -130,10 +136,6 @@ async fn executor(
         Some(r) => crate::capabilities::http::client_via(&settings.http, &r.url)?,
         None => crate::capabilities::http::client(&settings.http)?,
     };
-    let Some(component) = o.component.clone().or_else(|| h.component.clone()) else {
-        bail!("handler `{}` has no component file; name the one to test with --component", h.name);
-    };
-    let component = if component.is_dir() { build(&component)? } else { component };
     // The compiled-artifact cache `idem run` keeps: a second test of the
     // same build starts at once.
     let mut handler = Handler::load(&super::startup::open_runtime(config)?, &component, settings)?;
@@ -150,12 +152,12 @@ async fn executor(
         }
         handler = handler.with_version(version);
     } else if o.commit
-        && let (Some(tested), Some(configured)) = (&o.component, &h.component)
-        && sha256_of(tested)? != sha256_of(configured)?
+        && let (Some(_), Some(configured)) = (&o.component, &h.component)
+        && sha256_of(&component)? != sha256_of(configured)?
     {
         bail!(
             "--commit: {} is not the handler's component ({}), which `idem run` would run; test without --commit",
-            tested.display(),
+            component.display(),
             configured.display()
         );
     }
@@ -165,19 +167,44 @@ async fn executor(
 
 /// A source project given as `--component` (an `idem new` project): built
 /// with its own `build.sh`; its newest `.wasm` is the component.
+///
+/// The build is the project's code (build.rs, npm scripts, whatever
+/// build.sh runs), as hostile as the component: it runs in an empty
+/// environment ([`build_environment`]: none of the operator's secrets
+/// such as `IDEM_ADMIN_TOKEN`, `IDEM_DLQ_KEY` or `DATABASE_URL`) with a
+/// scratch `HOME`, and never as root: as root, idem refuses and asks for
+/// the built component (a build dropped to `nobody` could not reach
+/// toolchains installed under root's home, as they usually are).
 fn build(project: &std::path::Path) -> anyhow::Result<PathBuf> {
     let script = project.join("build.sh");
     if !script.is_file() {
         bail!("{} is a directory without a build.sh (an `idem new` project has one)", project.display());
     }
-    eprintln!("idem: building {} with its build.sh", project.display());
+    if rustix::process::geteuid().is_root() {
+        bail!(
+            "refusing to run {} as root: a project's build runs the project's own code with the rights of whoever \
+             runs it. Build it as an unprivileged user (`./build.sh` in {}) and test the component it writes: \
+             --component {}",
+            script.display(),
+            project.display(),
+            project.join("NAME.wasm").display()
+        );
+    }
+    let scratch = Scratch::new()?;
+    eprintln!("idem: building {} with its build.sh, in an empty environment", project.display());
     let status = std::process::Command::new("bash")
         .arg(&script)
         .current_dir(project)
+        .env_clear()
+        .envs(build_environment(std::env::vars_os(), &scratch.0))
         .status()
         .with_context(|| format!("failed to run {}", script.display()))?;
     if !status.success() {
-        bail!("{} failed: {status}", script.display());
+        bail!(
+            "{} failed: {status} (it ran in an empty environment: only {} and a scratch HOME)",
+            script.display(),
+            BUILD_ENV.join(", ")
+        );
     }
     let newest = std::fs::read_dir(project)?
         .filter_map(Result::ok)
@@ -187,6 +214,97 @@ fn build(project: &std::path::Path) -> anyhow::Result<PathBuf> {
     newest
         .map(|(_, path)| path)
         .with_context(|| format!("{} built no .wasm in {}", script.display(), project.display()))
+}
+
+/// What a project's build may see of the operator's environment: where the
+/// toolchains are (Rust, npm, Python) and how to reach their registries
+/// (trust roots, proxies). Nothing else: no idem setting or secret, no
+/// database or cloud credentials.
+const BUILD_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    // Rust: the scaffold's build.sh honours CARGO_TARGET_DIR.
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "RUSTUP_AUTO_INSTALL",
+    "CARGO_TARGET_DIR",
+    // TypeScript: npm ci of the SDK's tools.
+    "npm_config_cache",
+    "npm_config_registry",
+    "npm_config_cafile",
+    "NODE_EXTRA_CA_CERTS",
+    // Python: componentize-py in IDEM_TOOLS, python3 (pyenv), pip.
+    "IDEM_TOOLS",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "PIP_INDEX_URL",
+    "PIP_CERT",
+    // Registries: trust roots and proxies.
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// The build's environment: the [`BUILD_ENV`] variables the operator has,
+/// `HOME` and `TMPDIR` in `scratch`, and the toolchain homes that default
+/// to the operator's home (`~/.cargo`, `~/.rustup`, `~/.npm`, `~/.pyenv`)
+/// named explicitly when they exist, so that a scratch `HOME` still finds
+/// the installed toolchains and caches.
+fn build_environment(
+    operator: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    scratch: &std::path::Path,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let operator: Vec<_> = operator.collect();
+    let mut env: Vec<_> =
+        operator.iter().filter(|(k, _)| k.to_str().is_some_and(|k| BUILD_ENV.contains(&k))).cloned().collect();
+    if let Some((_, home)) = operator.iter().find(|(k, _)| k == "HOME") {
+        for (name, dir) in [
+            ("CARGO_HOME", ".cargo"),
+            ("RUSTUP_HOME", ".rustup"),
+            ("npm_config_cache", ".npm"),
+            ("PYENV_ROOT", ".pyenv"),
+        ] {
+            let default = std::path::Path::new(home).join(dir);
+            if !env.iter().any(|(k, _)| k == name) && default.is_dir() {
+                env.push((name.into(), default.into_os_string()));
+            }
+        }
+    }
+    env.push(("HOME".into(), scratch.as_os_str().to_owned()));
+    env.push(("TMPDIR".into(), scratch.as_os_str().to_owned()));
+    env
+}
+
+/// A fresh directory of the build's own (its `HOME` and `TMPDIR`),
+/// removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> anyhow::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("idem-build-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("failed to create the build's scratch directory {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn sha256_of(path: &std::path::Path) -> anyhow::Result<String> {
@@ -223,5 +341,41 @@ fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms:
         let (key, payload) =
             (crate::text::shown(&e.key, 200), crate::text::controls_escaped(&payload.to_string(), 2_000));
         println!("  emit {} to {} key {key}: {payload}", e.event_type, e.topic);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    #[test]
+    fn the_build_sees_the_toolchains_and_no_secret() {
+        let home = std::env::temp_dir().join(format!("idem-build-env-{}", std::process::id()));
+        std::fs::create_dir_all(home.join(".cargo")).expect("home");
+        let operator = [
+            ("PATH", "/usr/bin:/bin"),
+            ("HOME", home.to_str().expect("utf-8")),
+            ("IDEM_ADMIN_TOKEN", "admin-secret"),
+            ("IDEM_DLQ_KEY", "dlq-secret"),
+            ("DATABASE_URL", "postgres://u:p@db/x"),
+            ("AWS_SECRET_ACCESS_KEY", "aws"),
+            ("IDEM_TOOLS", "/opt/tools"),
+            ("RUSTUP_HOME", "/opt/rustup"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let env = super::build_environment(operator.into_iter(), std::path::Path::new("/scratch"));
+        let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned());
+        let names: Vec<_> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        assert_eq!(get("PATH").as_deref(), Some("/usr/bin:/bin"));
+        assert_eq!(get("HOME").as_deref(), Some("/scratch"));
+        assert_eq!(get("TMPDIR").as_deref(), Some("/scratch"));
+        assert_eq!(get("IDEM_TOOLS").as_deref(), Some("/opt/tools"));
+        assert_eq!(get("RUSTUP_HOME").as_deref(), Some("/opt/rustup"), "the operator's choice kept");
+        assert_eq!(get("CARGO_HOME"), Some(home.join(".cargo").to_string_lossy().into_owned()), "the default, named");
+        assert_eq!(get("PYENV_ROOT"), None, "no ~/.pyenv: not named");
+        for secret in ["IDEM_ADMIN_TOKEN", "IDEM_DLQ_KEY", "DATABASE_URL", "AWS_SECRET_ACCESS_KEY"] {
+            assert!(!names.iter().any(|n| n == secret), "{secret} reached the build: {names:?}");
+        }
+        let _ = std::fs::remove_dir_all(&home);
     }
 }
