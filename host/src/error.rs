@@ -81,6 +81,13 @@ pub enum ExecError {
     Schema(#[source] sqlx::Error),
     #[error("eventId reused with a different payload (this handler processed the id before)")]
     Conflict,
+    /// A run of the event would have sent a different request under an
+    /// `Idempotency-Key` sent before (`capabilities::http::SentKeys`).
+    #[error(
+        "a different request was sent under Idempotency-Key `{0}` before (events run side by side saw a \
+         batch-mate's write that was rolled back, or not yet made): not sent; the provider holds the first"
+    )]
+    RequestChanged(String),
     /// A guest statement failed inside a batch (see `DbCapability`): the
     /// event runs again alone, where the guest sees the error. Never final.
     #[error("a handler statement failed inside a batch: {0}")]
@@ -112,7 +119,7 @@ impl ExecError {
                 ErrorClass::Unavailable
             }
             Self::Schema(_) => ErrorClass::Fatal,
-            Self::Conflict => ErrorClass::Conflicting,
+            Self::Conflict | Self::RequestChanged(_) => ErrorClass::Conflicting,
         }
     }
 

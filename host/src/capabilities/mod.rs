@@ -68,6 +68,9 @@ pub(crate) struct Grants {
     pub(crate) provenance: Option<Vec<(String, String)>>,
     /// Keep a line per statement (`idem test`).
     pub(crate) transcript: bool,
+    /// What the handler sent under each key, when its events run side by
+    /// side in a transaction (`http::SentKeys`).
+    pub(crate) sent_keys: Option<Arc<http::SentKeys>>,
 }
 
 impl Capabilities {
@@ -80,7 +83,8 @@ impl Capabilities {
             event_id.clone(),
             max_http_requests,
             tx.deadline(),
-        );
+        )
+        .checking(grants.sent_keys);
         let emit =
             emit::EmitCapability::new(grants.emit_policy, grants.max_emits, grants.max_emit_bytes, grants.provenance);
         let db = db::DbCapability::new(handler.clone(), max_db_statements, batched);

@@ -52,13 +52,16 @@ pub struct Executor {
     stats: Option<Arc<Stats>>,
     /// Invocations keep a line per statement (`idem test`).
     transcribe: bool,
+    /// What this handler sent under each key (`http::SentKeys`).
+    sent_keys: Arc<crate::capabilities::http::SentKeys>,
 }
 
 impl Executor {
     /// `pool` must be the handler's own (see `sandbox::pool`), never a
     /// privileged one: its role is the sandbox's boundary.
     pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
-        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false }
+        let sent_keys = Arc::default();
+        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false, sent_keys }
     }
 
     /// The same executor, counting into `stats`.
@@ -243,6 +246,7 @@ impl Executor {
             max_emit_bytes: settings.max_emit_bytes,
             provenance,
             transcript: self.transcribe,
+            sent_keys: (settings.max_concurrent > 1).then(|| self.sent_keys.clone()),
         };
         Capabilities::new(tx, grants)
     }
@@ -295,10 +299,15 @@ impl Executor {
             }
         }
         let infrastructure = caps.db.infrastructure_failure().map(str::to_owned);
+        let changed_key = caps.http.changed_key.take();
         let requests = if self.transcribe { std::mem::take(&mut caps.http.sent) } else { Vec::new() };
         let left = Left { emitted: caps.emit.take(), transcript: caps.db.transcript(), requests };
         let tx = caps.tx;
         let result = match invocation {
+            // Whatever the guest made of the refusal, the event fails.
+            Invocation::Ok | Invocation::Failed { .. } if changed_key.is_some() => {
+                Err(ExecError::RequestChanged(changed_key.unwrap_or_default()))
+            }
             // Whatever the guest made of it, a transaction in which the
             // infrastructure failed is not committed.
             Invocation::Ok | Invocation::Failed { .. } if infrastructure.is_some() => {

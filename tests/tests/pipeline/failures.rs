@@ -589,3 +589,56 @@ async fn a_persistent_infrastructure_failure_while_the_database_answers_spends_a
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(2)]);
     env.finish().await;
 }
+
+/// Under `max_concurrent > 1` a batch's events see each other's uncommitted
+/// rows: B posts a count that includes A's row while A waits for a slow
+/// answer; then A fails and its row is rolled back. B's next run would send
+/// a different request under the same Idempotency-Key: it is not sent, and
+/// B is dead-lettered as conflicting, naming the key. The provider never
+/// holds two different requests under one key.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_from_a_rolled_back_batch_mate_is_never_followed_by_another_under_its_key() {
+    let env = Env::new(1).await;
+    let (_, a) = scenario("slow-then-fail", serde_json::json!({}));
+    let (b_id, b) = scenario("post-what-it-sees", serde_json::json!({ "seq": 2 }));
+    // A partition's first event runs alone (a crash is then its own:
+    // `pipeline/attempts.rs`); A and B come after it, in one batch.
+    let (_, first) = scenario("ok", serde_json::json!({}));
+    kafka::produce(&env.producer, &env.topic, 0, "z", &first).await;
+    kafka::produce(&env.producer, &env.topic, 0, "a", &a).await;
+    kafka::produce(&env.producer, &env.topic, 0, "b", &b).await;
+    // One lane (so one batch), two keys: two chains that run side by side.
+    // A batch waits 500 ms to fill, so both records are in it.
+    let mut spec =
+        HandlerSpec::scenarios(&env.topic, &env.provider.base_url()).with_lanes("key", 1).with_max_concurrent(2);
+    spec.batch = Some((10, 500));
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.dead_lettered), (1, 2), "{r:?}: {:?}", env.provider.seen());
+    let mut bodies: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    for seen in env.provider.seen() {
+        if let Some(key) = seen.idempotency_key {
+            bodies.entry(key).or_default().insert(seen.body);
+        }
+    }
+    let b_key = b_id.hyphenated().to_string();
+    assert_eq!(
+        bodies.get(&b_key).map(|b| b.iter().cloned().collect::<Vec<_>>()),
+        Some(vec![r#"{"seen":2}"#.to_owned()]),
+        "B's first request saw the first event's row and A's uncommitted one: {bodies:?}"
+    );
+    for (key, sent) in &bodies {
+        assert_eq!(sent.len(), 1, "one request under each key: {key} had {sent:?}");
+    }
+    let dead = kafka::read_all(&format!("{}.scenarios.dlq", env.topic));
+    let reason = dead
+        .iter()
+        .find(|m| m.payload().is_some_and(|p| p == b.as_slice()))
+        .and_then(|m| header(m, h::REASON))
+        .unwrap_or_else(|| panic!("B dead-lettered with a reason: {} dead letters", dead.len()));
+    assert!(
+        reason.contains(&format!("a different request was sent under Idempotency-Key `{b_key}` before")),
+        "{reason}"
+    );
+    env.finish().await;
+}

@@ -25,6 +25,7 @@ use tracing::Instrument as _;
 
 mod policy;
 mod retry;
+mod sent;
 mod target;
 
 use super::allowance::Allowance;
@@ -33,6 +34,7 @@ use crate::wit::http::{self, HttpError, Request, Response};
 pub use policy::{Credential, HttpPolicy};
 pub use retry::RetryPolicy;
 use retry::Transient;
+pub(crate) use sent::SentKeys;
 
 /// Largest response body handed to a guest.
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
@@ -57,6 +59,12 @@ pub(crate) struct HttpCapability {
     pub(crate) resent: Vec<(String, &'static str)>,
     /// The end of the invocation's budget: no re-send waits past it.
     deadline: tokio::time::Instant,
+    /// What the handler sent under each key, when its events run side by
+    /// side in a transaction (see `sent`).
+    sent_keys: Option<Arc<SentKeys>>,
+    /// A key under which a different request was sent before: the
+    /// executor fails the event as conflicting, whatever the guest did.
+    pub(crate) changed_key: Option<String>,
 }
 
 impl HttpCapability {
@@ -69,7 +77,13 @@ impl HttpCapability {
     ) -> Self {
         let requests = Allowance::new(max_requests, "max_http_requests");
         let (used, sent, resent) = (HashMap::new(), Vec::new(), Vec::new());
-        Self { client, policy, event_id, used, requests, sent, resent, deadline }
+        Self { client, policy, event_id, used, requests, sent, resent, deadline, sent_keys: None, changed_key: None }
+    }
+
+    /// Checks every keyed request against what the handler sent before.
+    pub(crate) fn checking(mut self, sent_keys: Option<Arc<SentKeys>>) -> Self {
+        self.sent_keys = sent_keys;
+        self
     }
 
     /// One with the same client and no allowance (see `Capabilities::husk`).
@@ -161,6 +175,12 @@ impl HttpCapability {
                 return Err(HttpError::InvalidRequest(format!(
                     "Idempotency-Key `{key}` was already used in this invocation for a different request; \
                      give each unsafe operation its own label"
+                )));
+            }
+            if self.sent_keys.as_ref().is_some_and(|keys| !keys.admit(&key, print)) {
+                self.changed_key = Some(key.clone());
+                return Err(HttpError::Denied(format!(
+                    "a different request was sent under Idempotency-Key `{key}` before: not sent"
                 )));
             }
             self.used.insert(key.clone(), print);

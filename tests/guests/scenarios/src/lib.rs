@@ -294,6 +294,30 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             let status = http::get(url).send()?.status();
             record(db, event, &format!("status:{status}"))
         }
+        "slow-then-fail" => {
+            // Its `start` row stands, uncommitted, while a slow request is
+            // answered; then the event fails, and the row is rolled back.
+            http::post(format!("{}/v1/charges", base()?)).label("slow").body(r#"{"currency":"SLO"}"#).send()?;
+            Err(Error::permanent("failing on purpose after a slow request"))
+        }
+        "post-what-it-sees" => {
+            // A request built from what the transaction shows of the other
+            // events, a batch-mate's uncommitted rows included: it waits up
+            // to 2 s for `seq` rows (default 1) to show.
+            let wanted = p.seq.unwrap_or(1);
+            let mut seen = 0i64;
+            for _ in 0..20 {
+                let rows =
+                    db.query("SELECT count(*)::bigint AS n FROM scenario.effect WHERE event_id <> $1", &[&event.id()])?;
+                seen = rows.first().ok_or_else(|| Error::permanent("no count"))?.get("n")?;
+                if seen >= wanted {
+                    break;
+                }
+                db.execute("SELECT pg_sleep(0.1)", &[])?;
+            }
+            http::post(format!("{}/v1/charges", base()?)).body(format!(r#"{{"seen":{seen}}}"#)).send()?;
+            Ok(())
+        }
         other => Err(Error::permanent(format!("unknown scenario {other}"))),
     }
 }
