@@ -61,7 +61,16 @@ impl Executor {
     /// privileged one: its role is the sandbox's boundary.
     pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
         let sent_keys = Arc::default();
-        Self { handler, pool, http, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false, sent_keys }
+        Self {
+            handler,
+            pool,
+            http,
+            pins: Arc::new(pins),
+            force_stale: false,
+            stats: None,
+            transcribe: false,
+            sent_keys,
+        }
     }
 
     /// The same executor, counting into `stats`.
