@@ -20,7 +20,9 @@ const SESSION: &str = "30000";
 fn long_sessions(env: &Env, spec: &HandlerSpec) -> PathBuf {
     let path = host::write_config(&env.db.url, std::slice::from_ref(spec));
     let text = std::fs::read_to_string(&path).expect("config");
-    let text = text.replace("\"session.timeout.ms\" = \"6000\"", &format!("\"session.timeout.ms\" = \"{SESSION}\""));
+    let default = "\"session.timeout.ms\" = \"6000\"";
+    assert!(text.contains(default), "the harness's config sets {default}: {}", path.display());
+    let text = text.replace(default, &format!("\"session.timeout.ms\" = \"{SESSION}\""));
     std::fs::write(&path, text).expect("config");
     path
 }
