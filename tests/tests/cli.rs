@@ -413,6 +413,20 @@ async fn idem_test_commit_keeps_the_events_that_succeeded_and_only_for_the_confi
     db.drop_database().await;
 }
 
+/// Copies the folder `from` to `to` (files and folders only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create a folder");
+    for entry in std::fs::read_dir(from).expect("read a folder") {
+        let entry = entry.expect("an entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("its type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy a file");
+        }
+    }
+}
+
 /// `idem test --component DIR` builds the project with its `build.sh`, which
 /// runs the project's own code: in an empty environment (none of the
 /// operator's secrets, a scratch HOME), and never as root: as root it
@@ -427,6 +441,16 @@ fn idem_test_builds_a_project_without_the_operators_secrets_and_never_as_root() 
         "postgres://127.0.0.1:1/never-reached",
         &[HandlerSpec::billing("orders.confirmed", "http://127.0.0.1:9")],
     );
+    // The unprivileged user must read what the config names, wherever the
+    // checkout is (a clone in a root-only folder): the example's files are
+    // copied beside the config and named there.
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let copied = config.with_file_name("examples");
+    copy_tree(&examples.join("billing"), &copied.join("billing"));
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text.replace(examples.to_str().expect("path"), copied.to_str().expect("path"));
+    assert!(!text.contains(examples.to_str().expect("path")), "the config names the copies:\n{text}");
+    std::fs::write(&config, text).expect("config");
     let project = config.with_file_name("project");
     std::fs::create_dir(&project).expect("project");
     // The build writes what it sees (its environment and uid) and no component.

@@ -17,6 +17,7 @@
 //! owns the consumer, acts on it at its next turn.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::stats::IncidentKind;
@@ -29,21 +30,29 @@ pub(super) const LONGEST_WAIT: Duration = Duration::from_secs(60);
 /// An incident this long after the previous one starts the backoff over.
 const QUIET_RESETS: Duration = Duration::from_secs(300);
 
-/// An incident a worker reported, for the polling thread.
+/// An incident a worker reported, for the polling thread (which looks at
+/// every turn: `pending` spares it the lock while there is none).
 #[derive(Debug, Default)]
-pub(crate) struct Reported(Mutex<Option<(IncidentKind, String)>>);
+pub(crate) struct Reported {
+    pending: AtomicBool,
+    report: Mutex<Option<(IncidentKind, String)>>,
+}
 
 impl Reported {
     /// Keeps the first report until it is taken: one remake serves all.
     pub(crate) fn report(&self, kind: IncidentKind, account: String) {
-        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.report.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
             *slot = Some((kind, account));
+            self.pending.store(true, Ordering::Release);
         }
     }
 
     pub(super) fn take(&self) -> Option<(IncidentKind, String)> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+        if !self.pending.swap(false, Ordering::Acquire) {
+            return None;
+        }
+        self.report.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
