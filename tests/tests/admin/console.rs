@@ -340,7 +340,11 @@ async fn the_right_token_is_never_refused_and_no_session_starves_another() {
                 match answer.status {
                     200 => read += 1,
                     429 => {
-                        assert!(answer.body.contains("reading a dead-letter page already"), "{}", answer.body);
+                        assert!(
+                            answer.body.contains("a dead-letter page being read and another waiting"),
+                            "{}",
+                            answer.body
+                        );
                         refused += 1;
                     }
                     other => panic!("the reader got {other}: {}", answer.body),
@@ -357,6 +361,45 @@ async fn the_right_token_is_never_refused_and_no_session_starves_another() {
     }
     let (read, refused) = looping.await.expect("reader");
     assert!(read > 0 && refused > 0, "the reader read {read} pages, one at a time ({refused} refused)");
+    host.stop().await;
+    env.finish().await;
+}
+
+/// The same shares and the Secure cookie in Chromium: a `read` session's
+/// page looping over the dead-letter API never makes the operator's
+/// dead-letter page fail or come up short, and behind TLS
+/// (`console_behind_tls`) the browser holds a Secure cookie with which
+/// every page works (tests/console/shares.mjs).
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_browser_a_looping_reader_never_starves_the_operators_dead_letter_page() {
+    let env = Env::new().await;
+    let config = env.config(&env.billing(), "console_behind_tls = true");
+    let host = Host::start(&config, None).await;
+    let producer = kafka::producer();
+    for i in 0..20 {
+        kafka::produce(&producer, &env.topic, i % 2, "k", format!("not json {i}").as_bytes()).await;
+    }
+    let dlq = format!("{}.billing.dlq", env.topic);
+    idem_tests::wait_until("20 dead letters", || kafka::read_all(&dlq).len() == 20).await;
+    let node = tokio::process::Command::new("node")
+        .arg(repo("tests/console/shares.mjs"))
+        .env("CONSOLE_URL", format!("http://localhost:{}", host.address.port()))
+        .env("OPERATE_TOKEN", super::TOKEN)
+        .env("READ_TOKEN", READ_TOKEN)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), node)
+        .await
+        .expect("shares.mjs ended within 3 minutes")
+        .expect("node (scripts/test installs tests/console's packages)");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{stderr}");
+    assert!(
+        out.status.success() && stdout.trim_end().ends_with("pass"),
+        "shares.mjs failed ({}):\n{stderr}",
+        out.status
+    );
     host.stop().await;
     env.finish().await;
 }

@@ -175,7 +175,7 @@ pub(super) async fn dead_letters(
     let reading = match state.console.reading.take(session.scope, session.id).await {
         Ok(share) => share,
         Err(shares::Refused::Pending) => {
-            let message = "this session is reading a dead-letter page already: wait for it";
+            let message = "this session has a dead-letter page being read and another waiting: wait for them";
             return routes::error(StatusCode::TOO_MANY_REQUESTS, message).into_response();
         }
         Err(shares::Refused::Busy) => {

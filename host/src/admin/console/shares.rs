@@ -3,12 +3,13 @@
 //!
 //! Each scope has slots of its own, so `read` sessions can never take what
 //! an `operate` session needs; within a scope, each session holds at most
-//! one slot or one place in the queue, and the queue is first come, first
-//! served (tokio's semaphore is fair). A session that reads in a loop thus
-//! waits its turn like everyone else: it never gets more than its share,
-//! and a second request of it while one is pending is refused at once
-//! (429). A turn that does not come within [`LONGEST_WAIT`] is answered
-//! 503, naming the wait.
+//! one slot, and the queue is first come, first served (tokio's semaphore
+//! is fair). A session's newer request (a reload, a filter changed while a
+//! page loads) waits behind its older one, whose read goes on on the host
+//! even when the browser has left it; a third at once is refused (429). A
+//! session that reads in a loop thus waits its turn like everyone else and
+//! never gets more than its share. A turn that does not come within
+//! [`LONGEST_WAIT`] is answered 503, naming the wait.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,13 +21,15 @@ use super::super::access::Scope;
 
 /// DLQ pages read at once, per scope.
 const SLOTS_PER_SCOPE: usize = 2;
+/// Requests of one session at once: one reading, one waiting behind it.
+const PER_SESSION: usize = 2;
 /// The longest a request waits in the queue for its turn.
 pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(20);
 
 /// Why a request got no share.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Refused {
-    /// The session has a request of its own pending.
+    /// The session has [`PER_SESSION`] requests pending already.
     Pending,
     /// No turn within [`LONGEST_WAIT`].
     Busy,
@@ -37,7 +40,7 @@ pub(crate) struct Shares {
     read: Arc<Semaphore>,
     operate: Arc<Semaphore>,
     /// Sessions with a request holding a slot or waiting for one.
-    pending: Arc<Mutex<HashMap<u64, ()>>>,
+    pending: Arc<Mutex<HashMap<u64, Turns>>>,
     wait: Duration,
 }
 
@@ -51,19 +54,35 @@ impl Default for Shares {
 /// the session's place).
 #[derive(Debug)]
 pub(crate) struct Share {
-    _permit: OwnedSemaphorePermit,
+    _slot: OwnedSemaphorePermit,
+    _turn: OwnedSemaphorePermit,
     _pending: Pending,
 }
 
+/// One session's requests: its turn (one at a time) and how many hold or
+/// wait for it.
+#[derive(Debug)]
+struct Turns {
+    turn: Arc<Semaphore>,
+    requests: usize,
+}
+
+/// A request counted in its session's [`Turns`] until dropped.
 #[derive(Debug)]
 struct Pending {
     session: u64,
-    sessions: Arc<Mutex<HashMap<u64, ()>>>,
+    sessions: Arc<Mutex<HashMap<u64, Turns>>>,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.session);
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(turns) = sessions.get_mut(&self.session) {
+            turns.requests -= 1;
+            if turns.requests == 0 {
+                sessions.remove(&self.session);
+            }
+        }
     }
 }
 
@@ -79,19 +98,25 @@ impl Shares {
 
     /// Waits for a slot of `scope` for `session`, in turn.
     pub(crate) async fn take(&self, scope: Scope, session: u64) -> Result<Share, Refused> {
-        let pending = {
+        let (turn, pending) = {
             let mut sessions = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-            if sessions.insert(session, ()).is_some() {
+            let turns =
+                sessions.entry(session).or_insert_with(|| Turns { turn: Arc::new(Semaphore::new(1)), requests: 0 });
+            if turns.requests >= PER_SESSION {
                 return Err(Refused::Pending);
             }
-            Pending { session, sessions: self.pending.clone() }
+            turns.requests += 1;
+            (turns.turn.clone(), Pending { session, sessions: self.pending.clone() })
         };
         let slots = match scope {
             Scope::Read => self.read.clone(),
             Scope::Operate => self.operate.clone(),
         };
-        match tokio::time::timeout(self.wait, slots.acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(Share { _permit: permit, _pending: pending }),
+        // The session's own turn first, so that it never holds two slots.
+        let both =
+            async { Ok::<_, tokio::sync::AcquireError>((turn.acquire_owned().await?, slots.acquire_owned().await?)) };
+        match tokio::time::timeout(self.wait, both).await {
+            Ok(Ok((turn, slot))) => Ok(Share { _slot: slot, _turn: turn, _pending: pending }),
             // Never closed; a timeout is the busy case.
             Ok(Err(_)) | Err(_) => Err(Refused::Busy),
         }
@@ -105,11 +130,22 @@ mod tests {
     #[tokio::test]
     async fn a_session_holds_one_share_and_waits_its_turn() {
         let shares = Shares::new(1, Duration::from_secs(5));
+        let shares = Arc::new(shares);
         let first = shares.take(Scope::Read, 1).await.expect("a slot");
-        assert_eq!(shares.take(Scope::Read, 1).await.err(), Some(Refused::Pending), "one per session");
+        // The session's next request waits behind its first (a reload);
+        // a third at once is refused.
+        let behind = tokio::spawn({
+            let shares = shares.clone();
+            async move { shares.take(Scope::Read, 1).await.map(|_| ()) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(shares.take(Scope::Read, 1).await.err(), Some(Refused::Pending), "two per session");
+        assert!(!behind.is_finished(), "one slot per session");
+        drop(first);
+        assert_eq!(behind.await.expect("task"), Ok(()), "the waiting request has its turn");
+        let first = shares.take(Scope::Read, 1).await.expect("a slot");
         // Another read session queues; operate has slots of its own.
         let operate = shares.take(Scope::Operate, 3).await.expect("operate is not behind read");
-        let shares = Arc::new(shares);
         let queued = tokio::spawn({
             let shares = shares.clone();
             async move { shares.take(Scope::Read, 2).await }
