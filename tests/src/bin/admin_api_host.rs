@@ -1,7 +1,9 @@
 //! A running `idem run` with an admin token, for tools that test its admin
 //! API from outside (`scripts/schemathesis`):
 //!
-//!     admin-api-host COMMAND [ARGS…]
+//! ```text
+//! admin-api-host COMMAND [ARGS…]
+//! ```
 //!
 //! Makes a fresh test database, a topic, a payment provider and a config
 //! with the billing handler; starts `idem run` with a random
