@@ -1,5 +1,5 @@
 //! How a record failed, and so what the pipeline does with it: the one
-//! classification of failures (the README's failure table says the same).
+//! classification of failures (the failure table in docs/guarantees.md says the same).
 //!
 //! | class | examples | what happens |
 //! |---|---|---|

@@ -5,7 +5,7 @@
 //! and `operate` (also deploy, activate, roll back, replay). A token's scope
 //! is the variable it came from: `[admin] token_env` holds the `operate`
 //! token, `[admin] read_token_env` the `read` one. With neither set the API
-//! serves loopback only and every caller operates (README, "Admin API").
+//! serves loopback only and every caller operates (docs/modules.md, "Admin API").
 
 use std::sync::Arc;
 

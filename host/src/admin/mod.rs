@@ -14,7 +14,7 @@
 //! The listener (`listener`, `peers`) caps connections in all and per
 //! address and drops clients that send their headers too slowly, or stop
 //! taking an answer (`stall`); an upload's body has its own deadline
-//! (`body`). README, "Admin listener
+//! (`body`). docs/modules.md, "Admin listener
 //! limits".
 
 mod access;

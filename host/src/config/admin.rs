@@ -1,6 +1,6 @@
 //! `[admin]`: the host's HTTP listener (module upload and activation,
 //! metrics and health) and the limits that keep hostile clients from
-//! holding it, or the process's file descriptors (README, "Admin listener
+//! holding it, or the process's file descriptors (docs/modules.md, "Admin listener
 //! limits"; ranges in `ranges.rs`).
 
 use std::net::SocketAddr;

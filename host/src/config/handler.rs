@@ -149,7 +149,7 @@ pub struct HandlerConfig {
     pub trust_input_trace_headers: bool,
 }
 
-/// Events per transaction (see the README's "Batching").
+/// Events per transaction (docs/guarantees.md, "Batching").
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HandlerBatch {
@@ -165,7 +165,7 @@ pub struct HandlerBatch {
     /// batch spans partitions; different keys under `"key"`, any under
     /// `"none"`): their HTTP requests go out together, their statements take
     /// the batch's transaction in turn. They share that transaction, so a
-    /// row lock of one does not hold another back (README, "Events of a
+    /// row lock of one does not hold another back (docs/guarantees.md, "Events of a
     /// batch at once").
     #[serde(default = "default_max_concurrent")]
     pub max_concurrent: usize,
@@ -183,7 +183,7 @@ impl Default for HandlerBatch {
 
 /// 100 events share one commit and a few round trips; a failure among
 /// them costs re-running the events before it, so larger batches buy
-/// little more (see the README's benchmark).
+/// little more (see docs/benchmark.md).
 fn default_max_events() -> usize {
     100
 }
@@ -195,7 +195,7 @@ fn default_max_concurrent() -> usize {
     1
 }
 
-/// What happens to an event that fails (see the README's failure table).
+/// What happens to an event that fails (the failure table in docs/guarantees.md).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HandlerRetry {

@@ -1,5 +1,5 @@
 //! The host's configuration file (TOML). Every key is documented in the
-//! README; unknown keys are refused, so a typo never silently falls back to
+//! docs/configuration.md; unknown keys are refused, so a typo never silently falls back to
 //! a default.
 
 use std::collections::{BTreeMap, HashSet};

@@ -1,7 +1,7 @@
 //! The outbox's configuration: what a handler may emit (`[[handler.emit]]`),
 //! which other applications may publish through idem
 //! (`[[outbox.producer]]`), and how long published rows are kept
-//! (`[outbox]`). See the README's "The outbox".
+//! (`[outbox]`). See docs/outbox.md.
 
 use std::collections::HashSet;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! The range of every value whose wrong setting would panic the host, fail
 //! every event, or be refused later by a server in words that do not name
 //! the key: each is checked when the config loads, naming the key, the
-//! value and what is accepted. The README's "Configuration" lists them.
+//! value and what is accepted. docs/configuration.md lists them.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `[retention]` and the handler keys of R-KFK-IDEM-2: how long dedup rows
 //! are kept, how maintenance keeps them, and what becomes of an event older
-//! than that (see the README's "Retention").
+//! than that (see docs/retention.md).
 
 use std::fmt;
 use std::time::Duration;

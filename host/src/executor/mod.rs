@@ -289,7 +289,7 @@ impl Executor {
         let Run { attempt, batched, guarded } = run;
         let deadline = tx.deadline();
         // An event run without a dedup row emits nothing: its emits could
-        // not name it as their cause (README, "The outbox").
+        // not name it as their cause (docs/outbox.md).
         let trust = self.handler.settings().trust_input_trace_headers;
         let provenance = guarded.then(|| crate::outbox::write::provenance(event, trust));
         let caps = self.capabilities(tx, event.id.hyphenated().to_string(), batched, provenance);

@@ -1,4 +1,4 @@
-//! The transactional outbox (README, "The outbox"): events written in the
+//! The transactional outbox (docs/outbox.md): events written in the
 //! transaction that decides them, published to Kafka by a relay after it
 //! commits.
 //!

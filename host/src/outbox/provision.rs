@@ -50,12 +50,16 @@ pub async fn apply(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String
 
 /// What the database has of producers this config does not name (another
 /// config's, or one removed from this one), said, never changed: several
-/// configs may share a database. `remove` is how an operator ends one.
+/// configs may share a database. `remove` is how an operator ends one; an
+/// ended producer is said again only while it has rows no host will publish.
 async fn strangers(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String>> {
     let named: Vec<String> = super::producers(config);
-    let others: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT p.producer, (SELECT count(*) FROM idem.outbox o WHERE o.producer = p.producer \
-                               AND published_at IS NULL AND failed_at IS NULL) \
+    let others: Vec<(String, bool, i64)> = sqlx::query_as(
+        "SELECT p.producer, \
+                EXISTS (SELECT 1 FROM idem.outbox_topic t WHERE t.producer = p.producer) \
+                OR EXISTS (SELECT 1 FROM idem.outbox_producer r WHERE r.producer = p.producer), \
+                (SELECT count(*) FROM idem.outbox o WHERE o.producer = p.producer \
+                   AND published_at IS NULL AND failed_at IS NULL) \
          FROM (SELECT producer FROM idem.outbox_topic UNION SELECT producer FROM idem.outbox_producer \
                UNION SELECT DISTINCT producer FROM idem.outbox) p \
          WHERE NOT (p.producer = ANY($1)) ORDER BY 1",
@@ -65,11 +69,16 @@ async fn strangers(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String
     .await?;
     Ok(others
         .into_iter()
-        .map(|(producer, pending)| {
-            format!(
+        .filter_map(|(producer, live, pending)| match (live, pending) {
+            (true, _) => Some(format!(
                 "`{producer}` is an outbox producer this config does not name ({pending} row(s) pending): a host \
                  whose config names it publishes them; `idem outbox --remove-producer {producer}` ends it"
-            )
+            )),
+            (false, 0) => None,
+            (false, _) => Some(format!(
+                "`{producer}` was ended (`idem outbox --remove-producer`) with {pending} row(s) pending: no host \
+                 publishes them"
+            )),
         })
         .collect())
 }

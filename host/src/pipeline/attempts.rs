@@ -38,7 +38,7 @@
 //! that was running.
 //!
 //! `[database] url`'s role needs INSERT, UPDATE and DELETE on
-//! `idem.execution_attempt` (the README's provisioning section says so).
+//! `idem.execution_attempt` (docs/security.md says so).
 
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;

@@ -149,7 +149,7 @@ pub async fn check_mode(pool: &PgPool, config: &RetentionConfig) -> anyhow::Resu
     }
     if !missing.is_empty() {
         bail!(
-            "idem's own role cannot maintain idem.processed_event (see README, \"Retention\"): it needs {}",
+            "idem's own role cannot maintain idem.processed_event (see docs/retention.md): it needs {}",
             missing.join("; ")
         );
     }

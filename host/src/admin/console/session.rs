@@ -27,7 +27,8 @@ pub(crate) const COOKIE: &str = "idem_console";
 pub(crate) const LIFETIME: Duration = Duration::from_secs(8 * 3600);
 const MAX_SESSIONS: usize = 128;
 const MAX_FAILURES: usize = 10;
-/// Addresses whose failures are remembered; past it the quietest go.
+/// Addresses whose failures are remembered; past it, those quiet for a
+/// minute are forgotten, and newcomers share one count while it stays full.
 const MAX_PEERS: usize = 4096;
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
@@ -121,6 +122,10 @@ impl Sessions {
 /// What failed logins are counted by: an IPv4 address, or an IPv6 /64 (one
 /// host can hold a whole /64 and try from each of its addresses).
 fn network(ip: IpAddr) -> IpAddr {
+    // An IPv4 client of a dual-stack listener (`[::]`) arrives as
+    // ::ffff:a.b.c.d, whose /64 is `::`: every IPv4 address would share one
+    // count. Canonical first, it is counted as the IPv4 address it is.
+    let ip = ip.to_canonical();
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => {
@@ -175,6 +180,18 @@ mod tests {
             assert!(!sessions.failed(v6(last)));
         }
         assert!(sessions.failed(v6(999)), "a /64 is one address");
+    }
+
+    #[test]
+    fn ipv4_clients_of_a_dual_stack_listener_are_counted_apart() {
+        let sessions = Sessions::default();
+        let mapped = |last: u8| Some(std::net::IpAddr::V6(std::net::Ipv4Addr::new(127, 0, 0, last).to_ipv6_mapped()));
+        for _ in 0..super::MAX_FAILURES {
+            assert!(!sessions.failed(mapped(2)));
+        }
+        assert!(sessions.failed(mapped(2)), "past the limit");
+        assert!(!sessions.failed(mapped(3)), "::ffff:127.0.0.3 is not ::ffff:127.0.0.2");
+        assert!(sessions.failed(Some([127, 0, 0, 2].into())), "and is the IPv4 address it maps");
     }
 
     #[test]

@@ -148,7 +148,7 @@ pub(super) enum Command {
     /// migrations and grants. Needs an administrator's URL.
     Migrate {
         /// PostgreSQL URL of an administrator; defaults to IDEM_DATABASE_URL,
-        /// then DATABASE_URL, then (with --config) the config's [database] url.
+        /// then DATABASE_URL, then (with --config) the database url in the config.
         #[arg(long)]
         database_url: Option<String>,
         /// The handlers to provision.
