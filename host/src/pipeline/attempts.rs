@@ -165,6 +165,25 @@ pub(crate) async fn batch_ended(pool: &PgPool, at: BatchPlace<'_>, first: i64) {
     }
 }
 
+/// Removes the marks of `at`'s partition (any lane) whose records are all
+/// before `position`, resolved: none of them can be in flight.
+pub(crate) async fn behind(pool: &PgPool, at: BatchPlace<'_>, position: i64) {
+    let cleared = sqlx::query(
+        "DELETE FROM idem.batch_in_flight \
+         WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3 AND last_offset < $4",
+    )
+    .bind(at.handler)
+    .bind(at.topic)
+    .bind(at.partition)
+    .bind(position)
+    .execute(pool)
+    .await;
+    if let Err(e) = cleared {
+        let BatchPlace { handler, topic, partition, .. } = at;
+        tracing::warn!(handler, topic, partition, "failed to clear a crashed batch's marks: {e}");
+    }
+}
+
 /// The last offset of the batches of this partition (any lane) that a
 /// crash interrupted, if any.
 pub(crate) async fn crashed_batch(

@@ -41,6 +41,8 @@ pub(crate) struct PartitionState {
     /// The last offset of any lane's batch a crash interrupted, as read
     /// once for this assignment (`worker::batch::check_crash`).
     pub(super) crash_mark: tokio::sync::OnceCell<Option<i64>>,
+    /// The crashed host's marks were cleared (`worker::Worker::unmark`).
+    pub(super) crash_cleared: AtomicBool,
     /// One queue per lane.
     lanes: Vec<mpsc::UnboundedSender<Record>>,
     ordering: RecordOrder,
@@ -80,6 +82,7 @@ impl PartitionState {
             paused: AtomicBool::new(true),
             start: Mutex::new(Start::default()),
             crash_mark: tokio::sync::OnceCell::new(),
+            crash_cleared: AtomicBool::new(false),
             lanes: senders,
             ordering,
             turn: AtomicUsize::new(0),

@@ -111,3 +111,53 @@ async fn a_host_killed_with_batches_in_several_lanes_leaves_a_mark_per_lane_and_
     assert_eq!(kafka::committed(&spec.group_id, &env.topic, 1), vec![Some(sent.len() as i64)]);
     env.finish().await;
 }
+
+/// A lane whose records all fall in the range a crash left to run alone
+/// never batches again, so no batch of its own replaces the crashed host's
+/// mark: the mark still goes once the partition's records up to it are
+/// resolved (else it stays for good, and a later replay of those offsets,
+/// a new group reading from the start, runs them alone and counted).
+///
+/// The test above with the second key cut to 5 records, all inside the
+/// marked range (the other lanes' batches reach past them).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lane_whose_records_all_ran_alone_after_a_crash_leaves_no_mark_behind() {
+    let env = Env::new().await;
+    let keys = keys_in_distinct_lanes(LANES, 3, &[]);
+    let records: Vec<_> = (0..16)
+        .flat_map(|seq| {
+            keys.iter()
+                .enumerate()
+                .filter(move |(i, _)| *i != 1 || seq < 5)
+                .map(move |(_, (key, _))| (Some(key.clone()), seq, serde_json::json!({ "sleep_ms": 300 })))
+        })
+        .collect();
+    let sent = send_lane_records(&env, &records).await;
+    let spec = HandlerSpec { batch: Some((BATCH, 5)), ..env.scenarios() }.with_lanes("key", LANES as u32);
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let child = host::spawn(&config, false, &[]);
+    idem_tests::wait_until_async("a batch in flight in each of the 3 busy lanes", || async {
+        env.marks().await.len() == 3
+    })
+    .await;
+    host::signal(&child, "KILL");
+    let (status, _) = tokio::task::spawn_blocking(move || host::wait_report(child)).await.expect("wait");
+    assert!(!status.success(), "killed: {status}");
+    let marks = env.marks().await;
+    let short_lane = keys[1].1;
+    let through = marks.iter().map(|m| m.last).max().expect("marks");
+    let short: Vec<i64> =
+        sent.iter().filter(|s| s.key.as_deref() == Some(keys[1].0.as_str())).map(|s| s.offset).collect();
+    assert!(
+        short.iter().all(|o| *o <= through),
+        "the short lane's records {short:?} are all inside the marked range (through {through})"
+    );
+    assert!(marks.iter().any(|m| m.lane == short_lane), "the short lane had a mark at the kill: {marks:?}");
+
+    let (status, _) = run_to_exit(&config, &[]).await;
+    assert!(status.success(), "{status}");
+    let log = env.lane_log().await;
+    assert_eq!(log.len(), sent.len(), "each record's effect once");
+    assert_eq!(env.marks().await, vec![], "no mark left, the short lane's included");
+    env.finish().await;
+}

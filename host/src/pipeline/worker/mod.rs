@@ -142,12 +142,30 @@ impl Worker {
         }
     }
 
-    /// Removes this lane's mark, if it has one.
+    /// Removes this lane's mark, if it has one, and the crashed host's
+    /// once every record they cover is resolved.
     async fn unmark(&mut self) {
         if let Some(first) = self.marked.take() {
             let place = batch::place(&self.shared, &self.state, self.lane);
             super::attempts::batch_ended(&self.shared.marks, place, first).await;
         }
+        self.clear_crashed().await;
+    }
+
+    /// A lane's mark is replaced by its next batch, but a lane whose records
+    /// all fall in the range a crash left to run alone never batches: the
+    /// crashed host's mark would stay for good, and make a later replay of
+    /// those offsets run alone. Once the partition's resolved prefix is past
+    /// it, every mark behind that prefix goes (a live batch's records are
+    /// all unresolved, so never behind it).
+    async fn clear_crashed(&mut self) {
+        let Some(Some(last)) = self.state.crash_mark.get().copied() else { return };
+        let Some(position) = self.state.tracker().position() else { return };
+        if position <= last || self.state.crash_cleared.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let place = batch::place(&self.shared, &self.state, self.lane);
+        super::attempts::behind(&self.shared.marks, place, position).await;
     }
 
     /// `record` is resolved: its offset may be committed.
