@@ -58,37 +58,65 @@ pub(super) struct Sent {
 }
 
 /// Produces `rows` in order and waits for every acknowledgement.
+///
+/// librdkafka sends a partition's rows in one batch, and the broker refuses
+/// a batch as a whole (larger than the topic's `max.message.bytes`, say):
+/// every row in it is reported refused. A row refused as a record while
+/// others of its topic went out in the same round is therefore sent again
+/// alone, and failed only if refused then; the rows of its partition that a
+/// later batch of the round published then precede it.
 pub(super) async fn send(kafka: &Producer, rows: &[Row]) -> Sent {
-    let mut deliveries = Vec::with_capacity(rows.len());
-    for row in rows {
-        let Some(headers) = headers(&row.headers.0) else {
-            deliveries.push(Err(None));
-            continue;
-        };
-        let record =
-            FutureRecord::to(&row.topic).key(row.key.as_bytes()).payload(row.value.as_bytes()).headers(headers);
-        deliveries.push(kafka.send_result(record).map_err(|(e, _)| Some(e)));
-    }
+    let deliveries: Vec<_> = rows.iter().map(|row| produce(kafka, row)).collect();
     let mut sent = Sent::default();
+    let mut again = Vec::new();
     for (row, delivery) in rows.iter().zip(deliveries) {
-        let result = match delivery {
-            Ok(future) => match future.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((e, _))) => Err(Some(e)),
-                Err(_) => Err(Some(KafkaError::Canceled)),
-            },
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(()) => sent.published.push(row.id),
-            // Never a map of text: not a record anyone can send (the
-            // database refuses such headers; only a row written around it).
-            Err(None) => sent.failed.push((row.id, "its headers are not a JSON object of text values".into())),
-            Err(Some(e)) => classify(&mut sent, row, &e),
+        match delivered(delivery).await {
+            Err(Some(e)) if shares_its_topic(rows, row) && is_record_refusal(row, &e) => again.push(row),
+            result => settle(&mut sent, row, result),
         }
+    }
+    for row in again {
+        let result = delivered(produce(kafka, row)).await;
+        settle(&mut sent, row, result);
     }
     sent.fatal = kafka.client().fatal_error().is_some();
     sent
+}
+
+type Delivery = Result<rdkafka::producer::DeliveryFuture, Option<KafkaError>>;
+
+/// Hands `row` to the producer; `Err(None)` when it is not a record.
+fn produce(kafka: &Producer, row: &Row) -> Delivery {
+    // Never a map of text: not a record anyone can send (the database
+    // refuses such headers; only a row written around it).
+    let headers = headers(&row.headers.0).ok_or(None)?;
+    let record = FutureRecord::to(&row.topic).key(row.key.as_bytes()).payload(row.value.as_bytes()).headers(headers);
+    kafka.send_result(record).map_err(|(e, _)| Some(e))
+}
+
+/// The broker's answer to a produced row.
+async fn delivered(delivery: Delivery) -> Result<(), Option<KafkaError>> {
+    match delivery?.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => Err(Some(e)),
+        Err(_) => Err(Some(KafkaError::Canceled)),
+    }
+}
+
+fn settle(sent: &mut Sent, row: &Row, result: Result<(), Option<KafkaError>>) {
+    match result {
+        Ok(()) => sent.published.push(row.id),
+        Err(None) => sent.failed.push((row.id, "its headers are not a JSON object of text values".into())),
+        Err(Some(e)) => classify(sent, row, &e),
+    }
+}
+
+fn shares_its_topic(rows: &[Row], row: &Row) -> bool {
+    rows.iter().any(|other| other.id != row.id && other.topic == row.topic)
+}
+
+fn is_record_refusal(row: &Row, e: &KafkaError) -> bool {
+    matches!(refusal::classify(&row.topic, e), refusal::Refusal::Record(_))
 }
 
 fn classify(sent: &mut Sent, row: &Row, e: &KafkaError) {

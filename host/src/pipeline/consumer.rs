@@ -197,8 +197,34 @@ impl IdemContext {
                  next owner's claim waits for this execution's outcome"
             );
         }
+        if consumer.assignment_lost() {
+            // The group gave these partitions to another generation (this
+            // member's session ended, in a broker outage say): a commit
+            // would be refused, and a synchronous one waits for a
+            // coordinator that may be unreachable, blocking this thread.
+            let positions = unconfirmed(&revoked);
+            if !positions.is_empty() {
+                tracing::error!(
+                    handler = %self.shared.name, ?positions,
+                    "partitions lost (the group's session ended) with these positions' commit not confirmed: the records \
+                     before them since the last confirmed commit will be redelivered (and skipped as duplicates)"
+                );
+            }
+            return;
+        }
         commit(consumer, &revoked, CommitMode::Sync, Positions::All);
     }
+}
+
+/// The positions of `states` not yet confirmed committed, as
+/// `topic/partition at Offset(n)`.
+pub(crate) fn unconfirmed(states: &[Arc<PartitionState>]) -> Vec<String> {
+    states
+        .iter()
+        .filter_map(|s| {
+            s.tracker().to_recommit().map(|p| format!("{}/{} at {:?}", s.topic, s.partition, Offset::Offset(p)))
+        })
+        .collect()
 }
 
 fn keys(tpl: &TopicPartitionList) -> Vec<String> {

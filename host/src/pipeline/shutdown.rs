@@ -52,9 +52,29 @@ pub(super) fn finish(consumer: HandlerConsumer, ending: &Ending) {
     final_commit(&consumer, &states, commit_by);
     ctx.release_all();
     if ending.leave {
-        consumer.unsubscribe();
+        let by = ending.deadline.checked_sub(left / 10).unwrap_or(ending.deadline);
+        leave(&consumer, by);
     }
     close(consumer, ending.deadline);
+}
+
+/// Unsubscribes, and serves the consumer until its partitions are given up
+/// and a moment more (or `by`). librdkafka sends a static member's
+/// LeaveGroup only when its unassignment completes before the close begins
+/// (KIP-345: a static member that closes stays in the group): closed at
+/// once, the host would keep its partitions from the rest of the group for
+/// the whole session timeout, which is what scale-in must not do.
+fn leave(consumer: &HandlerConsumer, by: Instant) {
+    consumer.unsubscribe();
+    while Instant::now() < by && consumer.assignment().is_ok_and(|a| a.count() > 0) {
+        let _ = consumer.poll(Duration::from_millis(50));
+    }
+    // The LeaveGroup goes out from librdkafka's own thread once the
+    // unassignment is done: serve it a moment before the close.
+    let sent_by = (Instant::now() + Duration::from_millis(300)).min(by);
+    while let Some(left) = sent_by.checked_duration_since(Instant::now()).filter(|l| !l.is_zero()) {
+        let _ = consumer.poll(left.min(Duration::from_millis(50)));
+    }
 }
 
 /// Commits every resolved position before `by`; true once the broker
