@@ -73,10 +73,15 @@ pub enum IncidentKind {
     WorkerPanicked,
     /// idem's own tables refused the handler (a revoked grant, a dropped table).
     LedgerRefused,
+    /// Its consumer stayed out of its group while a broker answered
+    /// ([`STALLED_AFTER`](crate::pipeline::STALLED_AFTER)): librdkafka can
+    /// wait for a group coordinator for good after a broker restart.
+    ConsumerStalled,
 }
 
 impl IncidentKind {
-    pub const ALL: [Self; 4] = [Self::Fenced, Self::ConsumerFailed, Self::WorkerPanicked, Self::LedgerRefused];
+    pub const ALL: [Self; 5] =
+        [Self::Fenced, Self::ConsumerFailed, Self::WorkerPanicked, Self::LedgerRefused, Self::ConsumerStalled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -84,6 +89,7 @@ impl IncidentKind {
             Self::ConsumerFailed => "consumer_failed",
             Self::WorkerPanicked => "worker_panicked",
             Self::LedgerRefused => "ledger_refused",
+            Self::ConsumerStalled => "consumer_stalled",
         }
     }
 }

@@ -70,6 +70,13 @@ async fn strangers(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String
     Ok(others
         .into_iter()
         .filter_map(|(producer, live, pending)| match (live, pending) {
+            // A handler of this config that emits no more: its relay is gone
+            // with its `emit` list (another config naming it may relay on).
+            (_, 0) if config.handlers.iter().any(|h| h.name == producer) => None,
+            (_, _) if config.handlers.iter().any(|h| h.name == producer) => Some(format!(
+                "handler `{producer}` emits no more and has {pending} row(s) pending: no host of this config \
+                 publishes them"
+            )),
             (true, _) => Some(format!(
                 "`{producer}` is an outbox producer this config does not name ({pending} row(s) pending): a host \
                  whose config names it publishes them; `idem outbox --remove-producer {producer}` ends it"
@@ -77,7 +84,7 @@ async fn strangers(admin: &PgPool, config: &Config) -> anyhow::Result<Vec<String
             (false, 0) => None,
             (false, _) => Some(format!(
                 "`{producer}` was ended (`idem outbox --remove-producer`) with {pending} row(s) pending: no host \
-                 publishes them"
+                 of this config publishes them"
             )),
         })
         .collect())

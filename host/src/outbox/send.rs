@@ -63,24 +63,42 @@ pub(super) struct Sent {
 /// a batch as a whole (larger than the topic's `max.message.bytes`, say):
 /// every row in it is reported refused. A row refused as a record while
 /// others of its topic went out in the same round is therefore sent again
-/// alone, and failed only if refused then; the rows of its partition that a
-/// later batch of the round published then precede it.
+/// alone, and failed only if refused then, unless a later row of its key
+/// was published meanwhile (sent again, it would follow that row: it fails
+/// as before, its key's order kept). The rows sent again get at most
+/// [`DELIVERY_TIMEOUT`] in all, well inside the lease; those not sent by
+/// then stay pending for the next round, and so does the rest of a topic
+/// an outage hits meanwhile.
 pub(super) async fn send(kafka: &Producer, rows: &[Row]) -> Sent {
     let deliveries: Vec<_> = rows.iter().map(|row| produce(kafka, row)).collect();
     let mut sent = Sent::default();
     let mut again = Vec::new();
     for (row, delivery) in rows.iter().zip(deliveries) {
         match delivered(delivery).await {
-            Err(Some(e)) if shares_its_topic(rows, row) && is_record_refusal(row, &e) => again.push(row),
+            Err(Some(e)) if shares_its_topic(rows, row) && is_record_refusal(row, &e) => again.push((row, e)),
             result => settle(&mut sent, row, result),
         }
     }
-    for row in again {
-        let result = delivered(produce(kafka, row)).await;
-        settle(&mut sent, row, result);
+    let by = std::time::Instant::now() + DELIVERY_TIMEOUT;
+    for (row, first) in again {
+        let overtaken = rows
+            .iter()
+            .any(|o| o.id > row.id && o.topic == row.topic && o.key == row.key && sent.published.contains(&o.id));
+        if overtaken || sent.fatal_seen(kafka) {
+            settle(&mut sent, row, Err(Some(first)));
+        } else if std::time::Instant::now() < by && !sent.held.contains(&row.topic) {
+            let result = delivered(produce(kafka, row)).await;
+            settle(&mut sent, row, result);
+        }
     }
     sent.fatal = kafka.client().fatal_error().is_some();
     sent
+}
+
+impl Sent {
+    fn fatal_seen(&self, kafka: &Producer) -> bool {
+        self.fatal || kafka.client().fatal_error().is_some()
+    }
 }
 
 type Delivery = Result<rdkafka::producer::DeliveryFuture, Option<KafkaError>>;

@@ -300,6 +300,29 @@ pub(crate) fn commit(
     }
 }
 
+/// A broker answers (connected, for [`super::STALLED_AFTER`] / 2) and yet
+/// the consumer has been out of its group (its group state not `up`) for
+/// [`super::STALLED_AFTER`]: after a broker restart, librdkafka has been
+/// seen to wait for the group coordinator for good (a KIP-848 member,
+/// minutes after the broker came back). A consumer made again joins; a
+/// broker outage alone, every broker down, is never a stall.
+fn stalled(statistics: &rdkafka::Statistics) -> Option<String> {
+    let group = statistics.cgrp.as_ref()?;
+    let out_for = Duration::from_millis(u64::try_from(group.stateage).unwrap_or(0));
+    let answering = statistics.brokers.values().any(|b| {
+        b.nodeid >= 0
+            && b.state == "UP"
+            && Duration::from_micros(u64::try_from(b.stateage).unwrap_or(0)) >= super::STALLED_AFTER / 2
+    });
+    (group.state != "up" && out_for >= super::STALLED_AFTER && answering).then(|| {
+        format!(
+            "the consumer has been out of its group (state {}, join state {}) for {out_for:?} while a broker \
+             answers",
+            group.state, group.join_state
+        )
+    })
+}
+
 /// librdkafka's answer to a commit of offsets it has committed already.
 fn nothing_new(e: &KafkaError) -> bool {
     e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::NoOffset)
@@ -365,6 +388,9 @@ impl IdemContext {
             && group.state != "up"
         {
             self.joined.store(false, Ordering::SeqCst);
+        }
+        if let Some(account) = stalled(&statistics) {
+            self.shared.incident(crate::stats::IncidentKind::ConsumerStalled, account);
         }
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
