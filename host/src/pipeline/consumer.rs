@@ -86,6 +86,16 @@ pub(crate) struct IdemContext {
     pub(crate) closing: AtomicBool,
     /// Client errors an outage repeats on every poll, said once a while.
     pub(crate) repeats: crate::repeats::Repeats,
+    /// What tells a stalled consumer (`stalled`, `on_commit`).
+    coordinator: Mutex<Coordinator>,
+}
+
+/// Since when every commit has failed waiting for the group coordinator,
+/// and whether a broker answers (from the last statistics).
+#[derive(Debug, Default)]
+struct Coordinator {
+    missing_since: Option<Instant>,
+    broker_answers: bool,
 }
 
 impl IdemContext {
@@ -109,6 +119,7 @@ impl IdemContext {
             watermarks: Mutex::default(),
             closing: AtomicBool::new(false),
             repeats: Default::default(),
+            coordinator: Mutex::default(),
         }
     }
 
@@ -199,9 +210,11 @@ impl IdemContext {
         }
         if consumer.assignment_lost() {
             // The group gave these partitions to another generation (this
-            // member's session ended, in a broker outage say): a commit
-            // would be refused, and a synchronous one waits for a
-            // coordinator that may be unreachable, blocking this thread.
+            // member's session ended, in a broker outage say): a commit is
+            // refused, and a synchronous one waits for a coordinator that
+            // may be unreachable, blocking this thread. It is still sent,
+            // asynchronously: librdkafka looks the coordinator up again on
+            // it, as it did on the synchronous one.
             let positions = unconfirmed(&revoked);
             if !positions.is_empty() {
                 tracing::error!(
@@ -210,6 +223,7 @@ impl IdemContext {
                      before them since the last confirmed commit will be redelivered (and skipped as duplicates)"
                 );
             }
+            commit(consumer, &revoked, CommitMode::Async, Positions::All);
             return;
         }
         commit(consumer, &revoked, CommitMode::Sync, Positions::All);
@@ -309,17 +323,21 @@ pub(crate) fn commit(
 fn stalled(statistics: &rdkafka::Statistics) -> Option<String> {
     let group = statistics.cgrp.as_ref()?;
     let out_for = Duration::from_millis(u64::try_from(group.stateage).unwrap_or(0));
-    let answering = statistics.brokers.values().any(|b| {
-        b.nodeid >= 0
-            && b.state == "UP"
-            && Duration::from_micros(u64::try_from(b.stateage).unwrap_or(0)) >= super::STALLED_AFTER / 2
-    });
-    (group.state != "up" && out_for >= super::STALLED_AFTER && answering).then(|| {
+    (group.state != "up" && out_for >= super::STALLED_AFTER && broker_answers(statistics)).then(|| {
         format!(
             "the consumer has been out of its group (state {}, join state {}) for {out_for:?} while a broker \
              answers",
             group.state, group.join_state
         )
+    })
+}
+
+/// A broker has been connected for [`super::STALLED_AFTER`] / 2.
+fn broker_answers(statistics: &rdkafka::Statistics) -> bool {
+    statistics.brokers.values().any(|b| {
+        b.nodeid >= 0
+            && b.state == "UP"
+            && Duration::from_micros(u64::try_from(b.stateage).unwrap_or(0)) >= super::STALLED_AFTER / 2
     })
 }
 
@@ -389,6 +407,7 @@ impl IdemContext {
         {
             self.joined.store(false, Ordering::SeqCst);
         }
+        self.coordinator.lock().unwrap_or_else(|e| e.into_inner()).broker_answers = broker_answers(&statistics);
         if let Some(account) = stalled(&statistics) {
             self.shared.incident(crate::stats::IncidentKind::ConsumerStalled, account);
         }
@@ -438,8 +457,28 @@ impl IdemContext {
     fn on_commit(&self, result: KafkaResult<()>) {
         // Every offset was committed already: nothing was needed.
         let result = result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) });
+        let waiting = result.as_ref().err().and_then(|e| e.rdkafka_error_code())
+            == Some(rdkafka::types::RDKafkaErrorCode::WaitingForCoordinator);
         if let Err(e) = result {
             tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}");
+        }
+        // A member librdkafka keeps "steady" while it never finds its
+        // coordinator again (seen after a broker restart under KIP-848):
+        // its group state may read `up`, but every commit fails waiting.
+        let mut coordinator = self.coordinator.lock().unwrap_or_else(|e| e.into_inner());
+        if !waiting {
+            coordinator.missing_since = None;
+            return;
+        }
+        let since = *coordinator.missing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= super::STALLED_AFTER && coordinator.broker_answers {
+            coordinator.missing_since = None;
+            drop(coordinator);
+            let account = format!(
+                "every offset commit for {:?} failed waiting for the group coordinator while a broker answers",
+                since.elapsed()
+            );
+            self.shared.incident(crate::stats::IncidentKind::ConsumerStalled, account);
         }
     }
 }
