@@ -54,7 +54,22 @@ pub(super) fn check_properties(
     Ok(())
 }
 
+/// The slowest `statistics.interval.ms` idem takes: the lag metric and a
+/// consumer's signs of health (`pipeline::stall`) come from librdkafka's
+/// statistics.
+const SLOWEST_STATISTICS_MS: u64 = 5_000;
+
 fn check_owned(at: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    if key == "statistics.interval.ms" {
+        match value.trim().parse::<u64>() {
+            Ok(ms) if (1..=SLOWEST_STATISTICS_MS).contains(&ms) => return Ok(()),
+            _ => bail!(
+                "{at}: `statistics.interval.ms = {value}` is refused: idem reads librdkafka's statistics for the \
+                 lag metric and to tell a stalled consumer, so it must be 1 to {SLOWEST_STATISTICS_MS} ms \
+                 (default 1000)"
+            ),
+        }
+    }
     let harmless = key != "group.id" && value == "false";
     if OWNED_PROPERTIES.contains(&key) && !harmless {
         bail!(
@@ -68,6 +83,17 @@ fn check_owned(at: &str, key: &str, value: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statistics_that_would_stop_or_slow_past_five_seconds_are_refused() {
+        for bad in ["0", "60000", "soon"] {
+            let error = check_owned("[kafka.properties]", "statistics.interval.ms", bad).unwrap_err().to_string();
+            assert!(error.contains("statistics.interval.ms") && error.contains("1 to 5000 ms"), "{error}");
+        }
+        for good in ["1", "1000", "5000"] {
+            check_owned("[kafka.properties]", "statistics.interval.ms", good).unwrap();
+        }
+    }
 
     fn table(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use super::HandlerContext;
 use super::partition::{PartitionState, Reset};
+use super::stall::StallWatch;
 use crate::stats::Stats;
 use crate::validate::Record;
 
@@ -86,16 +87,8 @@ pub(crate) struct IdemContext {
     pub(crate) closing: AtomicBool,
     /// Client errors an outage repeats on every poll, said once a while.
     pub(crate) repeats: crate::repeats::Repeats,
-    /// What tells a stalled consumer (`stalled`, `on_commit`).
-    coordinator: Mutex<Coordinator>,
-}
-
-/// Since when every commit has failed waiting for the group coordinator,
-/// and whether a broker answers (from the last statistics).
-#[derive(Debug, Default)]
-struct Coordinator {
-    missing_since: Option<Instant>,
-    broker_answers: bool,
+    /// Its signs of health, for the polling thread (`stall`).
+    pub(crate) stall: Mutex<StallWatch>,
 }
 
 impl IdemContext {
@@ -119,7 +112,7 @@ impl IdemContext {
             watermarks: Mutex::default(),
             closing: AtomicBool::new(false),
             repeats: Default::default(),
-            coordinator: Mutex::default(),
+            stall: Mutex::new(StallWatch::new(Instant::now())),
         }
     }
 
@@ -314,33 +307,6 @@ pub(crate) fn commit(
     }
 }
 
-/// A broker answers (connected, for [`super::STALLED_AFTER`] / 2) and yet
-/// the consumer has been out of its group (its group state not `up`) for
-/// [`super::STALLED_AFTER`]: after a broker restart, librdkafka has been
-/// seen to wait for the group coordinator for good (a KIP-848 member,
-/// minutes after the broker came back). A consumer made again joins; a
-/// broker outage alone, every broker down, is never a stall.
-fn stalled(statistics: &rdkafka::Statistics) -> Option<String> {
-    let group = statistics.cgrp.as_ref()?;
-    let out_for = Duration::from_millis(u64::try_from(group.stateage).unwrap_or(0));
-    (group.state != "up" && out_for >= super::STALLED_AFTER && broker_answers(statistics)).then(|| {
-        format!(
-            "the consumer has been out of its group (state {}, join state {}) for {out_for:?} while a broker \
-             answers",
-            group.state, group.join_state
-        )
-    })
-}
-
-/// A broker has been connected for [`super::STALLED_AFTER`] / 2.
-fn broker_answers(statistics: &rdkafka::Statistics) -> bool {
-    statistics.brokers.values().any(|b| {
-        b.nodeid >= 0
-            && b.state == "UP"
-            && Duration::from_micros(u64::try_from(b.stateage).unwrap_or(0)) >= super::STALLED_AFTER / 2
-    })
-}
-
 /// librdkafka's answer to a commit of offsets it has committed already.
 fn nothing_new(e: &KafkaError) -> bool {
     e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::NoOffset)
@@ -407,9 +373,8 @@ impl IdemContext {
         {
             self.joined.store(false, Ordering::SeqCst);
         }
-        self.coordinator.lock().unwrap_or_else(|e| e.into_inner()).broker_answers = broker_answers(&statistics);
-        if let Some(account) = stalled(&statistics) {
-            self.shared.incident(crate::stats::IncidentKind::ConsumerStalled, account);
+        if statistics.cgrp.as_ref().is_some_and(|group| group.state == "up") {
+            self.watch().healthy(Instant::now());
         }
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
@@ -439,6 +404,7 @@ impl IdemContext {
 
     fn on_post_rebalance(&self, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            self.watch().assigned(Instant::now());
             self.assign(tpl);
             let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
             for element in tpl.elements() {
@@ -454,32 +420,17 @@ impl IdemContext {
     /// A failed asynchronous commit is only logged: its positions go out
     /// again with the periodic re-commit and at shutdown
     /// (`Positions::All`), which does not rely on this report arriving.
+    /// A confirmed one is a sign the consumer is in its group (`stall`).
     fn on_commit(&self, result: KafkaResult<()>) {
         // Every offset was committed already: nothing was needed.
-        let result = result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) });
-        let waiting = result.as_ref().err().and_then(|e| e.rdkafka_error_code())
-            == Some(rdkafka::types::RDKafkaErrorCode::WaitingForCoordinator);
-        if let Err(e) = result {
-            tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}");
+        match result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) }) {
+            Ok(()) => self.watch().healthy(Instant::now()),
+            Err(e) => tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}"),
         }
-        // A member librdkafka keeps "steady" while it never finds its
-        // coordinator again (seen after a broker restart under KIP-848):
-        // its group state may read `up`, but every commit fails waiting.
-        let mut coordinator = self.coordinator.lock().unwrap_or_else(|e| e.into_inner());
-        if !waiting {
-            coordinator.missing_since = None;
-            return;
-        }
-        let since = *coordinator.missing_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= super::STALLED_AFTER && coordinator.broker_answers {
-            coordinator.missing_since = None;
-            drop(coordinator);
-            let account = format!(
-                "every offset commit for {:?} failed waiting for the group coordinator while a broker answers",
-                since.elapsed()
-            );
-            self.shared.incident(crate::stats::IncidentKind::ConsumerStalled, account);
-        }
+    }
+
+    pub(crate) fn watch(&self) -> MutexGuard<'_, StallWatch> {
+        self.stall.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

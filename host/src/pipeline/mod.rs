@@ -13,6 +13,7 @@ mod partition;
 mod polling;
 pub mod replay;
 mod shutdown;
+mod stall;
 mod worker;
 
 pub(crate) use dlq::DeadLetters;
@@ -27,10 +28,6 @@ use std::time::Duration;
 
 use rdkafka::consumer::BaseConsumer;
 use tokio::sync::{Semaphore, watch};
-
-/// How long a consumer may stay out of its group while a broker answers
-/// before it is made again (`IncidentKind::ConsumerStalled`).
-pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(60);
 
 use crate::config::{Config, HandlerConfig};
 use crate::kafka_client::ProbeContext;

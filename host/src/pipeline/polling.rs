@@ -27,6 +27,7 @@ use super::HandlerContext;
 use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
 use super::incident::Backoff;
 use super::shutdown;
+use super::stall::Probe;
 use crate::config::{Config, HandlerConfig};
 use crate::stats::IncidentKind;
 
@@ -97,6 +98,7 @@ impl Recipe {
     pub(super) fn make(&self) -> anyhow::Result<HandlerConsumer> {
         let consumer: HandlerConsumer =
             crate::kafka_client::create(&self.client, Ctx(self.context.clone()), &self.what)?;
+        self.context.watch().made(Instant::now());
         consumer.subscribe(&[self.topic.as_str()]).with_context(|| format!("failed to subscribe to {}", self.topic))?;
         Ok(consumer)
     }
@@ -159,6 +161,7 @@ pub(super) fn poll_loop(
             consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::Moved);
             last_commit = Instant::now();
         }
+        stalled(recipe, &consumer);
         if drained.load(Ordering::SeqCst) {
             tracing::info!("drained: every assigned partition is consumed to its end");
             how.leave.store(true, Ordering::SeqCst);
@@ -167,6 +170,20 @@ pub(super) fn poll_loop(
     }
     let leave = how.leave.load(Ordering::SeqCst);
     shutdown::finish(consumer, &shutdown::Ending { deadline: Instant::now() + how.timeout, leave });
+}
+
+/// Reports the consumer stalled (`stall`) when it has shown no sign of
+/// being in its group for a minute and a broker answers a metadata request.
+fn stalled(recipe: &Recipe, consumer: &HandlerConsumer) {
+    let Probe::AskBroker(quiet) = recipe.context.watch().probe(Instant::now()) else { return };
+    if consumer.fetch_metadata(Some(&recipe.topic), Duration::from_secs(2)).is_err() {
+        return;
+    }
+    let account = format!(
+        "the consumer has shown no sign of being in its group (group state up, a commit confirmed) for {quiet:?} \
+         while a broker answers"
+    );
+    recipe.context.handler().incident(IncidentKind::ConsumerStalled, account);
 }
 
 /// Why a handler's consumer is made again.
