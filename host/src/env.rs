@@ -21,7 +21,7 @@ pub const USER: &str = "USER";
 /// Where the compiled-component cache goes without `[runtime] cache_dir`.
 pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
 pub const HOME: &str = "HOME";
-/// OpenTelemetry's own variables (`telemetry::traces`).
+/// OpenTelemetry's own variables (`traces`).
 pub const OTEL_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 pub const OTEL_TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";

@@ -1,12 +1,11 @@
 //! idem's own schema: applied by `idem migrate`, checked at start.
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use sqlx::PgPool;
-use sqlx::migrate::Migrator;
 
 use crate::config::RetentionMode;
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+pub use crate::schema::MIGRATOR;
 
 /// Applies every pending migration; `idem.processed_event` is created
 /// partitioned (see `retention`).
@@ -43,29 +42,12 @@ pub async fn provision(admin: &PgPool, config: &crate::config::Config) -> anyhow
     Ok(done)
 }
 
-/// Fails unless every migration this binary knows is applied.
+/// Fails unless every migration this binary knows is applied, and loads
+/// the key the host vouches for its emits with.
 pub async fn check(pool: &PgPool) -> anyhow::Result<()> {
-    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
-        .fetch_one(pool)
-        .await
-        .context("failed to query the database")?;
-    if table.is_none() {
-        bail!("idem's migrations are not applied to this database: run `idem migrate`");
-    }
-    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-        .fetch_all(pool)
-        .await
-        .context("failed to read applied migrations")?;
-    let missing: Vec<String> = MIGRATOR
-        .iter()
-        .filter(|m| !applied.contains(&m.version))
-        .map(|m| format!("{} {}", m.version, m.description))
-        .collect();
-    if !missing.is_empty() {
-        bail!("migrations missing: {}; run `idem migrate`", missing.join(", "));
-    }
-    // The key the host vouches for its emits with (`outbox::write`): every
+    crate::schema::applied(pool).await?;
+    // The key the host vouches for its emits with (`capabilities::emit::write`): every
     // path that runs handlers checks the database here first.
-    crate::outbox::write::load_key(pool).await;
+    crate::capabilities::emit::write::load_key(pool).await;
     Ok(())
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 
 use crate::error::ErrorClass;
-use crate::telemetry::histogram::{self, Histogram};
+use crate::histogram::{self, Histogram};
 
 #[derive(Debug)]
 pub struct Stats {
@@ -73,9 +73,9 @@ pub enum IncidentKind {
     WorkerPanicked,
     /// idem's own tables refused the handler (a revoked grant, a dropped table).
     LedgerRefused,
-    /// Its consumer stayed out of its group while a broker answered
-    /// ([`STALLED_AFTER`](crate::pipeline::STALLED_AFTER)): librdkafka can
-    /// wait for a group coordinator for good after a broker restart.
+    /// Its consumer showed no sign of being in its group for a minute while
+    /// a broker answered (`pipeline::stall`): librdkafka can wait for a
+    /// group coordinator for good after a broker restart.
     ConsumerStalled,
 }
 
@@ -387,4 +387,12 @@ pub struct RelayStats {
     pub oldest_ms: AtomicU64,
     /// Whether this host holds the producer's lease.
     pub holding: std::sync::atomic::AtomicBool,
+}
+
+/// Events resolved per module version since the process started.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct VersionCounts {
+    pub processed: u64,
+    pub duplicates: u64,
+    pub failed: u64,
 }

@@ -1,5 +1,7 @@
 //! The host's modules import one another one way: no file of `host/src`
-//! imports, through any chain of files, a file that imports it.
+//! imports, through any chain of files, a file that imports it; and no
+//! top-level module (a folder or a file under `src/`) reaches, through any
+//! chain, a top-level module that reaches it: the folders are layers.
 //!
 //! Read from the source, as a reader would: every path a file names
 //! (`crate::a::b`, `super::x`, `self::y`, a child module `z::` it declares),
@@ -285,6 +287,44 @@ fn no_file_of_the_host_imports_a_file_that_imports_it() {
     assert!(found.is_empty(), "import circles among host/src's files:\n{}", found.join("\n"));
 }
 
+/// The arrows between top-level modules: each file arrow drawn between
+/// the top-level modules its two files are part of, when they differ.
+fn layer_arrows(
+    arrows: &BTreeMap<(Vec<String>, Vec<String>), BTreeSet<String>>,
+) -> BTreeMap<(Vec<String>, Vec<String>), BTreeSet<String>> {
+    let mut between = BTreeMap::new();
+    for ((from, to), names) in arrows {
+        let (top_from, top_to) = (vec![from[0].clone()], vec![to[0].clone()]);
+        if top_from != top_to {
+            let names = names.iter().map(|n| format!("{} names {n}", from.join("::")));
+            between.entry((top_from, top_to)).or_insert_with(BTreeSet::new).extend(names);
+        }
+    }
+    between
+}
+
+#[test]
+fn no_top_level_module_of_the_host_reaches_one_that_reaches_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = modules(&src);
+    let arrows = layer_arrows(&arrows(&modules));
+    let nodes: BTreeSet<Vec<String>> = modules.keys().filter(|m| !m.is_empty()).map(|m| vec![m[0].clone()]).collect();
+    let nodes: Vec<Vec<String>> = nodes.into_iter().collect();
+    let mut found = Vec::new();
+    for circle in circles(&nodes, &edges(&arrows)) {
+        let names: Vec<String> = circle.iter().map(|m| m[0].clone()).collect();
+        let mut why = format!("a circle of {} top-level modules: {}\n", names.len(), names.join(", "));
+        for ((from, to), names) in &arrows {
+            if circle.contains(from) && circle.contains(to) {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                why.push_str(&format!("  {} -> {}: {}\n", from[0], to[0], names.join(", ")));
+            }
+        }
+        found.push(why);
+    }
+    assert!(found.is_empty(), "host/src's top-level modules are not layers:\n{}", found.join("\n"));
+}
+
 #[test]
 fn the_reader_finds_a_circle_when_there_is_one() {
     // The test above must be able to fail: two files that name each other.
@@ -302,4 +342,29 @@ fn the_reader_finds_a_circle_when_there_is_one() {
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0], vec![vec!["a".to_owned(), "inner".to_owned()], vec!["b".to_owned()]], "{found:?}");
+}
+
+#[test]
+fn the_reader_finds_a_circle_between_folders_that_no_two_files_make() {
+    // Four files, no circle among them, and yet folder `a` reaches `b` and
+    // `b` reaches `a`: the layer test must see it.
+    let dir = std::env::temp_dir().join(format!("idem-layers-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("a")).expect("dir");
+    std::fs::create_dir_all(dir.join("b")).expect("dir");
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\n").expect("lib");
+    std::fs::write(dir.join("a/mod.rs"), "mod top;\nmod low;\n").expect("a");
+    std::fs::write(dir.join("a/top.rs"), "use crate::b::low::X;\n").expect("a/top");
+    std::fs::write(dir.join("a/low.rs"), "pub struct Y;\n").expect("a/low");
+    std::fs::write(dir.join("b/mod.rs"), "pub mod top;\npub mod low;\n").expect("b");
+    std::fs::write(dir.join("b/top.rs"), "use crate::a::low::Y;\n").expect("b/top");
+    std::fs::write(dir.join("b/low.rs"), "pub struct X;\n").expect("b/low");
+    let modules = modules(&dir);
+    let nodes: Vec<Vec<String>> = modules.keys().cloned().collect();
+    let files = circles(&nodes, &edges(&arrows(&modules)));
+    let layers = layer_arrows(&arrows(&modules));
+    let tops = vec![vec!["a".to_owned()], vec!["b".to_owned()]];
+    let found = circles(&tops, &edges(&layers));
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(files.is_empty(), "no circle of files: {files:?}");
+    assert_eq!(found, vec![tops], "a circle of folders");
 }

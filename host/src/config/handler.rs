@@ -144,7 +144,7 @@ pub struct HandlerConfig {
     /// `traceparent` of the record that caused them. false (default): that
     /// record's producer is not trusted to name the chain; an emit's
     /// correlation id is its cause's own id and its `traceparent` only the
-    /// host's span's (see `outbox::write::provenance`).
+    /// host's span's (see `capabilities::emit::write::provenance`).
     #[serde(default)]
     pub trust_input_trace_headers: bool,
 }

@@ -32,7 +32,7 @@ use super::{Executor, Outcome};
 use crate::dedup::{self, Claim};
 use crate::error::{ErrorClass, ExecError};
 use crate::event::Event;
-use crate::telemetry::traces::TARGET as TRACE;
+use crate::traces::TARGET as TRACE;
 use crate::transaction::{EventTx, SharedTx, within};
 
 /// Why a batch did not commit.
@@ -105,7 +105,7 @@ impl Executor {
         if !emits.is_empty() {
             // Their transaction's failure names no one event: the batch's
             // events then run alone, each writing its own.
-            if let Err(error) = crate::outbox::write::write(&mut tx, &emits).await {
+            if let Err(error) = crate::capabilities::emit::write::write(&mut tx, &emits).await {
                 tx.abandon(&self.pool);
                 return Err(BatchFailure::whole(error));
             }
@@ -243,7 +243,7 @@ impl Executor {
             target: TRACE, "idem.event", handler = %self.handler.settings().name, topic = %event.topic,
             partition = event.partition, offset = event.offset, event_id = %event.id
         );
-        crate::telemetry::traces::continue_from(&span, &event.headers);
+        crate::traces::continue_from(&span, &event.headers);
         span
     }
 }

@@ -16,7 +16,7 @@ use crate::error::ExecError;
 use crate::event::Event;
 use crate::runtime::{Handler, Invocation, Invoked as Returned};
 use crate::stats::Stats;
-use crate::telemetry::traces::TARGET as TRACE;
+use crate::traces::TARGET as TRACE;
 
 /// The most of a guest's own text (an error message, a trap, its stderr)
 /// an error carries.
@@ -169,7 +169,7 @@ impl Executor {
         match result {
             Ok(Outcome::Processed) => {
                 if !emitted.is_empty()
-                    && let Err(e) = crate::outbox::write::write(&mut tx, &[(event.id, emitted)]).await
+                    && let Err(e) = crate::capabilities::emit::write::write(&mut tx, &[(event.id, emitted)]).await
                 {
                     tx.abandon(&self.pool);
                     return Err(e);
@@ -291,7 +291,7 @@ impl Executor {
         // An event run without a dedup row emits nothing: its emits could
         // not name it as their cause (docs/outbox.md).
         let trust = self.handler.settings().trust_input_trace_headers;
-        let provenance = guarded.then(|| crate::outbox::write::provenance(event, trust));
+        let provenance = guarded.then(|| crate::capabilities::emit::write::provenance(event, trust));
         let caps = self.capabilities(tx, event.id.hyphenated().to_string(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);

@@ -51,7 +51,7 @@ impl Executor {
         };
         if matches!(result, Ok(Outcome::Processed))
             && !emitted.is_empty()
-            && let Err(e) = crate::outbox::write::write(&mut tx, &[(event.id, emitted.clone())]).await
+            && let Err(e) = crate::capabilities::emit::write::write(&mut tx, &[(event.id, emitted.clone())]).await
         {
             result = Err(e);
         }

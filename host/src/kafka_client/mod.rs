@@ -10,6 +10,8 @@
 //! (the config, a start-up error) can carry the value. librdkafka redacts
 //! its sensitive properties in its own logs.
 
+pub mod refusal;
+
 use std::sync::Mutex;
 
 use anyhow::bail;

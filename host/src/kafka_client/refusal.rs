@@ -1,4 +1,5 @@
-//! Why the broker did not take a dead-letter record, and what that means.
+//! Why the broker did not take a record idem produced (a dead letter, an
+//! outbox row), and what that means.
 //!
 //! An outage passes (the worker retries without spending an attempt); a
 //! refusal of *the record* never will (it is too large for the topic, or

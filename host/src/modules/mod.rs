@@ -16,11 +16,11 @@ pub mod watch;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::executor::{Executor, Outcome};
 use crate::runtime::{Handler, LoadError, Runtime};
+pub use crate::stats::VersionCounts;
 
 /// Largest module an upload may have unless configured otherwise.
 pub const DEFAULT_MAX_MODULE_BYTES: usize = 32 << 20;
@@ -53,14 +53,6 @@ struct Failed {
     sha256: String,
     reason: String,
     at: std::time::Instant,
-}
-
-/// Events resolved per module version since the process started.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct VersionCounts {
-    pub processed: u64,
-    pub duplicates: u64,
-    pub failed: u64,
 }
 
 /// One handler's current executor, swapped whole when another version is
@@ -233,5 +225,18 @@ impl Slot {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// What a scrape and the console read of a slot.
+impl crate::telemetry::ModuleView for Slot {
+    fn version(&self) -> Option<i32> {
+        Slot::version(self)
+    }
+    fn pool(&self) -> PgPool {
+        self.executor().pool().clone()
+    }
+    fn counts(&self) -> BTreeMap<i32, VersionCounts> {
+        Slot::counts(self)
     }
 }

@@ -15,8 +15,6 @@ mod send;
 pub mod store;
 /// (The executor imports from here directly: `outbox/mod.rs` reaches the
 /// relay, which the executor must not depend on.)
-pub(crate) mod write;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

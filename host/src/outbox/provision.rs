@@ -202,7 +202,7 @@ pub async fn check(pool: &PgPool, config: &Config) -> anyhow::Result<()> {
             .fetch_one(pool)
             .await
             .context("failed to query the database")?;
-        if let Err(why) = super::write::key_of(&database) {
+        if let Err(why) = crate::capabilities::emit::write::key_of(&database) {
             bail!("handlers emit through the outbox, but {why}");
         }
     }

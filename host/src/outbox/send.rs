@@ -9,7 +9,7 @@ use rdkafka::producer::{FutureRecord, Producer as _};
 
 use crate::config::Config;
 use crate::kafka_client::Producer;
-use crate::pipeline::dlq::refusal;
+use crate::kafka_client::refusal;
 
 /// How long the broker may take to acknowledge a row, retries included:
 /// well inside the lease ([`super::lease::TTL`]), so a holder waiting out an

@@ -46,7 +46,7 @@ pub struct HandlerSettings {
     /// fresh instance per event; see `runtime::warm`).
     pub events_per_instance: u32,
     /// `trust_input_trace_headers`: emits carry on the input record's
-    /// correlation id and trace (see `outbox::write::provenance`).
+    /// correlation id and trace (see `capabilities::emit::write::provenance`).
     pub trust_input_trace_headers: bool,
 }
 

@@ -6,19 +6,16 @@
 //! handler's `Stats` (relaxed atomics, lock-free histograms) and the
 //! partitions' own state; a scrape reads them.
 
-pub mod histogram;
 mod listener;
 mod process;
 mod render;
 pub mod status;
-pub mod traces;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::modules::Slot;
 use crate::stats::Stats;
 pub use listener::{ListenerStats, Refused};
 
@@ -30,6 +27,17 @@ pub(crate) trait ConsumerView: Send + Sync {
     /// Every partition ever assigned to the consumer, the revoked ones with
     /// `assigned: false`.
     fn partitions(&self) -> Vec<PartitionView>;
+}
+
+/// What a scrape reads of a handler's module slot; `modules` implements
+/// it, so telemetry knows nothing of modules and executors.
+pub trait ModuleView: Send + Sync {
+    /// The active module version (`None`: the config's own component).
+    fn version(&self) -> Option<i32>;
+    /// The pool of the handler's database role.
+    fn pool(&self) -> PgPool;
+    /// Events resolved per version since the process started.
+    fn counts(&self) -> std::collections::BTreeMap<i32, crate::stats::VersionCounts>;
 }
 
 /// One partition as a scrape sees it.
@@ -71,7 +79,8 @@ const PROBE_FOR: Duration = Duration::from_secs(1);
 pub struct HandlerTelemetry {
     pub name: String,
     pub stats: Arc<Stats>,
-    pub slot: Arc<Slot>,
+    /// Its module slot: the version running, its pool, counts per version.
+    pub slot: Arc<dyn ModuleView>,
     /// Its consumer's partitions and group state.
     pub(crate) tap: Arc<dyn ConsumerView>,
 }
@@ -152,7 +161,7 @@ impl Telemetry {
         {
             return problem;
         }
-        let problem = match tokio::time::timeout(Duration::from_secs(2), crate::migrate::check(&self.pool)).await {
+        let problem = match tokio::time::timeout(Duration::from_secs(2), crate::schema::applied(&self.pool)).await {
             Ok(Ok(())) => None,
             Ok(Err(e)) => {
                 tracing::warn!("readiness: the database check failed: {e:#}");

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlx::PgPool;
 
 use super::HandlerTelemetry;
-use super::histogram::Histogram;
 use super::listener::ListenerStats;
+use crate::histogram::Histogram;
 use crate::stats::RelayStats;
 
 /// A per-handler family: its name, help, and where it is in `Stats`.
@@ -231,7 +231,7 @@ pub(super) fn render(
         "Open connections of idem's own pool (pool=\"idem\") and each handler's (pool=\"handler\"), by state.",
     );
     let mut pools = vec![("idem", String::new(), pool.clone())];
-    pools.extend(handlers.iter().map(|h| ("handler", h.name.clone(), h.slot.executor().pool().clone())));
+    pools.extend(handlers.iter().map(|h| ("handler", h.name.clone(), h.slot.pool())));
     for (kind, handler, p) in pools {
         let (size, idle) = (p.size(), u32::try_from(p.num_idle()).unwrap_or(u32::MAX));
         for (state, n) in [("idle", idle), ("busy", size.saturating_sub(idle))] {

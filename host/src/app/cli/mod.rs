@@ -77,8 +77,8 @@ pub fn main_with(natives: NativeHandlers) -> ExitCode {
 /// Logs to stderr (`IDEM_LOG` filters; `IDEM_LOG_FORMAT=json`: one JSON
 /// object per line, an event's fields — handler, topic, partition, offset,
 /// event_id, … — at its top level), plus OpenTelemetry traces when the
-/// environment names an OTLP endpoint (see `telemetry::traces`).
-fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
+/// environment names an OTLP endpoint (see `traces`).
+fn logging() -> anyhow::Result<Option<crate::traces::Provider>> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -95,7 +95,7 @@ fn logging() -> anyhow::Result<Option<crate::telemetry::traces::Provider>> {
     } else {
         fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).boxed()
     };
-    let (traces, provider) = match crate::telemetry::traces::layer()? {
+    let (traces, provider) = match crate::traces::layer()? {
         Some((layer, provider)) => (Some(layer), Some(provider)),
         None => (None, None),
     };

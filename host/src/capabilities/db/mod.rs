@@ -32,7 +32,7 @@ use std::marker::PhantomData;
 use tracing::Instrument as _;
 
 pub(crate) use self::tx::{DbTx, Fetched};
-use crate::telemetry::traces::TARGET as TRACE;
+use crate::traces::TARGET as TRACE;
 
 use super::allowance::Allowance;
 use super::fault::HostFault;

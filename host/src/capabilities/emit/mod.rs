@@ -3,7 +3,7 @@
 //! The capability only checks and collects: an accepted event is kept in
 //! the invocation's state until the executor writes every event the
 //! transaction's invocations emitted into `idem.outbox`, just before
-//! COMMIT (`outbox::write`). An invocation that fails takes its events with
+//! COMMIT (`capabilities::emit::write`). An invocation that fails takes its events with
 //! it; a batch that rolls back, all of them.
 //!
 //! What a guest decides: the topic and event type (among those configured
@@ -28,12 +28,14 @@
 //! (migration `20261203000001_outbox_rules.sql`), all but the look-alike
 //! letters of payload keys; the topic's schema is checked here only.
 
+pub(crate) mod write;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::allowance::Allowance;
+use crate::capabilities::allowance::Allowance;
 use crate::wit::emit::{self, EmitError, Message};
 
 /// The most headers one emitted event may carry.

@@ -19,7 +19,7 @@ use sha2::Sha256;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::capabilities::emit::Emitted;
+use super::Emitted;
 use crate::error::ExecError;
 use crate::event::Event;
 use crate::transaction::{EventTx, within};
@@ -103,7 +103,7 @@ fn vouch(key: &[u8], event_id: Uuid, cause: Uuid, fields: [Option<&str>; 5]) -> 
 ///
 /// `idem.causation-id` is the database's to set.
 pub fn provenance(event: &Event, trust_input: bool) -> Vec<(String, String)> {
-    let traced = crate::telemetry::traces::propagation_headers(&tracing::Span::current());
+    let traced = crate::traces::propagation_headers(&tracing::Span::current());
     provenance_with(event, trust_input, traced.into_iter().next())
 }
 

@@ -29,7 +29,7 @@ mod sent;
 mod target;
 
 use super::allowance::Allowance;
-use crate::telemetry::traces::TARGET as TRACE;
+use crate::traces::TARGET as TRACE;
 use crate::wit::http::{self, HttpError, Request, Response};
 pub use policy::{Credential, HttpPolicy};
 pub use retry::RetryPolicy;
@@ -224,7 +224,7 @@ impl HttpCapability {
                 target: TRACE, "idem.http", http.method = %method, server.address = %host,
                 http.request.resend_count = attempt - 1
             );
-            for (name, value) in crate::telemetry::traces::propagation_headers(&span) {
+            for (name, value) in crate::traces::propagation_headers(&span) {
                 this = this.header(name, value);
             }
             let (status, answer) = send_once(this).instrument(span).await;

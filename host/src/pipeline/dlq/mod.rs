@@ -11,7 +11,6 @@
 
 pub mod envelope;
 pub mod headers;
-pub mod refusal;
 pub mod seal;
 mod topic;
 
@@ -23,6 +22,7 @@ use rdkafka::producer::{FutureRecord, Producer as _};
 
 use crate::config::{Config, HandlerConfig};
 use crate::error::ErrorClass;
+use crate::kafka_client::refusal;
 use crate::validate::Record;
 pub use refusal::Refusal;
 

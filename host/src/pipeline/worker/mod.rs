@@ -126,10 +126,10 @@ impl Worker {
         self.state.taken(&record);
         let unproven = !self.proven;
         let span = tracing::trace_span!(
-            target: crate::telemetry::traces::TARGET, "idem.event", handler = %self.shared.name,
+            target: crate::traces::TARGET, "idem.event", handler = %self.shared.name,
             topic = %record.topic, partition = record.partition, offset = record.offset
         );
-        crate::telemetry::traces::continue_from(&span, &record.headers);
+        crate::traces::continue_from(&span, &record.headers);
         let resolved = tracing::Instrument::instrument(self.process(&record, from_batch), span).await;
         // This process is alive: whatever became of the record (resolved,
         // or abandoned at a revocation), its execution did not kill it, so

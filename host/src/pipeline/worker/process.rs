@@ -48,7 +48,7 @@ impl Worker {
     pub(super) async fn process(&mut self, record: &Record, mut from_batch: Option<ExecError>) -> bool {
         let shared = self.shared.clone();
         let validated = {
-            let _span = tracing::trace_span!(target: crate::telemetry::traces::TARGET, "idem.validate").entered();
+            let _span = tracing::trace_span!(target: crate::traces::TARGET, "idem.validate").entered();
             shared.validator.validate(record)
         };
         let event = match validated {
