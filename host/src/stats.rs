@@ -98,7 +98,8 @@ impl IncidentKind {
 /// (from its start until the consumer made again has joined its group).
 #[derive(Debug, Default)]
 pub struct Incidents {
-    total: [AtomicU64; 4],
+    /// One count per kind, in [`IncidentKind::ALL`]'s order.
+    total: [AtomicU64; IncidentKind::ALL.len()],
     current: Mutex<Option<IncidentKind>>,
 }
 
@@ -395,4 +396,21 @@ pub struct VersionCounts {
     pub processed: u64,
     pub duplicates: u64,
     pub failed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_of_incident_is_counted_under_its_own_name() {
+        // A kind added without its counter once panicked the host.
+        let incidents = Incidents::default();
+        for kind in IncidentKind::ALL {
+            incidents.began(kind);
+            assert_eq!(incidents.current(), Some(kind));
+        }
+        let totals: Vec<(IncidentKind, u64)> = incidents.totals().collect();
+        assert_eq!(totals, IncidentKind::ALL.iter().map(|k| (*k, 1)).collect::<Vec<_>>());
+    }
 }

@@ -27,7 +27,6 @@ use super::HandlerContext;
 use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
 use super::incident::Backoff;
 use super::shutdown;
-use super::stall::Probe;
 use crate::config::{Config, HandlerConfig};
 use crate::stats::IncidentKind;
 
@@ -172,16 +171,17 @@ pub(super) fn poll_loop(
     shutdown::finish(consumer, &shutdown::Ending { deadline: Instant::now() + how.timeout, leave });
 }
 
-/// Reports the consumer stalled (`stall`) when it has shown no sign of
-/// being in its group for a minute and a broker answers a metadata request.
+/// Reports the consumer stalled (`stall`): silent for a minute (no sign
+/// of being in its group) while brokers answer its metadata requests.
 fn stalled(recipe: &Recipe, consumer: &HandlerConsumer) {
-    let Probe::AskBroker(quiet) = recipe.context.watch().probe(Instant::now()) else { return };
-    if consumer.fetch_metadata(Some(&recipe.topic), Duration::from_secs(2)).is_err() {
+    if !recipe.context.watch().due(Instant::now()) {
         return;
     }
+    let answers = consumer.fetch_metadata(Some(&recipe.topic), Duration::from_secs(2)).is_ok();
+    let Some(silence) = recipe.context.watch().answered(Instant::now(), answers) else { return };
     let account = format!(
-        "the consumer has shown no sign of being in its group (group state up, a commit confirmed) for {quiet:?} \
-         while a broker answers"
+        "the consumer has shown no sign of being in its group (group state up, a commit confirmed) for {silence:?}, \
+         its brokers answering"
     );
     recipe.context.handler().incident(IncidentKind::ConsumerStalled, account);
 }

@@ -1,28 +1,34 @@
 //! Whether a handler's consumer is stalled: it was in its group, and for
 //! [`STALLED_AFTER`] nothing has shown it still is — no statistics with
-//! its group state `up`, no commit the broker confirmed — while a broker
-//! answers. Seen in CI after a broker restart: a KIP-848 member whose
-//! librdkafka waited for its group coordinator for minutes, every commit
-//! failing "waiting for coordinator", while the other consumers of the
-//! same host on the same broker went on. A stalled consumer is made again
-//! (`IncidentKind::ConsumerStalled`): a new one finds its coordinator.
+//! its group state `up`, no commit the broker confirmed — while its
+//! brokers answer. Seen in CI after a broker restart: a KIP-848 member
+//! whose librdkafka waited for its group coordinator for minutes, every
+//! commit failing "waiting for coordinator", while the other consumers of
+//! the same host on the same broker went on. A stalled consumer is made
+//! again (`IncidentKind::ConsumerStalled`): a new one finds its coordinator.
 //!
 //! The watch keeps its own clock rather than librdkafka's: the group state
 //! may flip between querying for the coordinator and waiting for its
 //! answer every second (its `stateage` never grows), and neither commit
 //! results nor statistics may be delivered at all; the absence of any
 //! sign of health is what counts. A broker outage alone is never a stall:
-//! before it says so, the polling thread asks a broker for metadata
-//! ([`Probe`]), and only an answer makes the incident.
+//! once the consumer is suspected, the polling thread asks a broker for
+//! metadata every [`PROBE_EVERY`], and only a consumer that stays silent
+//! while brokers have answered for [`BROKER_BACK_FOR`] is stalled (after an
+//! outage, a healthy consumer finds its coordinator within seconds).
 
 use std::time::{Duration, Instant};
 
-/// How long a consumer that was in its group may show no sign of it while
-/// a broker answers before it is made again.
+/// How long a consumer that was in its group may show no sign of it
+/// before a broker is asked whether it answers.
 pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(60);
 
 /// How often a suspected consumer's broker is asked whether it answers.
 const PROBE_EVERY: Duration = Duration::from_secs(10);
+
+/// How long brokers must have answered a suspected consumer before its
+/// silence is a stall.
+const BROKER_BACK_FOR: Duration = Duration::from_secs(30);
 
 /// One consumer's signs of health, and what the polling thread does with
 /// their absence.
@@ -37,21 +43,13 @@ pub(crate) struct StallWatch {
     healthy_at: Instant,
     /// When a broker was last asked ([`PROBE_EVERY`]).
     probed_at: Option<Instant>,
-}
-
-/// What the polling thread should do now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Probe {
-    /// Nothing: healthy, joining, or asked a broker a moment ago.
-    No,
-    /// Ask a broker for metadata; if one answers, the consumer is stalled
-    /// since this long.
-    AskBroker(Duration),
+    /// Since when every probe has found a broker answering.
+    answering_since: Option<Instant>,
 }
 
 impl StallWatch {
     pub(crate) fn new(now: Instant) -> Self {
-        Self { joined: false, healthy_at: now, probed_at: None }
+        Self { joined: false, healthy_at: now, probed_at: None, answering_since: None }
     }
 
     /// A consumer made (again): joining, nothing suspected.
@@ -68,20 +66,31 @@ impl StallWatch {
     /// A sign of health: the group state `up`, a commit confirmed.
     pub(crate) fn healthy(&mut self, now: Instant) {
         self.healthy_at = now;
-        self.probed_at = None;
+        (self.probed_at, self.answering_since) = (None, None);
     }
 
-    /// Whether to ask a broker now (at most every [`PROBE_EVERY`]).
-    pub(crate) fn probe(&mut self, now: Instant) -> Probe {
-        let quiet = now.saturating_duration_since(self.healthy_at);
-        if !self.joined || quiet < STALLED_AFTER {
-            return Probe::No;
+    /// Whether to ask a broker now: the consumer is suspected (in its
+    /// group, silent for [`STALLED_AFTER`]) and was not asked about for
+    /// [`PROBE_EVERY`].
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
+        let suspected = self.joined && now.saturating_duration_since(self.healthy_at) >= STALLED_AFTER;
+        let asked = self.probed_at.is_some_and(|at| now.saturating_duration_since(at) < PROBE_EVERY);
+        if suspected && !asked {
+            self.probed_at = Some(now);
         }
-        if self.probed_at.is_some_and(|at| now.saturating_duration_since(at) < PROBE_EVERY) {
-            return Probe::No;
+        suspected && !asked
+    }
+
+    /// What the probe found. `Some(silence)`: the consumer is stalled —
+    /// silent that long, brokers answering for [`BROKER_BACK_FOR`].
+    pub(crate) fn answered(&mut self, now: Instant, broker_answers: bool) -> Option<Duration> {
+        if !broker_answers {
+            self.answering_since = None;
+            return None;
         }
-        self.probed_at = Some(now);
-        Probe::AskBroker(quiet)
+        let since = *self.answering_since.get_or_insert(now);
+        (now.saturating_duration_since(since) >= BROKER_BACK_FOR)
+            .then(|| now.saturating_duration_since(self.healthy_at))
     }
 }
 
@@ -93,13 +102,41 @@ mod tests {
         start + Duration::from_secs(secs)
     }
 
+    /// Probes at `secs` with the brokers answering or not; the stall
+    /// found, if any.
+    fn probe(watch: &mut StallWatch, start: Instant, secs: u64, answers: bool) -> Option<Duration> {
+        let now = at(start, secs);
+        if watch.due(now) { watch.answered(now, answers) } else { None }
+    }
+
     #[test]
-    fn a_consumer_in_its_group_with_no_sign_of_health_for_a_minute_is_suspected() {
+    fn a_silent_consumer_is_stalled_once_brokers_have_answered_for_thirty_seconds() {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        assert_eq!(watch.probe(at(t, 59)), Probe::No);
-        assert_eq!(watch.probe(at(t, 60)), Probe::AskBroker(Duration::from_secs(60)));
+        assert!(!watch.due(at(t, 59)), "a minute of silence first");
+        for secs in [60, 70, 80] {
+            assert_eq!(probe(&mut watch, t, secs, true), None, "{secs} s");
+        }
+        assert_eq!(probe(&mut watch, t, 90, true), Some(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn silence_through_an_outage_is_no_stall_until_the_brokers_have_been_back_thirty_seconds() {
+        // A 60 s outage: no broker answers the probes; then one does, and
+        // the consumer has its time to find its coordinator again.
+        let t = Instant::now();
+        let mut watch = StallWatch::new(t);
+        watch.assigned(t);
+        for secs in [60, 70] {
+            assert_eq!(probe(&mut watch, t, secs, false), None);
+        }
+        assert_eq!(probe(&mut watch, t, 80, true), None, "the broker just came back");
+        assert_eq!(probe(&mut watch, t, 90, true), None);
+        watch.healthy(at(t, 95));
+        assert!(!watch.due(at(t, 110)), "it found its coordinator");
+        assert_eq!(probe(&mut watch, t, 155, true), None, "silent again: the clock starts over");
+        assert_eq!(probe(&mut watch, t, 185, true), Some(Duration::from_secs(90)));
     }
 
     #[test]
@@ -107,31 +144,30 @@ mod tests {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        watch.healthy(at(t, 50));
-        assert_eq!(watch.probe(at(t, 100)), Probe::No);
-        assert_eq!(watch.probe(at(t, 110)), Probe::AskBroker(Duration::from_secs(60)));
+        assert_eq!(probe(&mut watch, t, 60, true), None);
+        watch.healthy(at(t, 65));
+        assert!(!watch.due(at(t, 124)));
+        assert!(watch.due(at(t, 125)));
     }
 
     #[test]
     fn a_consumer_still_joining_is_never_suspected() {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
-        assert_eq!(watch.probe(at(t, 600)), Probe::No);
+        assert!(!watch.due(at(t, 600)));
         watch.assigned(at(t, 600));
         watch.made(at(t, 601));
-        assert_eq!(watch.probe(at(t, 1_000)), Probe::No, "made again: joining again");
+        assert!(!watch.due(at(t, 1_000)), "made again: joining again");
     }
 
     #[test]
-    fn while_no_broker_answers_a_broker_is_asked_every_ten_seconds() {
-        // A broker outage: the probe finds none, and the watch asks again
-        // later, not on every poll.
+    fn a_suspected_consumer_asks_a_broker_every_ten_seconds_not_on_every_poll() {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        assert!(matches!(watch.probe(at(t, 60)), Probe::AskBroker(_)));
-        assert_eq!(watch.probe(at(t, 61)), Probe::No);
-        assert_eq!(watch.probe(at(t, 69)), Probe::No);
-        assert_eq!(watch.probe(at(t, 70)), Probe::AskBroker(Duration::from_secs(70)));
+        assert!(watch.due(at(t, 60)));
+        assert!(!watch.due(at(t, 61)));
+        assert!(!watch.due(at(t, 69)));
+        assert!(watch.due(at(t, 70)));
     }
 }
