@@ -167,7 +167,7 @@ impl Preparing<'_> {
             Pins { schema: place.schema.clone(), synchronous_commit: config.database.synchronous_commit.clone() };
         let at = || format!("handler `{}`", h.name);
         let settings = crate::runtime::HandlerSettings::of(&h).with_context(at)?;
-        let http = crate::capabilities::http::client(&settings.http)
+        let http = crate::capabilities::http::client(&settings.caps.http)
             .with_context(|| format!("handler `{}`: failed to build its HTTP client", h.name))?;
         let stored = crate::modules::store::active(pool, &h.name).await.with_context(at)?;
         let body = match (&stored, &h.native) {

@@ -4,6 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use wasmtime::component::{HasSelf, Linker};
+
+use super::{After, Call, Capability, HasCapabilities};
+use crate::config::HandlerConfig;
 use crate::wit::config;
 
 /// The handler's configured key/values, shared by its invocations.
@@ -11,9 +15,27 @@ pub(crate) struct ConfigCapability {
     values: Arc<BTreeMap<String, String>>,
 }
 
-impl ConfigCapability {
-    pub(crate) fn new(values: Arc<BTreeMap<String, String>>) -> Self {
-        Self { values }
+impl Capability for ConfigCapability {
+    const INTERFACE: &'static str = "config";
+    type Settings = BTreeMap<String, String>;
+    type Left = ();
+
+    fn settings(handler: &HandlerConfig) -> anyhow::Result<Self::Settings> {
+        Ok(handler.config.clone())
+    }
+
+    fn prepare(settings: &Arc<Self::Settings>, _call: &Call<'_>) -> Self {
+        Self { values: settings.clone() }
+    }
+
+    fn husk(&self) -> Self {
+        Self { values: Arc::default() }
+    }
+
+    fn finish(&mut self, _after: &mut After<'_>) {}
+
+    fn link<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+        config::add_to_linker::<T, HasSelf<Self>>(linker, |t| &mut t.capabilities().config)
     }
 }
 

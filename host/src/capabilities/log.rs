@@ -1,6 +1,12 @@
 //! The `log` import: the host's log, tagged with handler and event, and
 //! bounded (a guest may not flood it or forge its lines).
 
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker};
+
+use super::{After, Call, Capability, HasCapabilities};
+use crate::config::HandlerConfig;
 use crate::wit::log;
 
 /// Lines the `log` import writes per invocation; later ones are dropped
@@ -18,11 +24,32 @@ pub(crate) struct LogCapability {
     lines_left: u32,
 }
 
-impl LogCapability {
-    pub(crate) fn new(handler: String, event_id: String) -> Self {
-        Self { handler, event_id, lines_left: MAX_LOG_LINES }
+impl Capability for LogCapability {
+    const INTERFACE: &'static str = "log";
+    /// Nothing to configure: the bounds are the host's.
+    type Settings = ();
+    type Left = ();
+
+    fn settings(_handler: &HandlerConfig) -> anyhow::Result<()> {
+        Ok(())
     }
 
+    fn prepare(_settings: &Arc<()>, call: &Call<'_>) -> Self {
+        Self { handler: call.handler.to_owned(), event_id: call.event_id.to_owned(), lines_left: MAX_LOG_LINES }
+    }
+
+    fn husk(&self) -> Self {
+        Self { handler: String::new(), event_id: String::new(), lines_left: 0 }
+    }
+
+    fn finish(&mut self, _after: &mut After<'_>) {}
+
+    fn link<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
+        log::add_to_linker::<T, HasSelf<Self>>(linker, |t| &mut t.capabilities().log)
+    }
+}
+
+impl LogCapability {
     /// The handler whose invocation this is.
     pub(crate) fn handler(&self) -> &str {
         &self.handler

@@ -429,6 +429,48 @@ fn default_http_timeout_ms() -> u64 {
 }
 
 impl HandlerConfig {
+    /// A handler named `name` with every default a `[[handler]]` section
+    /// leaves out, and nothing of its own (no topic, component or schema):
+    /// what `runtime::HandlerSettings::new` starts from, so that each
+    /// default is written once, here.
+    pub fn named(name: String) -> Self {
+        Self {
+            group_id: name.clone(),
+            name,
+            topic: String::new(),
+            component: None,
+            native: None,
+            module: None,
+            max_module_mib: default_max_module_mib(),
+            max_compile_seconds: default_max_compile_seconds(),
+            event_types: Vec::new(),
+            schema: PathBuf::new(),
+            concurrency: default_concurrency(),
+            ordering: super::Ordering::default(),
+            max_in_flight: None,
+            max_events: None,
+            max_attempts: None,
+            timeout_ms: default_timeout_ms(),
+            max_memory_mib: default_max_memory_mib(),
+            events_per_instance: default_events_per_instance(),
+            group_protocol: super::GroupProtocol::default(),
+            assignor: None,
+            auto_offset_reset: default_auto_offset_reset(),
+            properties: BTreeMap::new(),
+            properties_env: BTreeMap::new(),
+            http: HandlerHttp::default(),
+            config: BTreeMap::new(),
+            database: HandlerDatabase::default(),
+            limits: HandlerLimits::default(),
+            retry: HandlerRetry::default(),
+            batch: HandlerBatch::default(),
+            emit: Vec::new(),
+            dedup_retention: retention::default_dedup_retention(),
+            stale_events: StalePolicy::default(),
+            trust_input_trace_headers: false,
+        }
+    }
+
     /// Lanes per partition (see `config/ordering.rs`).
     pub fn lanes(&self) -> u32 {
         super::ordering::lanes(self.ordering, self.max_in_flight)

@@ -23,7 +23,8 @@ pub use admin::AdminConfig;
 pub use dlq::DlqConfig;
 pub use group::GroupProtocol;
 pub use handler::{
-    HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, OnFailure,
+    HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, HttpRetry,
+    OnFailure,
 };
 pub use ordering::{DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, Ordering, key_lane};
 pub use outbox::{HandlerEmit, OutboxConfig, OutboxProducer, ProducerTopic};

@@ -29,6 +29,7 @@ use tracing::Instrument as _;
 
 use super::chains::Schedule;
 use super::{Executor, Outcome};
+use crate::capabilities::Left;
 use crate::dedup::{self, Claim};
 use crate::error::{ErrorClass, ExecError};
 use crate::event::Event;
@@ -97,18 +98,18 @@ impl Executor {
         let Some(tx) = shared.into_whole() else {
             return Err(BatchFailure::Whole(None));
         };
-        let (outcomes, emits) = match ran {
+        let (outcomes, lefts) = match ran {
             Ok(ran) => ran,
             Err(halt) => return Err(self.halted(tx, halt).await),
         };
         let mut tx = tx;
-        if !emits.is_empty() {
-            // Their transaction's failure names no one event: the batch's
-            // events then run alone, each writing its own.
-            if let Err(error) = crate::capabilities::emit::write::write(&mut tx, &emits).await {
-                tx.abandon(&self.pool);
-                return Err(BatchFailure::whole(error));
-            }
+        // What the events left (their emits), each with its cause. A
+        // failure names no one event: the batch's events then run alone,
+        // each sealing its own.
+        let lefts: Vec<(uuid::Uuid, &Left)> = lefts.iter().map(|(index, left)| (events[*index].id, left)).collect();
+        if let Err(error) = crate::capabilities::before_commit(&mut tx, &lefts).await {
+            tx.abandon(&self.pool);
+            return Err(BatchFailure::whole(error));
         }
         // An error at COMMIT names no event: the caller resolves the first
         // alone (the claim then tells whether the batch committed after all).
@@ -129,14 +130,14 @@ impl Executor {
         events: &[Event],
         claims: &[Claim],
         stop: impl Fn(usize) -> bool,
-    ) -> Result<(Vec<Outcome>, Emits), Halt> {
+    ) -> Result<(Vec<Outcome>, Lefts), Halt> {
         let settings = self.handler.settings();
         let (budget, max) = (settings.timeout, settings.max_concurrent.max(1));
         let mut schedule = Schedule::new(events, settings.ordering);
         let mut outcomes = vec![None; events.len()];
         let mut running = FuturesUnordered::new();
         let mut last_started = None;
-        let mut emits = Vec::new();
+        let mut lefts = Vec::new();
         loop {
             while running.len() < max {
                 let Some(index) = schedule.take_ready() else { break };
@@ -159,17 +160,14 @@ impl Executor {
                 running.push(async move {
                     let run = super::Run { attempt: 1, batched: true, guarded };
                     let (_, result, left) = self.invoke(lent, event, run).instrument(span).await;
-                    let emitted = left.emitted;
-                    (index, result, emitted)
+                    (index, result, left)
                 });
             }
-            let Some((index, result, emitted)) = running.next().await else { break };
+            let Some((index, result, left)) = running.next().await else { break };
             match result {
                 Ok(outcome) => {
                     outcomes[index] = Some(outcome);
-                    if !emitted.is_empty() {
-                        emits.push((index, emitted));
-                    }
+                    lefts.push((index, left));
                     schedule.done(index);
                 }
                 Err(error) => return Err(Halt::at(index, error, shared.in_use(), max > 1)),
@@ -180,9 +178,9 @@ impl Executor {
             .into_iter()
             .collect::<Option<Vec<_>>>()
             .ok_or(Halt { failure: BatchFailure::Whole(None), abandon: false })?;
-        // The events' emits in the events' order, each with its cause.
-        emits.sort_by_key(|(index, _)| *index);
-        Ok((outcomes, emits.into_iter().map(|(index, emitted)| (events[index].id, emitted)).collect()))
+        // What the events left, in the events' order.
+        lefts.sort_by_key(|(index, _)| *index);
+        Ok((outcomes, lefts))
     }
 
     /// What `claim` means for `event`, the batch's `index`th.
@@ -248,8 +246,8 @@ impl Executor {
     }
 }
 
-/// The events a batch emitted: each event's id (their cause) and its emits.
-type Emits = Vec<(uuid::Uuid, Vec<crate::capabilities::emit::Emitted>)>;
+/// What each event of a batch that ran left, by its index in the batch.
+type Lefts = Vec<(usize, Left)>;
 
 /// What a claim means for its event in a batch.
 enum Claimed {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::capabilities::{Capabilities, Grants, HostFault};
+use crate::capabilities::{Call, Capabilities, HostFault, Left, Shared};
 use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
@@ -44,7 +44,9 @@ pub enum Outcome {
 pub struct Executor {
     handler: Handler,
     pool: PgPool,
-    http: reqwest::Client,
+    /// What the handler's invocations share (the HTTP client, the keys
+    /// sent when its events run side by side).
+    shared: Shared,
     pins: Arc<Pins>,
     /// Stale events run regardless of `stale_events` (`idem dlq replay --force`).
     force_stale: bool,
@@ -52,25 +54,17 @@ pub struct Executor {
     stats: Option<Arc<Stats>>,
     /// Invocations keep a line per statement (`idem test`).
     transcribe: bool,
-    /// What this handler sent under each key (`http::SentKeys`).
-    sent_keys: Arc<crate::capabilities::http::SentKeys>,
 }
 
 impl Executor {
     /// `pool` must be the handler's own (see `sandbox::pool`), never a
     /// privileged one: its role is the sandbox's boundary.
     pub fn new(handler: Handler, pool: PgPool, http: reqwest::Client, pins: Pins) -> Self {
-        let sent_keys = Arc::default();
-        Self {
-            handler,
-            pool,
-            http,
-            pins: Arc::new(pins),
-            force_stale: false,
-            stats: None,
-            transcribe: false,
-            sent_keys,
-        }
+        // Keys are checked across events only where events run side by
+        // side in one transaction (see `http::SentKeys`).
+        let side_by_side = handler.settings().max_concurrent > 1;
+        let shared = Shared { http_client: http, sent_keys: side_by_side.then(Arc::default) };
+        Self { handler, pool, shared, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false }
     }
 
     /// The same executor, counting into `stats`.
@@ -164,13 +158,11 @@ impl Executor {
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
         let began = std::time::Instant::now();
         let tx = self.begin().await?;
-        let (lent, result, Left { emitted, .. }) = self.run_in(tx, event, attempt).await;
+        let (lent, result, left) = self.run_in(tx, event, attempt).await;
         let mut tx = taken_back(lent)?;
         match result {
             Ok(Outcome::Processed) => {
-                if !emitted.is_empty()
-                    && let Err(e) = crate::capabilities::emit::write::write(&mut tx, &[(event.id, emitted)]).await
-                {
+                if let Err(e) = crate::capabilities::before_commit(&mut tx, &[(event.id, &left)]).await {
                     tx.abandon(&self.pool);
                     return Err(e);
                 }
@@ -217,7 +209,7 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let caps = self.capabilities(Lent::Whole(tx), uuid::Uuid::nil().to_string(), false, None);
+        let caps = self.capabilities(Lent::Whole(tx), &uuid::Uuid::nil().to_string(), false, None);
         let (caps, result) = self.handler.try_instantiate(caps).await;
         if let Some(tx) = caps.tx.into_whole() {
             tx.rollback().await;
@@ -236,28 +228,20 @@ impl Executor {
     fn capabilities(
         &self,
         tx: Lent,
-        event_id: String,
+        event_id: &str,
         batched: bool,
         provenance: Option<Vec<(String, String)>>,
     ) -> Capabilities {
-        let settings = self.handler.settings();
-        let grants = Grants {
-            handler: settings.name.clone(),
+        let call = Call {
+            handler: &self.handler.settings().name,
             event_id,
             batched,
-            max_db_statements: settings.max_db_statements,
-            max_http_requests: settings.max_http_requests,
-            http_client: self.http.clone(),
-            http_policy: self.handler.http_policy(),
-            config: self.handler.config_values(),
-            emit_policy: settings.emit.clone(),
-            max_emits: settings.max_emits,
-            max_emit_bytes: settings.max_emit_bytes,
+            deadline: tx.deadline(),
             provenance,
             transcript: self.transcribe,
-            sent_keys: (settings.max_concurrent > 1).then(|| self.sent_keys.clone()),
+            shared: &self.shared,
         };
-        Capabilities::new(tx, grants)
+        Capabilities::new(tx, self.handler.policies(), &call)
     }
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
@@ -283,8 +267,8 @@ impl Executor {
     }
 
     /// Runs the handler on a claimed `event` inside `tx` (the whole
-    /// transaction, or a share of a batch's), and hands `tx` back with the
-    /// events it emitted (the caller writes them if it commits).
+    /// transaction, or a share of a batch's), and hands `tx` back with what
+    /// its capabilities left (the caller seals them if it commits).
     async fn invoke(&self, tx: Lent, event: &Event, run: Run) -> Invoked {
         let Run { attempt, batched, guarded } = run;
         let deadline = tx.deadline();
@@ -292,65 +276,49 @@ impl Executor {
         // not name it as their cause (docs/outbox.md).
         let trust = self.handler.settings().trust_input_trace_headers;
         let provenance = guarded.then(|| crate::capabilities::emit::write::provenance(event, trust));
-        let caps = self.capabilities(tx, event.id.hyphenated().to_string(), batched, provenance);
+        let caps = self.capabilities(tx, &event.id.hyphenated().to_string(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
         let Returned { mut caps, invocation, stderr } =
             self.handler.invoke(caps, &event.to_wit(attempt), deadline).instrument(span).await;
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(started.elapsed());
-            stats.db_statements.fetch_add(u64::from(caps.db.statements_run()), std::sync::atomic::Ordering::Relaxed);
-            for (host, status) in &caps.http.sent {
-                stats.http_request(host, *status);
-            }
-            for (host, reason) in &caps.http.resent {
-                stats.http_retry(host, reason);
-            }
         }
-        let infrastructure = caps.db.infrastructure_failure().map(str::to_owned);
-        let changed_key = caps.http.changed_key.take();
-        let requests = if self.transcribe { std::mem::take(&mut caps.http.sent) } else { Vec::new() };
-        let left = Left { emitted: caps.emit.take(), transcript: caps.db.transcript(), requests };
-        let tx = caps.tx;
-        let result = match invocation {
-            // Whatever the guest made of the refusal, the event fails.
-            Invocation::Ok | Invocation::Failed { .. } if changed_key.is_some() => {
-                Err(ExecError::RequestChanged(changed_key.unwrap_or_default()))
-            }
-            // Whatever the guest made of it, a transaction in which the
-            // infrastructure failed is not committed.
-            Invocation::Ok | Invocation::Failed { .. } if infrastructure.is_some() => {
-                Err(ExecError::Infrastructure(infrastructure.unwrap_or_default()))
-            }
-            Invocation::Ok => Ok(Outcome::Processed),
-            // The guest's words are data wherever they are shown (logs, DLQ
-            // headers, `idem dlq list`): escaped and capped here, once.
-            Invocation::Failed { retryable: true, message } => {
-                Err(ExecError::HandlerRetryable(crate::text::shown(&message, GUEST_TEXT)))
-            }
-            Invocation::Failed { retryable: false, message } => {
-                Err(ExecError::HandlerPermanent(crate::text::shown(&message, GUEST_TEXT)))
-            }
-            Invocation::TimedOut(limit) => Err(ExecError::TimedOut(limit)),
-            // The host's own shortage, not the event's doing (see `runtime::pool`).
-            Invocation::Trapped(trap) if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) => {
-                Err(ExecError::Infrastructure(format!("no instance slot free: {trap}")))
-            }
-            Invocation::Trapped(trap) => Err(match trap.downcast::<HostFault>() {
-                Ok(HostFault::Database(e)) => ExecError::Database(e),
-                Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),
-                // A trap's text names the guest's own functions: its words too.
-                Err(trap) if stderr.is_empty() => {
-                    ExecError::Trapped(crate::text::shown(&format!("{trap:#}"), GUEST_TEXT))
-                }
-                Err(trap) => ExecError::Trapped(format!(
-                    "{}; guest stderr: {}",
-                    crate::text::shown(&format!("{trap:#}"), GUEST_TEXT),
-                    crate::text::shown(&stderr, GUEST_TEXT)
-                )),
-            }),
-        };
-        (tx, result, left)
+        let (veto, left) = caps.finish(self.stats());
+        (caps.tx, result(invocation, veto, &stderr), left)
+    }
+}
+
+/// What an invocation comes to. Whatever the guest made of it (a refused
+/// request, a failed statement), a capability's veto fails the event.
+fn result(invocation: Invocation, veto: Option<ExecError>, stderr: &str) -> Result<Outcome, ExecError> {
+    match (invocation, veto) {
+        (Invocation::Ok | Invocation::Failed { .. }, Some(veto)) => Err(veto),
+        (Invocation::Ok, None) => Ok(Outcome::Processed),
+        // The guest's words are data wherever they are shown (logs, DLQ
+        // headers, `idem dlq list`): escaped and capped here, once.
+        (Invocation::Failed { retryable: true, message }, None) => {
+            Err(ExecError::HandlerRetryable(crate::text::shown(&message, GUEST_TEXT)))
+        }
+        (Invocation::Failed { retryable: false, message }, None) => {
+            Err(ExecError::HandlerPermanent(crate::text::shown(&message, GUEST_TEXT)))
+        }
+        (Invocation::TimedOut(limit), _) => Err(ExecError::TimedOut(limit)),
+        // The host's own shortage, not the event's doing (see `runtime::pool`).
+        (Invocation::Trapped(trap), _) if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) => {
+            Err(ExecError::Infrastructure(format!("no instance slot free: {trap}")))
+        }
+        (Invocation::Trapped(trap), _) => Err(match trap.downcast::<HostFault>() {
+            Ok(HostFault::Database(e)) => ExecError::Database(e),
+            Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),
+            // A trap's text names the guest's own functions: its words too.
+            Err(trap) if stderr.is_empty() => ExecError::Trapped(crate::text::shown(&format!("{trap:#}"), GUEST_TEXT)),
+            Err(trap) => ExecError::Trapped(format!(
+                "{}; guest stderr: {}",
+                crate::text::shown(&format!("{trap:#}"), GUEST_TEXT),
+                crate::text::shown(stderr, GUEST_TEXT)
+            )),
+        }),
     }
 }
 
@@ -364,19 +332,9 @@ struct Run {
 }
 
 /// What an invocation hands back: the transaction (or its share), its
-/// result, and what it left.
+/// result, and what its capabilities left (for the commit, or for `idem
+/// test` to show).
 type Invoked = (Lent, Result<Outcome, ExecError>, Left);
-
-/// What an invocation leaves besides its result.
-#[derive(Default)]
-struct Left {
-    /// The events it emitted, to be written if it commits.
-    emitted: Vec<crate::capabilities::emit::Emitted>,
-    /// Its statements, when kept ([`Executor::transcribing`]).
-    transcript: Vec<String>,
-    /// Its requests (host, status), when kept.
-    requests: Vec<(String, Option<u16>)>,
-}
 
 /// The transaction back from an invocation that held it whole. It always
 /// is: only a batch shares one, and it takes its own back.

@@ -5,7 +5,8 @@
 
 use sqlx::Executor as _;
 
-use super::{Executor, Left, Outcome, taken_back};
+use super::{Executor, Outcome, taken_back};
+use crate::capabilities::Left;
 use crate::capabilities::emit::Emitted;
 use crate::error::ExecError;
 use crate::event::Event;
@@ -36,22 +37,15 @@ impl Executor {
         tx.renew(self.handler.settings().timeout);
         if let Err(e) = control(&mut tx, "SAVEPOINT idem_trial").await {
             tx.abandon(&self.pool);
-            return Trial {
-                tx: None,
-                result: Err(e),
-                statements: Vec::new(),
-                emitted: Vec::new(),
-                requests: Vec::new(),
-            };
+            return Trial::ended(None, Err(e), Left::default());
         }
-        let (lent, mut result, Left { emitted, transcript, requests }) = self.run_in(tx, event, 1).await;
+        let (lent, mut result, left) = self.run_in(tx, event, 1).await;
         let mut tx = match taken_back(lent) {
             Ok(tx) => tx,
-            Err(e) => return Trial { tx: None, result: Err(e), statements: transcript, emitted, requests },
+            Err(e) => return Trial::ended(None, Err(e), left),
         };
         if matches!(result, Ok(Outcome::Processed))
-            && !emitted.is_empty()
-            && let Err(e) = crate::capabilities::emit::write::write(&mut tx, &[(event.id, emitted.clone())]).await
+            && let Err(e) = crate::capabilities::before_commit(&mut tx, &[(event.id, &left)]).await
         {
             result = Err(e);
         }
@@ -60,17 +54,25 @@ impl Executor {
             // The connection may still be busy, or is broken: no going on.
             Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_)) => {
                 tx.abandon(&self.pool);
-                return Trial { tx: None, result, statements: transcript, emitted, requests };
+                return Trial::ended(None, result, left);
             }
             Err(_) => "ROLLBACK TO SAVEPOINT idem_trial; RELEASE SAVEPOINT idem_trial",
         };
         match control(&mut tx, end).await {
-            Ok(()) => Trial { tx: Some(tx), result, statements: transcript, emitted, requests },
+            Ok(()) => Trial::ended(Some(tx), result, left),
             Err(e) => {
                 tx.abandon(&self.pool);
-                Trial { tx: None, result: result.and(Err(e)), statements: transcript, emitted, requests }
+                Trial::ended(None, result.and(Err(e)), left)
             }
         }
+    }
+}
+
+impl Trial {
+    /// What the event came to, with what its capabilities left.
+    fn ended(tx: Option<EventTx>, result: Result<Outcome, ExecError>, left: Left) -> Self {
+        let Left { db: statements, emit: emitted, http: requests, .. } = left;
+        Self { tx, result, statements, emitted, requests }
     }
 }
 

@@ -2,7 +2,6 @@
 //! afresh in a new `Store` for every event, or for every
 //! `events_per_instance` events ([`super::warm`]).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +13,7 @@ use super::native::{NativeContext, NativeHandler, NativeResult};
 use super::settings::HandlerSettings;
 use super::state::HostState;
 use super::warm::{Kept, Shelf};
-use crate::capabilities::Capabilities;
-use crate::capabilities::http::HttpPolicy;
+use crate::capabilities::{Capabilities, Policies};
 use crate::wit::{HandlerPre, types};
 
 /// Why a component could not be loaded.
@@ -39,9 +37,8 @@ pub struct Handler {
     runtime: Runtime,
     body: Body,
     settings: Arc<HandlerSettings>,
-    /// The parts of the settings every invocation's capabilities share.
-    config: Arc<BTreeMap<String, String>>,
-    http: Arc<HttpPolicy>,
+    /// The capabilities' settings as every invocation shares them.
+    policies: Arc<Policies>,
     /// SHA-256 of the component's bytes (hex): which module processed an
     /// event; `native:<name>` for a native handler.
     sha256: Arc<str>,
@@ -108,28 +105,14 @@ impl Handler {
     }
 
     fn new(runtime: &Runtime, body: Body, settings: HandlerSettings, sha256: Arc<str>) -> Self {
-        let (config, http) = (Arc::new(settings.config.clone()), Arc::new(settings.http.clone()));
+        let policies = settings.caps.shared();
         let shelf = Arc::new(Shelf::new(settings.events_per_instance));
-        Self {
-            runtime: runtime.clone(),
-            body,
-            settings: Arc::new(settings),
-            config,
-            http,
-            sha256,
-            version: None,
-            shelf,
-        }
+        Self { runtime: runtime.clone(), body, settings: Arc::new(settings), policies, sha256, version: None, shelf }
     }
 
-    /// The `config` capability's key/values.
-    pub(crate) fn config_values(&self) -> Arc<BTreeMap<String, String>> {
-        self.config.clone()
-    }
-
-    /// The `http` capability's policy.
-    pub(crate) fn http_policy(&self) -> Arc<HttpPolicy> {
-        self.http.clone()
+    /// The capabilities' settings, shared by the handler's invocations.
+    pub(crate) fn policies(&self) -> &Policies {
+        &self.policies
     }
 
     pub fn settings(&self) -> &HandlerSettings {

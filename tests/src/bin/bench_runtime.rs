@@ -109,9 +109,9 @@ fn component(name: &str) -> std::path::PathBuf {
 
 fn load(runtime: &Runtime, name: &str, provider: &PaymentProvider) -> anyhow::Result<(Handler, f64)> {
     let mut settings = HandlerSettings::new(name);
-    settings.http.allow = vec![provider.base_url()];
-    settings.http.allow_private = vec![provider.base_url()];
-    settings.config.insert("payment_base_url".into(), provider.base_url());
+    settings.caps.http.allow = vec![provider.base_url()];
+    settings.caps.http.allow_private = vec![provider.base_url()];
+    settings.caps.config.insert("payment_base_url".into(), provider.base_url());
     let started = Instant::now();
     let handler = Handler::load(runtime, &component(name), settings)?;
     Ok((handler, started.elapsed().as_secs_f64() * 1e3))
@@ -140,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
         // The handler's own pool and role, as `idem run` opens them.
         let schema = name.trim_start_matches("python-");
         let pins = Pins { schema: schema.into(), synchronous_commit: "on".into() };
-        let client = idem::http_client(&handler.settings().http)?;
+        let client = idem::http_client(&handler.settings().caps.http)?;
         let exec = Executor::new(handler, db.handler_pool(schema, schema).await, client, pins);
         // Warm both paths (connections, prepared statements, code).
         baseline(&db, &http, post_to, &(0..50).map(order).collect::<Vec<_>>()).await?;

@@ -190,7 +190,7 @@ async fn an_event_run_without_a_dedup_row_may_not_emit() {
     let policy = idem::EmitPolicy::new([("out", &types[..], &schema)]).expect("policy");
     let process = s.scenarios(|h| {
         h.stale_events = StalePolicy::Process;
-        h.emit = std::sync::Arc::new(policy);
+        h.caps.emit.policy = std::sync::Arc::new(policy);
     });
     s.db.pool
         .execute("INSERT INTO idem.outbox_topic (producer, topic, event_types) VALUES ('scenarios', 'out', '{test.emitted.v1}')")

@@ -42,7 +42,7 @@ impl Setup {
         tune(&mut settings);
         let handler = Handler::load(&self.runtime, &guests::component("scenarios"), settings)
             .unwrap_or_else(|e| panic!("load scenarios: {e}"));
-        let http = idem::http_client(&handler.settings().http).unwrap_or_else(|e| panic!("http client: {e}"));
+        let http = idem::http_client(&handler.settings().caps.http).unwrap_or_else(|e| panic!("http client: {e}"));
         let pins = Pins { schema: "scenario".into(), synchronous_commit: "on".into() };
         Executor::new(handler, self.pool.clone(), http, pins)
     }

@@ -426,8 +426,8 @@ async fn a_statement_past_the_budget_cannot_hold_the_partition_or_the_connection
 async fn per_event_caps_bound_statements_and_requests() {
     let s = Setup::new().await;
     let exec = s.scenarios_with(|settings| {
-        settings.max_db_statements = 100;
-        settings.max_http_requests = 5;
+        settings.caps.db.max_statements = 100;
+        settings.caps.http.max_requests = 5;
     });
     let err = exec.execute(&scenario("statements"), 1).await.expect_err("too many statements");
     assert!(err.to_string().contains("max_db_statements"), "{err}");
@@ -522,8 +522,8 @@ async fn http_to_private_addresses_needs_allow_private() {
     let by_name = format!("http://localhost:{port}");
     let metadata = "http://169.254.169.254".to_owned();
     let exec = s.scenarios_with(|settings| {
-        settings.http.allow = vec![by_name.clone(), metadata.clone()];
-        settings.http.allow_private = Vec::new();
+        settings.caps.http.allow = vec![by_name.clone(), metadata.clone()];
+        settings.caps.http.allow_private = Vec::new();
     });
     // A name that resolves to loopback, and the metadata address itself.
     let err = exec
@@ -539,8 +539,8 @@ async fn http_to_private_addresses_needs_allow_private() {
     assert!(s.provider.seen().is_empty(), "nothing reached the provider on loopback");
     // Listed in allow_private, the same name is reached.
     let exec = s.scenarios_with(|settings| {
-        settings.http.allow = vec![by_name.clone()];
-        settings.http.allow_private = vec![by_name.clone()];
+        settings.caps.http.allow = vec![by_name.clone()];
+        settings.caps.http.allow_private = vec![by_name.clone()];
     });
     let e = scenario_with("get", json!({ "url": format!("{by_name}/v1/status") }));
     assert_eq!(exec.execute(&e, 1).await.expect("allowed explicitly"), Outcome::Processed);
@@ -553,7 +553,7 @@ async fn injected_credentials_reach_the_provider_and_never_the_guest() {
     let s = Setup::new().await;
     let base = s.provider.base_url();
     let exec = s.scenarios_with(|settings| {
-        settings.http.credentials = vec![idem::runtime::Credential {
+        settings.caps.http.credentials = vec![idem::runtime::Credential {
             base: base.clone(),
             header: "Authorization".into(),
             value: "Bearer s3cret".into(),

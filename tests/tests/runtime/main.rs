@@ -39,11 +39,11 @@ impl Setup {
 
     fn settings(&self, name: &str) -> HandlerSettings {
         let mut settings = HandlerSettings::new(name);
-        settings.http.allow = vec![self.provider.base_url()];
+        settings.caps.http.allow = vec![self.provider.base_url()];
         // The provider listens on loopback: a private address, allowed explicitly.
-        settings.http.allow_private = vec![self.provider.base_url()];
-        settings.config.insert("payment_base_url".into(), self.provider.base_url());
-        settings.config.insert("provider_base_url".into(), self.provider.base_url());
+        settings.caps.http.allow_private = vec![self.provider.base_url()];
+        settings.caps.config.insert("payment_base_url".into(), self.provider.base_url());
+        settings.caps.config.insert("provider_base_url".into(), self.provider.base_url());
         settings
     }
 
@@ -60,7 +60,7 @@ impl Setup {
     }
 
     fn executor_as(&self, component: &str, handler: Handler) -> Executor {
-        let http = idem::http_client(&handler.settings().http).unwrap_or_else(|e| panic!("http client: {e}"));
+        let http = idem::http_client(&handler.settings().caps.http).unwrap_or_else(|e| panic!("http client: {e}"));
         // The pool (and so the role, and the dedup namespace) of the component's handler.
         let (_, schema, pool) =
             self.pools.iter().find(|(n, _, _)| *n == component).unwrap_or_else(|| panic!("no pool for {component}"));
@@ -202,7 +202,7 @@ async fn a_guest_that_writes_then_fails_or_traps_leaves_nothing() {
 async fn a_reset_after_the_charge_rolls_back_and_the_retry_reuses_the_key() {
     let s = Setup::new().await;
     let mut settings = s.settings("billing");
-    settings.http.retry.max_attempts = 1;
+    settings.caps.http.retry.max_attempts = 1;
     let billing = s.executor("billing", settings);
     let e = order();
     s.provider.set_fault(Fault::ResetAfterCharge(1));
@@ -284,8 +284,8 @@ async fn re_sends_stop_at_the_cap_and_at_the_budget() {
     let slow = s.executor("billing", {
         let mut settings = s.settings("billing");
         settings.timeout = Duration::from_millis(800);
-        settings.http.timeout = Duration::from_millis(600);
-        settings.http.retry.max_attempts = 10;
+        settings.caps.http.timeout = Duration::from_millis(600);
+        settings.caps.http.retry.max_attempts = 10;
         settings
     });
     s.provider.set_fault(Fault::None);
@@ -382,8 +382,8 @@ async fn a_resend_after_a_timeout_reuses_the_key() {
     let s = Setup::new().await;
     // The guest re-sends by itself here, so the host's re-sends are off.
     let exec = s.scenarios_with(|settings| {
-        settings.http.timeout = Duration::from_millis(300);
-        settings.http.retry.max_attempts = 1;
+        settings.caps.http.timeout = Duration::from_millis(300);
+        settings.caps.http.retry.max_attempts = 1;
     });
     s.provider.set_fault(Fault::DelayOnce(Duration::from_millis(1500)));
     let e = scenario("resend-after-timeout");
@@ -409,7 +409,7 @@ async fn a_second_different_unlabelled_unsafe_request_is_refused() {
 async fn a_key_prefix_separates_handlers() {
     let s = Setup::new().await;
     let mut settings = s.settings("billing-eu");
-    settings.http.key_prefix = Some("billing-eu".into());
+    settings.caps.http.key_prefix = Some("billing-eu".into());
     let exec = s.executor("billing", settings);
     let e = order();
     assert_eq!(exec.execute(&e, 1).await.expect("processed"), Outcome::Processed);

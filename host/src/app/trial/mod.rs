@@ -133,8 +133,8 @@ async fn executor(
     let pool = crate::sandbox::pool::connect(&config.database.url, &place, 2).await?;
     let settings = HandlerSettings::of(h)?;
     let http = match rec {
-        Some(r) => crate::capabilities::http::client_via(&settings.http, &r.url)?,
-        None => crate::capabilities::http::client(&settings.http)?,
+        Some(r) => crate::capabilities::http::client_via(&settings.caps.http, &r.url)?,
+        None => crate::capabilities::http::client(&settings.caps.http)?,
     };
     // The compiled-artifact cache `idem run` keeps: a second test of the
     // same build starts at once.

@@ -21,6 +21,8 @@
 //! Every statement goes through the extended protocol (prepared and bound,
 //! even without parameters), which runs exactly one statement per call.
 
+mod capability;
+pub use self::capability::DbSettings;
 mod guard;
 #[cfg(test)]
 mod tests;

@@ -28,7 +28,10 @@
 //! (migration `20261203000001_outbox_rules.sql`), all but the look-alike
 //! letters of payload keys; the topic's schema is checked here only.
 
+mod capability;
 pub(crate) mod write;
+
+pub use capability::EmitSettings;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -128,11 +131,6 @@ impl EmitCapability {
         provenance: Option<Vec<(String, String)>>,
     ) -> Self {
         Self { policy, allowance: Allowance::new(max_emits, "max_emits"), max_bytes, provenance, emitted: Vec::new() }
-    }
-
-    /// The events this invocation emitted, taken.
-    pub(crate) fn take(&mut self) -> Vec<Emitted> {
-        std::mem::take(&mut self.emitted)
     }
 
     /// `message` checked: the accepted event, or why not.

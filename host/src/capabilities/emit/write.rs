@@ -148,7 +148,7 @@ fn is_traceparent(v: &str) -> bool {
 
 /// Writes `emits` (each event's id, the cause, with what it emitted) in
 /// `tx`, in one statement, each row with the host's vouch.
-pub(crate) async fn write(tx: &mut EventTx, emits: &[(Uuid, Vec<Emitted>)]) -> Result<(), ExecError> {
+pub(crate) async fn write(tx: &mut EventTx, emits: &[(Uuid, &Vec<Emitted>)]) -> Result<(), ExecError> {
     let deadline = tx.statement_deadline();
     let database = sqlx::query_scalar::<_, String>("SELECT pg_catalog.current_database()::text").fetch_one(tx.conn());
     let database = within(deadline, "writing the outbox", database).await?;

@@ -23,6 +23,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use tracing::Instrument as _;
 
+mod capability;
 mod policy;
 mod retry;
 mod sent;
@@ -32,7 +33,6 @@ use super::allowance::Allowance;
 use crate::traces::TARGET as TRACE;
 use crate::wit::http::{self, HttpError, Request, Response};
 pub use policy::{Credential, HttpPolicy};
-pub use retry::RetryPolicy;
 use retry::Transient;
 pub(crate) use sent::SentKeys;
 
@@ -54,9 +54,9 @@ pub(crate) struct HttpCapability {
     requests: Allowance,
     /// Requests sent: host, and status (`None`: no response); a re-sent
     /// request once per send.
-    pub(crate) sent: Vec<(String, Option<u16>)>,
+    sent: Vec<(String, Option<u16>)>,
     /// Re-sends: host, and why (a `Transient` label).
-    pub(crate) resent: Vec<(String, &'static str)>,
+    resent: Vec<(String, &'static str)>,
     /// The end of the invocation's budget: no re-send waits past it.
     deadline: tokio::time::Instant,
     /// What the handler sent under each key, when its events run side by
@@ -64,33 +64,12 @@ pub(crate) struct HttpCapability {
     sent_keys: Option<Arc<SentKeys>>,
     /// A key under which a different request was sent before: the
     /// executor fails the event as conflicting, whatever the guest did.
-    pub(crate) changed_key: Option<String>,
+    changed_key: Option<String>,
+    /// Keep `sent` for `idem test` to show.
+    keep: bool,
 }
 
 impl HttpCapability {
-    pub(crate) fn new(
-        client: reqwest::Client,
-        policy: Arc<HttpPolicy>,
-        event_id: String,
-        max_requests: u32,
-        deadline: tokio::time::Instant,
-    ) -> Self {
-        let requests = Allowance::new(max_requests, "max_http_requests");
-        let (used, sent, resent) = (HashMap::new(), Vec::new(), Vec::new());
-        Self { client, policy, event_id, used, requests, sent, resent, deadline, sent_keys: None, changed_key: None }
-    }
-
-    /// Checks every keyed request against what the handler sent before.
-    pub(crate) fn checking(mut self, sent_keys: Option<Arc<SentKeys>>) -> Self {
-        self.sent_keys = sent_keys;
-        self
-    }
-
-    /// One with the same client and no allowance (see `Capabilities::husk`).
-    pub(crate) fn husk(&self) -> Self {
-        Self::new(self.client.clone(), self.policy.clone(), String::new(), 0, tokio::time::Instant::now())
-    }
-
     /// The key for an unsafe request with `label`.
     fn key(&self, label: Option<&str>) -> Result<String, HttpError> {
         let mut key = match &self.policy.key_prefix {

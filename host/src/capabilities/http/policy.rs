@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::config::HandlerHttp;
+
 /// Where a handler may send HTTP requests, and how.
 #[derive(Debug, Clone)]
 pub struct HttpPolicy {
@@ -20,18 +22,38 @@ pub struct HttpPolicy {
     pub credentials: Vec<Credential>,
     /// Re-sending transient failures (`capabilities::http::retry`).
     pub retry: super::retry::RetryPolicy,
+    /// Requests one invocation may send (`[handler.limits] max_http_requests`).
+    pub max_requests: u32,
 }
 
+impl HttpPolicy {
+    /// What `[handler.http]` says, with the credentials' values read from
+    /// the environment now.
+    pub(crate) fn of(http: &HandlerHttp, max_requests: u32) -> Self {
+        Self {
+            allow: http.allow.clone(),
+            timeout: Duration::from_millis(http.timeout_ms),
+            key_prefix: http.key_prefix.clone(),
+            allow_private: http.allow_private.clone(),
+            credentials: http
+                .credentials
+                .iter()
+                .map(|c| Credential {
+                    base: c.base.clone(),
+                    header: c.header.clone(),
+                    value: crate::env::get(&c.value_env).unwrap_or_default(),
+                })
+                .collect(),
+            retry: super::retry::RetryPolicy::of(&http.retry),
+            max_requests,
+        }
+    }
+}
+
+/// The config's defaults: written once, in `config/handler.rs`.
 impl Default for HttpPolicy {
     fn default() -> Self {
-        Self {
-            allow: Vec::new(),
-            timeout: Duration::from_secs(10),
-            key_prefix: None,
-            allow_private: Vec::new(),
-            credentials: Vec::new(),
-            retry: Default::default(),
-        }
+        Self::of(&HandlerHttp::default(), crate::config::HandlerLimits::default().max_http_requests)
     }
 }
 

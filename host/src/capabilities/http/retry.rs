@@ -33,9 +33,21 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
 }
 
+impl RetryPolicy {
+    /// What `[handler.http.retry]` says.
+    pub(crate) fn of(retry: &crate::config::HttpRetry) -> Self {
+        Self {
+            max_attempts: retry.max_attempts,
+            initial_backoff: Duration::from_millis(retry.initial_backoff_ms),
+            max_backoff: Duration::from_millis(retry.max_backoff_ms),
+        }
+    }
+}
+
+/// The config's defaults: written once, in `config/handler.rs`.
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { max_attempts: 3, initial_backoff: Duration::from_millis(10), max_backoff: Duration::from_secs(1) }
+        Self::of(&crate::config::HttpRetry::default())
     }
 }
 

@@ -1,0 +1,79 @@
+//! Every registered capability has its counterparts outside the host: its
+//! interface in `wit/`, imported by the world, and a way to call it in
+//! each SDK. A capability registered without them fails here, naming what
+//! is missing; an interface the world imports that no capability serves
+//! fails too.
+
+use std::path::{Path, PathBuf};
+
+use super::INTERFACES;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Every `.wit` file's text, and every file's of `dir` ending in `ext`.
+fn texts(dir: &Path, ext: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    entries.flatten().map(|e| e.path()).filter(|p| p.to_string_lossy().ends_with(ext)).map(|p| read(&p)).collect()
+}
+
+/// What `name` lacks under `root`, each named for the one who adds it.
+fn missing(root: &Path, name: &str) -> Vec<String> {
+    let mut missing = Vec::new();
+    let wit = root.join("wit");
+    if !texts(&wit, ".wit").iter().any(|t| t.contains(&format!("interface {name} {{"))) {
+        missing.push(format!("wit/: no `interface {name} {{ … }}`"));
+    }
+    if !read(&wit.join("world.wit")).contains(&format!("import {name};")) {
+        missing.push(format!("wit/world.wit: no `import {name};`"));
+    }
+    let rust = root.join("guest-sdk/src");
+    if !rust.join(format!("{name}.rs")).exists() || !read(&rust.join("lib.rs")).contains(&format!("pub mod {name};")) {
+        missing
+            .push(format!("the Rust SDK: no `pub mod {name};` in guest-sdk/src/lib.rs with guest-sdk/src/{name}.rs"));
+    }
+    if !read(&root.join("sdk/python/idem/_wit.py")).contains(&format!("\"{name}\"")) {
+        missing.push(format!("the Python SDK: sdk/python/idem/_wit.py does not import `{name}`"));
+    }
+    let ts = format!("'idem:handler/{name}@0.1.0'");
+    if !texts(&root.join("sdk/typescript/src"), ".ts").iter().any(|t| t.contains(&ts)) {
+        missing.push(format!("the TypeScript SDK: no file of sdk/typescript/src imports {ts}"));
+    }
+    missing
+}
+
+#[test]
+fn every_capability_has_its_interface_and_its_counterpart_in_every_sdk() {
+    let root = root();
+    let mut found = Vec::new();
+    for name in INTERFACES.iter().filter(|n| **n != "types") {
+        found.extend(missing(&root, name).into_iter().map(|m| format!("capability `{name}`: {m}")));
+    }
+    assert!(found.is_empty(), "capabilities without their counterparts:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_world_imports_no_interface_that_no_capability_serves() {
+    let world = read(&root().join("wit/world.wit"));
+    let imported: Vec<&str> = world
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("import ")?.strip_suffix(';'))
+        .filter(|name| !INTERFACES.contains(name))
+        .collect();
+    assert!(imported.is_empty(), "wit/world.wit imports interfaces no capability serves: {imported:?}");
+}
+
+#[test]
+fn a_capability_registered_without_its_counterparts_is_named_with_each_one() {
+    // The test above must be able to fail: a name with nothing anywhere.
+    let missing = missing(&root(), "ledger");
+    assert_eq!(missing.len(), 5, "{missing:#?}");
+    for place in ["wit/:", "wit/world.wit", "Rust SDK", "Python SDK", "TypeScript SDK"] {
+        assert!(missing.iter().any(|m| m.contains(place)), "{place}: {missing:#?}");
+    }
+}
