@@ -110,6 +110,18 @@ pub(crate) fn no_module_watch() -> bool {
     false
 }
 
+/// Whether `handler`'s consumer hides its signs of health
+/// (`IDEM_TEST_SILENT_CONSUMER`; never without `test-hooks`).
+pub(crate) fn silent_consumer(handler: &str) -> bool {
+    #[cfg(feature = "test-hooks")]
+    return crate::env::get("IDEM_TEST_SILENT_CONSUMER").is_some_and(|h| h == handler);
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        let _ = handler;
+        false
+    }
+}
+
 #[cfg(not(feature = "test-hooks"))]
 pub(crate) use disabled::FaultPoints;
 #[cfg(feature = "test-hooks")]

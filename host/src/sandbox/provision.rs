@@ -33,72 +33,100 @@ pub async fn database(admin: &PgPool) -> anyhow::Result<Vec<String>> {
 /// [`database`]). Returns what was done, one line each (no secrets).
 pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>> {
     let at = format!("handler `{}`", place.handler);
-    let mut done = Vec::new();
-    let (role, schema) = (ident(&place.role), ident(&place.schema));
-    let db = ident(&database_name(admin).await?);
+    let names =
+        Names { role: ident(&place.role), schema: ident(&place.schema), db: ident(&database_name(admin).await?) };
+    let mut done = ensure_role(admin, place, &at, &names).await?;
+    done.extend(role_settings(admin, place, &at, &names).await?);
+    done.extend(revoke_memberships(admin, place, &at, &names).await?);
+    done.extend(schema(admin, place, &at, &names).await?);
+    if let Some(dir) = &place.migrations {
+        done.extend(migrate(admin, place, dir).await.with_context(|| format!("{at}: migrations"))?);
+    }
+    grant(admin, &at, &names).await?;
+    record(admin, place, &at).await?;
+    done.push(format!("role {} may use schema {} and claim as `{}`", place.role, place.schema, place.handler));
+    Ok(done)
+}
 
+/// A handler's names as SQL identifiers.
+struct Names {
+    role: String,
+    schema: String,
+    db: String,
+}
+
+/// Creates the handler's login role, or takes an existing one over.
+async fn ensure_role(admin: &PgPool, place: &Place, at: &str, names: &Names) -> anyhow::Result<Vec<String>> {
+    let role = &names.role;
     let existing: Option<(bool, bool, bool)> =
         sqlx::query_as("SELECT rolsuper, rolreplication, rolbypassrls FROM pg_roles WHERE rolname = $1")
             .bind(&place.role)
             .fetch_optional(admin)
             .await
             .with_context(|| format!("{at}: failed to look up role {}", place.role))?;
-    match existing {
-        None => {
-            admin
-                .execute(
-                    format!(
-                        "CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT"
-                    )
-                    .as_str(),
-                )
-                .await
-                .with_context(|| format!("{at}: failed to create role {}", place.role))?;
-            done.push(format!("created role {}", place.role));
+    let Some(rights) = existing else {
+        let create =
+            format!("CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT");
+        admin.execute(create.as_str()).await.with_context(|| format!("{at}: failed to create role {}", place.role))?;
+        return Ok(vec![format!("created role {}", place.role)]);
+    };
+    take_over(admin, place, at, names, rights).await?;
+    Ok(Vec::new())
+}
+
+/// Takes an existing role over: only if it is this handler's already, or
+/// plainly harmless; never a role that something else (a person, another
+/// application) may depend on.
+async fn take_over(
+    admin: &PgPool,
+    place: &Place,
+    at: &str,
+    names: &Names,
+    (superuser, replication, bypassrls): (bool, bool, bool),
+) -> anyhow::Result<()> {
+    let role = &names.role;
+    let mapped: Option<String> = sqlx::query_scalar("SELECT handler FROM idem.handler_role WHERE role_name = $1")
+        .bind(&place.role)
+        .fetch_optional(admin)
+        .await?;
+    let memberships: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
+    )
+    .bind(&place.role)
+    .fetch_one(admin)
+    .await?;
+    let harmless = !superuser && !replication && !bypassrls && memberships == 0;
+    match mapped {
+        Some(h) if h != place.handler => {
+            bail!("{at}: role {} is handler `{h}`'s; give this handler another database.role", place.role)
         }
-        Some((superuser, replication, bypassrls)) => {
-            // An existing role is taken over only if it is this handler's
-            // already, or plainly harmless: never a role that something else
-            // (a person, another application) may depend on.
-            let mapped: Option<String> =
-                sqlx::query_scalar("SELECT handler FROM idem.handler_role WHERE role_name = $1")
-                    .bind(&place.role)
-                    .fetch_optional(admin)
-                    .await?;
-            let memberships: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
-            )
-            .bind(&place.role)
-            .fetch_one(admin)
-            .await?;
-            let harmless = !superuser && !replication && !bypassrls && memberships == 0;
-            match mapped {
-                Some(h) if h != place.handler => {
-                    bail!("{at}: role {} is handler `{h}`'s; give this handler another database.role", place.role)
-                }
-                Some(_) => {}
-                None if harmless => {}
-                None => bail!(
-                    "{at}: role {} exists with rights a handler may not have (superuser, replication, bypassrls or \
-                     a membership) and is not a handler role here; drop it or set database.role to another name",
-                    place.role
-                ),
-            }
-            if superuser || replication || bypassrls {
-                // Only a superuser may take these away; refuse otherwise.
-                admin
-                    .execute(format!("ALTER ROLE {role} NOSUPERUSER NOREPLICATION NOBYPASSRLS").as_str())
-                    .await
-                    .with_context(|| {
-                        format!("{at}: role {} is a superuser, replication or bypassrls role", place.role)
-                    })?;
-            }
-            admin
-                .execute(format!("ALTER ROLE {role} LOGIN NOCREATEDB NOCREATEROLE NOINHERIT").as_str())
-                .await
-                .with_context(|| format!("{at}: failed to update role {}", place.role))?;
-        }
+        Some(_) => {}
+        None if harmless => {}
+        None => bail!(
+            "{at}: role {} exists with rights a handler may not have (superuser, replication, bypassrls or \
+             a membership) and is not a handler role here; drop it or set database.role to another name",
+            place.role
+        ),
     }
+    if superuser || replication || bypassrls {
+        // Only a superuser may take these away; refuse otherwise.
+        admin
+            .execute(format!("ALTER ROLE {role} NOSUPERUSER NOREPLICATION NOBYPASSRLS").as_str())
+            .await
+            .with_context(|| format!("{at}: role {} is a superuser, replication or bypassrls role", place.role))?;
+    }
+    admin
+        .execute(format!("ALTER ROLE {role} LOGIN NOCREATEDB NOCREATEROLE NOINHERIT").as_str())
+        .await
+        .with_context(|| format!("{at}: failed to update role {}", place.role))?;
+    Ok(())
+}
+
+/// The role's settings: none of its own at login, bounds on what one
+/// statement may take, its password.
+async fn role_settings(admin: &PgPool, place: &Place, at: &str, names: &Names) -> anyhow::Result<Vec<String>> {
+    let (role, db) = (&names.role, &names.db);
+    let mut done = Vec::new();
     // Per-role defaults would apply at every login; the executor pins what
     // matters anyway, but nothing is left to surprise.
     admin
@@ -132,6 +160,13 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         admin.execute(statement.as_str()).await.with_context(|| format!("{at}: failed to set the role's password"))?;
         done.push(format!("set the password of {}", place.role));
     }
+    Ok(done)
+}
+
+/// Revokes every membership the role has.
+async fn revoke_memberships(admin: &PgPool, place: &Place, at: &str, names: &Names) -> anyhow::Result<Vec<String>> {
+    let role = &names.role;
+    let mut done = Vec::new();
     let memberships: Vec<String> = sqlx::query_scalar(
         "SELECT g.rolname::text FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid \
          JOIN pg_roles r ON r.oid = m.member WHERE r.rolname = $1",
@@ -147,6 +182,15 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         done.push(format!("revoked membership in {group}"));
     }
 
+    Ok(done)
+}
+
+/// The role's database privileges, and the handler's schema, owned by the
+/// administrator (an owner could run DDL), with whatever the role owned
+/// taken over.
+async fn schema(admin: &PgPool, place: &Place, at: &str, names: &Names) -> anyhow::Result<Vec<String>> {
+    let (role, schema, db) = (&names.role, &names.schema, &names.db);
+    let mut done = Vec::new();
     admin
         .execute(
             format!("REVOKE CREATE, TEMPORARY ON DATABASE {db} FROM {role}; GRANT CONNECT ON DATABASE {db} TO {role}")
@@ -176,10 +220,13 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         done.push(format!("took over {owns} object(s) the role owned"));
     }
 
-    if let Some(dir) = &place.migrations {
-        done.extend(migrate(admin, place, dir).await.with_context(|| format!("{at}: migrations"))?);
-    }
+    Ok(done)
+}
 
+/// The rights a handler's role has: its schema's tables and sequences, and
+/// idem's claim and emit functions.
+async fn grant(admin: &PgPool, at: &str, names: &Names) -> anyhow::Result<()> {
+    let (role, schema) = (&names.role, &names.schema);
     admin
         .execute(
             format!(
@@ -198,6 +245,12 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         .await
         .with_context(|| format!("{at}: failed to grant the role its rights"))?;
 
+    Ok(())
+}
+
+/// Maps the role to the handler (refusing an outbox producer's name) and
+/// makes the handler's module gate.
+async fn record(admin: &PgPool, place: &Place, at: &str) -> anyhow::Result<()> {
     // One namespace with the outbox's producers: a handler named as one
     // would have that application's role publish as the handler.
     let producer_role: Option<String> =
@@ -236,8 +289,7 @@ pub async fn apply(admin: &PgPool, place: &Place) -> anyhow::Result<Vec<String>>
         .await
         .with_context(|| format!("{at}: failed to make its module gate"))?;
     tx.commit().await?;
-    done.push(format!("role {} may use schema {} and claim as `{}`", place.role, place.schema, place.handler));
-    Ok(done)
+    Ok(())
 }
 
 /// The database `admin` is connected to: handler roles are named after it.

@@ -75,7 +75,18 @@ pub(super) fn render(
     listener: &ListenerStats,
 ) -> String {
     let mut e = Exposition { out: String::with_capacity(16 << 10) };
+    counters(&mut e, handlers);
+    labelled(&mut e, handlers);
+    histograms(&mut e, handlers);
+    partitions(&mut e, handlers);
+    pools(&mut e, handlers, pool);
+    process(&mut e, listener);
+    outbox(&mut e, relays);
+    e.out
+}
 
+/// Each handler's counters of records and of what became of them.
+fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
     e.family("idem_records_total", "counter", "Records resolved, by outcome.");
     for h in handlers {
         let s = &h.stats;
@@ -117,6 +128,10 @@ pub(super) fn render(
             e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
         }
     }
+}
+
+/// Each handler's counts by a label (class, host, kind), and its state.
+fn labelled(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
     e.family(
         "idem_failures_total",
         "counter",
@@ -150,8 +165,8 @@ pub(super) fn render(
     e.family(
         "idem_handler_incidents_total",
         "counter",
-        "Times the handler's pipeline was made again after a failure that stopped it (fenced, consumer failed, \
-         worker panicked, idem's tables refused); no other handler stops (alert on it).",
+        "Times the handler's pipeline was made again after a failure that stopped it (fenced, consumer failed or \
+         stalled, worker panicked, idem's tables refused); no other handler stops (alert on it).",
     );
     for h in handlers {
         for (kind, n) in h.stats.incidents.totals() {
@@ -174,7 +189,10 @@ pub(super) fn render(
     for h in handlers {
         e.sample("idem_module_version", &[("handler", &h.name)], f64::from(h.slot.version().unwrap_or(0)));
     }
+}
 
+/// Each handler's latencies and batch sizes.
+fn histograms(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
     let histograms: [Family<Histogram>; 4] = [
         ("idem_end_to_end_latency_seconds", "From a record's timestamp to its resolution (commit or DLQ).", |s| {
             &s.latency
@@ -189,7 +207,10 @@ pub(super) fn render(
             e.histogram(name, &[("handler", &h.name)], read(&h.stats));
         }
     }
+}
 
+/// Each assigned partition's position, end, lag and queue.
+fn partitions(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
     let partitions: Vec<_> = handlers.iter().map(|h| (h, h.tap.partitions())).collect();
     let gauges: [(&str, &str); 6] = [
         ("idem_consumer_lag_records", "High watermark minus the committed position (unknown: absent)."),
@@ -224,7 +245,10 @@ pub(super) fn render(
             }
         }
     }
+}
 
+/// The database pools' connections, idem's and each handler's.
+fn pools(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>], pool: &PgPool) {
     e.family(
         "idem_db_pool_connections",
         "gauge",
@@ -243,6 +267,10 @@ pub(super) fn render(
             e.sample("idem_db_pool_connections", &labels, f64::from(n));
         }
     }
+}
+
+/// The process's memory and CPU, and the admin listener's counters.
+fn process(e: &mut Exposition, listener: &ListenerStats) {
     if let Some(bytes) = super::process::resident_bytes() {
         e.family("idem_process_resident_memory_bytes", "gauge", "Resident memory of the idem process.");
         e.sample("idem_process_resident_memory_bytes", &[], bytes as f64);
@@ -258,8 +286,6 @@ pub(super) fn render(
             e.sample(f.name, labels, n as f64);
         }
     }
-    outbox(&mut e, relays);
-    e.out
 }
 
 /// Each outbox producer's relay on this host (its pending rows and their

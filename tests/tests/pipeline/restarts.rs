@@ -322,3 +322,55 @@ async fn a_fenced_handler_is_its_own_incident_and_every_other_handler_goes_on() 
     assert_eq!(env.provider.charges(), 30);
     env.finish().await;
 }
+
+/// A consumer that gives no sign of being in its group — as librdkafka
+/// did in CI after a broker restart, waiting minutes for a group
+/// coordinator (`IDEM_TEST_SILENT_CONSUMER` hides its statistics and
+/// confirmed commits) — while its broker answers is the handler's
+/// incident (`consumer_stalled`): after a minute's silence and 30 s of
+/// answers its consumer is made again, the other handler never stops, and
+/// every event is processed once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_silent_for_a_minute_while_its_broker_answers_is_made_again() {
+    let env = Env::new(2).await;
+    let (billing, notification) = (env.billing(), HandlerSpec::notification(&env.topic));
+    let config = host::write_config(&env.db.url, &[billing, notification]);
+    let id = idem_tests::unique_name("silent");
+    let mut child =
+        host::spawn(&config, false, &[("IDEM_INSTANCE_ID", id.as_str()), ("IDEM_TEST_SILENT_CONSUMER", "billing")]);
+    send(&env, 1, 10).await;
+    charged(&env, 10).await;
+    let stalled = |m: &[String]| {
+        m.iter().any(|l| {
+            l.starts_with("idem_handler_incidents_total{handler=\"billing\",kind=\"consumer_stalled\"}")
+                && !l.ends_with(" 0")
+        })
+    };
+    let notified = "SELECT count(*) FROM notification.sent";
+    let began = Instant::now();
+    let mut sent = 10;
+    // Events keep coming, one every 5 s: the other handler takes each.
+    while !stalled(&host::metrics(&config).await) {
+        assert!(child.try_wait().expect("wait").is_none(), "the host stays up");
+        let waited = began.elapsed();
+        assert!(waited < Duration::from_secs(150), "no consumer_stalled incident within 150 s");
+        if waited >= Duration::from_secs(5 * u64::try_from(sent - 9).unwrap_or(0)) {
+            send(&env, sent + 1, 1).await;
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let took = began.elapsed();
+    assert!(took >= Duration::from_secs(85), "a stall is a minute's silence and 30 s of answers first: {took:?}");
+    idem_tests::wait_until_async("notification caught up", || async { env.count(notified).await == sent }).await;
+
+    // Made again, the consumer takes the rest; each order once.
+    send(&env, sent + 1, 10).await;
+    sent += 10;
+    charged(&env, sent).await;
+    let (_, clean) = terminate(child, "TERM").await;
+    assert!(clean, "exit 0 with a report");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, sent);
+    assert_eq!(env.count(CHARGES).await, sent, "no order charged twice");
+    env.finish().await;
+}

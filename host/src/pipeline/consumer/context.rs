@@ -1,0 +1,133 @@
+//! librdkafka's calls into a handler's consumer: its log, statistics,
+//! errors, rebalances and commit results, on the handler's [`IdemContext`].
+
+use super::*;
+
+/// A consumer's rdkafka context: a handle on its handler's [`IdemContext`].
+/// A consumer rebuilt after a fatal error (KIP-848's unreleased instance
+/// id, `poll_loop`) gets a new handle on the same state, so partitions,
+/// counters and the metrics' tap carry over.
+pub(crate) struct Ctx(pub(crate) Arc<IdemContext>);
+
+/// A handler's Kafka consumer.
+pub(crate) type HandlerConsumer = BaseConsumer<Ctx>;
+
+impl std::ops::Deref for Ctx {
+    type Target = IdemContext;
+    fn deref(&self) -> &IdemContext {
+        &self.0
+    }
+}
+
+impl ClientContext for Ctx {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        self.0.on_log(level, fac, message);
+    }
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.0.on_stats(statistics);
+    }
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(line) = self.0.repeats.client_error(&error, reason) {
+            tracing::error!(target: "librdkafka", handler = %self.shared.name, "{line}");
+        }
+    }
+}
+
+impl ConsumerContext for Ctx {
+    fn pre_rebalance(&self, consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
+        self.0.on_pre_rebalance(consumer, rebalance);
+    }
+    fn post_rebalance(&self, _consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
+        self.0.on_post_rebalance(rebalance);
+    }
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        self.0.on_commit(result);
+    }
+}
+
+impl IdemContext {
+    fn on_log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        crate::kafka_client::log(level, fac, message);
+        if fac == "OFFSET" {
+            self.note_offset_reset(message);
+        }
+    }
+
+    /// librdkafka's statistics (`statistics.interval.ms`): each assigned
+    /// partition's high watermark, for the consumer-lag metric.
+    /// Membership too: a consumer whose group state is not `up` (it lost
+    /// its session, was fenced) is not joined, whatever it was assigned.
+    fn on_stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(group) = &statistics.cgrp
+            && self.joined.load(Ordering::SeqCst)
+            && group.state != "up"
+        {
+            self.joined.store(false, Ordering::SeqCst);
+        }
+        if statistics.cgrp.as_ref().is_some_and(|group| group.state == "up") {
+            self.healthy();
+        }
+        let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, topic) in &statistics.topics {
+            for (partition, p) in &topic.partitions {
+                // Under read_committed (librdkafka's default) the end a
+                // consumer can reach is the last stable offset.
+                let end = if p.ls_offset >= 0 { p.ls_offset } else { p.hi_offset };
+                if let Some(known) = watermarks.get_mut(&(name.clone(), *partition))
+                    && end >= 0
+                {
+                    *known = end;
+                }
+            }
+        }
+    }
+
+    fn on_pre_rebalance(&self, consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => self.revoke(consumer, tpl),
+            Rebalance::Error(e) => {
+                self.joined.store(false, Ordering::SeqCst);
+                tracing::warn!(handler = %self.shared.name, "rebalance error: {e}");
+            }
+            Rebalance::Assign(_) => {}
+        }
+    }
+
+    fn on_post_rebalance(&self, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.watch().assigned(Instant::now());
+            self.assign(tpl);
+            let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+            for element in tpl.elements() {
+                watermarks.entry((element.topic().to_owned(), element.partition())).or_insert(-1);
+            }
+            drop(watermarks);
+            self.joined.store(true, Ordering::SeqCst);
+            // A consumer made again after an incident is in its group.
+            self.shared.stats.incidents.ended();
+        }
+    }
+
+    /// A failed asynchronous commit is only logged: its positions go out
+    /// again with the periodic re-commit and at shutdown
+    /// (`Positions::All`), which does not rely on this report arriving.
+    /// A confirmed one is a sign the consumer is in its group (`stall`).
+    fn on_commit(&self, result: KafkaResult<()>) {
+        // Every offset was committed already: nothing was needed.
+        match result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) }) {
+            Ok(()) => self.healthy(),
+            Err(e) => tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}"),
+        }
+    }
+
+    /// A sign the consumer is in its group (`stall`).
+    fn healthy(&self) {
+        if !self.silent {
+            self.watch().healthy(Instant::now());
+        }
+    }
+
+    pub(crate) fn watch(&self) -> MutexGuard<'_, StallWatch> {
+        self.stall.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,196 @@
+//! Records routed to their partition's worker, fetching paused while a
+//! queue is full, offset resets reported, committed offsets looked up.
+
+use super::*;
+
+/// Queue length at which a partition's fetching is paused, and resumed.
+const PAUSE_AT: usize = 2_000;
+const RESUME_AT: usize = 500;
+/// The same in bytes: 2,000 records of 1 MB on many partitions must not
+/// exhaust memory.
+const PAUSE_AT_BYTES: usize = 16 << 20;
+const RESUME_AT_BYTES: usize = 4 << 20;
+
+/// The topic and partition of librdkafka's "offset reset" log line.
+fn reset_partition(message: &str) -> Option<(&str, i32)> {
+    let (head, _) = message.split_once(": offset reset (at ")?;
+    let (left, partition) = head.rsplit_once(" [")?;
+    let partition = partition.strip_suffix(']')?.parse().ok()?;
+    Some((left.rsplit("]: ").next().unwrap_or(left), partition))
+}
+
+/// Whether a partition's fetching should be paused (`Some(true)`) or
+/// resumed (`Some(false)`), given its queue in records and bytes.
+fn pause_change(paused: bool, queued: usize, bytes: usize) -> Option<bool> {
+    if !paused && (queued >= PAUSE_AT || bytes >= PAUSE_AT_BYTES) {
+        Some(true)
+    } else if paused && queued <= RESUME_AT && bytes <= RESUME_AT_BYTES {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+impl IdemContext {
+    /// Hands `record` to its partition's worker.
+    pub(crate) fn route(&self, record: Record) {
+        let state = self.partitions().get(&(record.topic.clone(), record.partition)).cloned();
+        let Some(state) = state else {
+            // Not ours (any more): leave it uncommitted for the owner.
+            tracing::debug!(topic = %record.topic, partition = record.partition, offset = record.offset, "record for an unassigned partition dropped");
+            return;
+        };
+        Stats::add(&self.shared.stats.delivered);
+        state.start().first.get_or_insert(record.offset);
+        self.report_reset(&state);
+        state.push(record);
+    }
+
+    /// Logs how `state` started, once it is known. A new group starting at
+    /// `auto.offset.reset` is ordinary (info); a partition that did not
+    /// resume at its committed offset (out of range after retention, a
+    /// reset by hand) skipped or repeated records: a warning, counted.
+    fn report_reset(&self, state: &PartitionState) {
+        let Some(reset) = state.start().check() else { return };
+        let (handler, topic, partition) = (&self.shared.name, &state.topic, state.partition);
+        match reset {
+            Reset::NoCommittedOffset => tracing::info!(
+                %handler, %topic, partition, reset = %self.reset_policy,
+                "no committed offset for this group: starting at auto.offset.reset"
+            ),
+            Reset::Moved { committed, resumed_at } => {
+                tracing::warn!(
+                    %handler, %topic, partition, committed, resumed_at,
+                    "offset reset: the partition did not resume at its committed offset"
+                );
+                Stats::add(&self.shared.stats.offset_resets);
+            }
+        }
+    }
+
+    /// An offset reset librdkafka made in the middle of an assignment (the
+    /// fetch position fell out of range, e.g. retention deleted records
+    /// before they were fetched): records between were skipped and will
+    /// never be processed. librdkafka reports it only in its log, as
+    /// `<topic> [<partition>]: offset reset (at …) to …`. A reset before the
+    /// partition's first record is left to the start check (`report_reset`).
+    pub(super) fn note_offset_reset(&self, message: &str) {
+        let Some((topic, partition)) = reset_partition(message) else { return };
+        let Some(state) = self.partitions().get(&(topic.to_owned(), partition)).cloned() else { return };
+        if state.start().first.is_none() {
+            return;
+        }
+        tracing::error!(
+            handler = %self.shared.name, %topic, partition,
+            "offset reset in the middle of the assignment: records between were skipped and will not be \
+             processed ({message})"
+        );
+        Stats::add(&self.shared.stats.offset_resets);
+    }
+
+    /// Looks up the committed offsets of partitions assigned since the last
+    /// call; a partition without one starts at `auto.offset.reset`.
+    pub(crate) fn look_up_starts(&self, consumer: &HandlerConsumer) {
+        if !self.lookups_pending.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let fresh: Vec<Arc<PartitionState>> =
+            self.states().into_iter().filter(|s| s.start().committed.is_none()).collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for s in &fresh {
+            tpl.add_partition(&s.topic, s.partition);
+        }
+        let committed = match consumer.committed_offsets(tpl, Duration::from_secs(10)) {
+            Ok(tpl) => tpl,
+            Err(e) => {
+                tracing::warn!(handler = %self.shared.name, "failed to read committed offsets: {e}");
+                self.lookups_pending.store(true, Ordering::SeqCst);
+                return;
+            }
+        };
+        for s in &fresh {
+            let offset = match committed.find_partition(&s.topic, s.partition).map(|e| e.offset()) {
+                Some(Offset::Offset(n)) => Some(n),
+                _ => None,
+            };
+            s.start().committed = Some(offset);
+            self.report_reset(s);
+        }
+    }
+
+    /// Pauses partitions whose queue is long, resumes drained ones.
+    pub(crate) fn flow_control(&self, consumer: &HandlerConsumer) {
+        for state in self.states() {
+            let queued = state.queued.load(Ordering::SeqCst);
+            let bytes = state.queued_bytes.load(Ordering::SeqCst);
+            let paused = state.paused.load(Ordering::SeqCst);
+            let Some(pause) = pause_change(paused, queued, bytes) else { continue };
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&state.topic, state.partition);
+            let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
+            match result {
+                Ok(()) => {
+                    state.paused.store(pause, Ordering::SeqCst);
+                    if pause {
+                        Stats::add(&self.shared.stats.pauses);
+                    }
+                }
+                Err(e) => tracing::warn!("failed to pause/resume {}/{}: {e}", state.topic, state.partition),
+            }
+        }
+    }
+
+    /// Every assigned partition is resolved up to its high watermark, as
+    /// `probe` (a client of its own: its broker round trips never hold up
+    /// the polling thread) sees them. A partition that ends in a control
+    /// record (transaction marker) never counts as drained.
+    pub(crate) fn drained(&self, probe: &BaseConsumer<crate::kafka_client::ProbeContext>) -> bool {
+        let states = self.states();
+        if states.is_empty() {
+            return false;
+        }
+        states.iter().all(|s| {
+            if s.is_busy() || s.queued.load(Ordering::SeqCst) > 0 || !s.tracker().is_settled() {
+                return false;
+            }
+            let Ok((low, high)) = probe.fetch_watermarks(&s.topic, s.partition, Duration::from_secs(5)) else {
+                return false;
+            };
+            // A partition that delivered nothing yet is drained if its
+            // committed offset is exactly the end (one past it is out of
+            // range: librdkafka is about to reset and deliver).
+            let committed = s.start().committed.flatten();
+            high == low || s.tracker().position().is_some_and(|p| p >= high) || committed == Some(high)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PAUSE_AT, PAUSE_AT_BYTES, RESUME_AT_BYTES, pause_change, reset_partition};
+
+    #[test]
+    fn librdkafkas_offset_reset_line_names_its_partition() {
+        let line = "[thrd:127.0.0.1:40001/bootstrap]: orders.v1 [3]: offset reset (at offset 80 (leader epoch 0), \
+                    broker 1) to offset 125 (leader epoch -1): fetch failed due to requested offset not available \
+                    on the broker: Broker: Offset out of range";
+        assert_eq!(reset_partition(line), Some(("orders.v1", 3)));
+        assert_eq!(
+            reset_partition("orders.v1 [0]: offset reset (at offset 1, broker 1) to BEGINNING"),
+            Some(("orders.v1", 0))
+        );
+        assert_eq!(reset_partition("something else"), None);
+    }
+
+    #[test]
+    fn a_queue_is_bounded_in_bytes_as_well_as_in_records() {
+        assert_eq!(pause_change(false, 20, 20 << 20), Some(true), "20 records of 1 MB pause the partition");
+        assert_eq!(pause_change(false, PAUSE_AT, 0), Some(true));
+        assert_eq!(pause_change(true, 3, RESUME_AT_BYTES + 1), None, "few records, still too many bytes");
+        assert_eq!(pause_change(true, 3, 1 << 10), Some(false));
+        assert_eq!(pause_change(false, 10, PAUSE_AT_BYTES - 1), None);
+    }
+}
