@@ -32,10 +32,9 @@ fn missing(root: &Path, name: &str) -> Vec<String> {
     if !read(&wit.join("world.wit")).contains(&format!("import {name};")) {
         missing.push(format!("wit/world.wit: no `import {name};`"));
     }
-    let rust = root.join("guest-sdk/src");
+    let rust = root.join("sdk/rust/src");
     if !rust.join(format!("{name}.rs")).exists() || !read(&rust.join("lib.rs")).contains(&format!("pub mod {name};")) {
-        missing
-            .push(format!("the Rust SDK: no `pub mod {name};` in guest-sdk/src/lib.rs with guest-sdk/src/{name}.rs"));
+        missing.push(format!("the Rust SDK: no `pub mod {name};` in sdk/rust/src/lib.rs with sdk/rust/src/{name}.rs"));
     }
     if !read(&root.join("sdk/python/idem/_wit.py")).contains(&format!("\"{name}\"")) {
         missing.push(format!("the Python SDK: sdk/python/idem/_wit.py does not import `{name}`"));

@@ -14,7 +14,7 @@ use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
-use crate::runtime::{Handler, Invocation, Invoked as Returned};
+use crate::runtime::{Handler, Invocation, Returned};
 use crate::stats::Stats;
 use crate::traces::TARGET as TRACE;
 

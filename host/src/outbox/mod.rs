@@ -66,7 +66,7 @@ pub fn start(config: &Config, pool: &PgPool, stop: &watch::Receiver<bool>) -> an
         let relay = Relay::new(config, pool.clone(), &producer, &holder, wake.clone())?;
         stats.push((producer.clone(), relay.stats.clone()));
         wakes.insert(producer, wake);
-        tasks.push(tokio::spawn(relay.run(stop.clone())));
+        tasks.push(tokio::spawn(relay.serve(stop.clone())));
     }
     tasks.push(tokio::spawn(listen(pool.clone(), wakes, stop.clone())));
     Ok((tasks, stats))

@@ -104,7 +104,7 @@ impl Relay {
     }
 
     /// Publishes until `stop`, then gives the lease up.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    pub async fn serve(mut self, mut stop: watch::Receiver<bool>) {
         let mut backoff = MIN_BACKOFF;
         while !*stop.borrow() {
             // How long until the next round, and whether a NOTIFY ends the

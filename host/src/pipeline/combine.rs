@@ -13,7 +13,7 @@
 //! `executor::chains`). Each lane keeps its own offsets, crash mark and
 //! failure path: when an event fails, the merged transaction rolls back,
 //! its lane gets the failure as from a batch of its own, and every other
-//! lane gets [`Ran::Again`] and runs its batch again (its HTTP calls with
+//! lane gets [`BatchEnd::Again`] and runs its batch again (its HTTP calls with
 //! the same keys). A partition stopped (revoked, the host stopping) rolls
 //! the merged transaction back at once, like its own; its batch is dropped,
 //! the others run again. Two batches carrying the same event id (an event
@@ -34,7 +34,7 @@ use crate::stats::Stats;
 
 /// What became of a lane's batch.
 #[derive(Debug)]
-pub(crate) enum Ran {
+pub(crate) enum BatchEnd {
     /// Committed, with one outcome per event.
     Committed(Vec<Outcome>),
     /// It failed, as a batch of its own would have (an index is into it).
@@ -48,7 +48,7 @@ struct Submission {
     id: u64,
     events: Vec<Event>,
     state: Arc<PartitionState>,
-    reply: oneshot::Sender<(Option<i32>, Ran)>,
+    reply: oneshot::Sender<(Option<i32>, BatchEnd)>,
 }
 
 /// One handler's queue of batches waiting for a connection.
@@ -65,18 +65,18 @@ impl Combiner {
 
     /// Runs `events` of the lane of `state`, alone or with other lanes'
     /// batches; returns the module version it ran on and what became of it.
-    pub(crate) async fn run(
+    pub(crate) async fn submit(
         shared: &Arc<HandlerContext>,
         events: Vec<Event>,
         state: &Arc<PartitionState>,
-    ) -> (Option<i32>, Ran) {
+    ) -> (Option<i32>, BatchEnd) {
         let combiner = &shared.combiner;
         let id = combiner.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
         combiner.queue().push_back(Submission { id, events, state: state.clone(), reply });
         // An execution that died (a panic) answers nothing: the lane's
         // records then run alone, where such a failure is handled.
-        let lost = || (None, Ran::Failed(BatchFailure::Whole(None)));
+        let lost = || (None, BatchEnd::Failed(BatchFailure::Whole(None)));
         loop {
             let queued = combiner.is_queued(id);
             tokio::select! {
@@ -86,14 +86,14 @@ impl Combiner {
                     // Still queued: it never ran. Else a merged batch has
                     // it, and its stop check ends that batch soon.
                     if combiner.withdraw(id) {
-                        return (None, Ran::Failed(BatchFailure::Stopped));
+                        return (None, BatchEnd::Failed(BatchFailure::Stopped));
                     }
                     return answer.await.unwrap_or_else(|_| lost());
                 }
                 // Only while its own batch waits: once another took it,
                 // this lane waits for the answer, not for a connection.
                 permit = shared.permits.clone().acquire_owned(), if queued => {
-                    let Ok(permit) = permit else { return (None, Ran::Failed(BatchFailure::Stopped)) };
+                    let Ok(permit) = permit else { return (None, BatchEnd::Failed(BatchFailure::Stopped)) };
                     let taken = combiner.take(shared.config.batch.max_events);
                     if !taken.is_empty() {
                         // Its own task: this lane answers its own partition's
@@ -136,7 +136,7 @@ impl Combiner {
         let (mut events, mut ids) = (0, HashSet::new());
         while let Some(submission) = queue.pop_front() {
             if submission.state.is_stopped() {
-                let _ = submission.reply.send((None, Ran::Failed(BatchFailure::Stopped)));
+                let _ = submission.reply.send((None, BatchEnd::Failed(BatchFailure::Stopped)));
                 continue;
             }
             let fits = taken.is_empty() || events + submission.events.len() <= max_events;
@@ -177,22 +177,22 @@ async fn execute(shared: &HandlerContext, taken: Vec<Submission>) {
 /// What each of the batches merged in one transaction gets of its result:
 /// `sizes` are their numbers of events, in the order they were merged;
 /// `stopped`, whether each one's partition is stopped.
-fn split(sizes: &[usize], stopped: &[bool], result: Result<Vec<Outcome>, BatchFailure>) -> Vec<Ran> {
+fn split(sizes: &[usize], stopped: &[bool], result: Result<Vec<Outcome>, BatchFailure>) -> Vec<BatchEnd> {
     let starts: Vec<usize> = sizes.iter().scan(0, |at, n| Some(std::mem::replace(at, *at + n))).collect();
     match result {
         Ok(outcomes) => {
             let mut outcomes = outcomes.into_iter();
-            sizes.iter().map(|n| Ran::Committed(outcomes.by_ref().take(*n).collect())).collect()
+            sizes.iter().map(|n| BatchEnd::Committed(outcomes.by_ref().take(*n).collect())).collect()
         }
         Err(BatchFailure::Stopped) => {
-            stopped.iter().map(|s| if *s { Ran::Failed(BatchFailure::Stopped) } else { Ran::Again }).collect()
+            stopped.iter().map(|s| if *s { BatchEnd::Failed(BatchFailure::Stopped) } else { BatchEnd::Again }).collect()
         }
-        Err(BatchFailure::StaleModule) => sizes.iter().map(|_| Ran::Failed(BatchFailure::StaleModule)).collect(),
+        Err(BatchFailure::StaleModule) => sizes.iter().map(|_| BatchEnd::Failed(BatchFailure::StaleModule)).collect(),
         // Nothing names an event: every lane runs its records alone. A
         // fatal error is met by the first as its own, by the others anew.
         Err(BatchFailure::Whole(own)) => {
             let mut own = Some(own);
-            sizes.iter().map(|_| Ran::Failed(BatchFailure::Whole(own.take().flatten()))).collect()
+            sizes.iter().map(|_| BatchEnd::Failed(BatchFailure::Whole(own.take().flatten()))).collect()
         }
         Err(BatchFailure::At { index, own }) => {
             let mut own = Some(own);
@@ -201,9 +201,9 @@ fn split(sizes: &[usize], stopped: &[bool], result: Result<Vec<Outcome>, BatchFa
                 .zip(sizes)
                 .map(|(start, n)| match index.checked_sub(*start) {
                     Some(local) if local < *n => {
-                        Ran::Failed(BatchFailure::At { index: local, own: own.take().flatten() })
+                        BatchEnd::Failed(BatchFailure::At { index: local, own: own.take().flatten() })
                     }
-                    _ => Ran::Again,
+                    _ => BatchEnd::Again,
                 })
                 .collect()
         }
@@ -212,19 +212,19 @@ fn split(sizes: &[usize], stopped: &[bool], result: Result<Vec<Outcome>, BatchFa
 
 #[cfg(test)]
 mod tests {
-    use super::{Ran, split};
+    use super::{BatchEnd, split};
     use crate::error::ExecError;
     use crate::executor::{BatchFailure, Outcome};
 
-    fn shown(ran: &[Ran]) -> Vec<String> {
+    fn shown(ran: &[BatchEnd]) -> Vec<String> {
         ran.iter()
             .map(|r| match r {
-                Ran::Committed(o) => format!("committed {}", o.len()),
-                Ran::Again => "again".into(),
-                Ran::Failed(BatchFailure::Stopped) => "stopped".into(),
-                Ran::Failed(BatchFailure::StaleModule) => "stale".into(),
-                Ran::Failed(BatchFailure::Whole(own)) => format!("whole {}", own.is_some()),
-                Ran::Failed(BatchFailure::At { index, own }) => format!("at {index} {}", own.is_some()),
+                BatchEnd::Committed(o) => format!("committed {}", o.len()),
+                BatchEnd::Again => "again".into(),
+                BatchEnd::Failed(BatchFailure::Stopped) => "stopped".into(),
+                BatchEnd::Failed(BatchFailure::StaleModule) => "stale".into(),
+                BatchEnd::Failed(BatchFailure::Whole(own)) => format!("whole {}", own.is_some()),
+                BatchEnd::Failed(BatchFailure::At { index, own }) => format!("at {index} {}", own.is_some()),
             })
             .collect()
     }
@@ -233,7 +233,7 @@ mod tests {
     fn a_commit_gives_each_batch_its_own_outcomes_in_order() {
         let outcomes = vec![Outcome::Processed, Outcome::Duplicate, Outcome::Processed, Outcome::Skipped];
         let ran = split(&[1, 2, 1], &[false; 3], Ok(outcomes));
-        let Ran::Committed(middle) = &ran[1] else { panic!("{:?}", shown(&ran)) };
+        let BatchEnd::Committed(middle) = &ran[1] else { panic!("{:?}", shown(&ran)) };
         assert_eq!(middle, &[Outcome::Duplicate, Outcome::Processed]);
         assert_eq!(shown(&ran), ["committed 1", "committed 2", "committed 1"]);
     }

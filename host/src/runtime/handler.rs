@@ -150,7 +150,7 @@ impl Handler {
         caps: Capabilities,
         event: &types::Event,
         deadline: tokio::time::Instant,
-    ) -> Invoked {
+    ) -> Returned {
         let pre = match &self.body {
             Body::Component(pre) => pre,
             Body::Native(native) => return self.invoke_native(native, caps, event, deadline).await,
@@ -179,12 +179,12 @@ impl Handler {
                 let husk = husk.unwrap_or_else(|| store.data().caps.husk());
                 let caps = store.data_mut().lend(husk);
                 self.shelf.put(Kept { store, instance, served: served + 1, since: std::time::Instant::now() });
-                Invoked { caps, invocation: self.answer(Ok(Ok(answer))), stderr }
+                Returned { caps, invocation: self.answer(Ok(Ok(answer))), stderr }
             }
             // A trap or an overrun leaves the instance in no state to reuse.
             called => {
                 let invocation = self.answer(called.map(|r| r.map(|(_, answer)| answer)));
-                Invoked { caps: store.into_data().caps, invocation, stderr }
+                Returned { caps: store.into_data().caps, invocation, stderr }
             }
         }
     }
@@ -195,10 +195,10 @@ impl Handler {
         mut caps: Capabilities,
         event: &types::Event,
         deadline: tokio::time::Instant,
-    ) -> Invoked {
+    ) -> Returned {
         let mut cx = NativeContext { caps: &mut caps };
         let invocation = self.answer(tokio::time::timeout_at(deadline, native.handle(event, &mut cx)).await);
-        Invoked { caps, invocation, stderr: String::new() }
+        Returned { caps, invocation, stderr: String::new() }
     }
 
     fn answer(&self, call: Result<NativeResult, tokio::time::error::Elapsed>) -> Invocation {
@@ -259,7 +259,7 @@ impl Handler {
 /// What an invocation hands back: the capabilities it was lent (the
 /// transaction with them), what came of the call, and the tail of what the
 /// guest wrote to stderr meanwhile (its output is already logged).
-pub(crate) struct Invoked {
+pub(crate) struct Returned {
     pub(crate) caps: Capabilities,
     pub(crate) invocation: Invocation,
     pub(crate) stderr: String,

@@ -29,7 +29,7 @@ use wasmtime::{Config, Engine};
 pub use crate::capabilities::http::{Credential, HttpPolicy};
 pub use cache::ArtifactCache;
 pub use handler::{Handler, LoadError};
-pub(crate) use handler::{Invocation, Invoked};
+pub(crate) use handler::{Invocation, Returned};
 pub use native::{NativeContext, NativeHandler, NativeHandlers, NativeResult};
 pub use pool::PoolSize;
 pub use settings::HandlerSettings;

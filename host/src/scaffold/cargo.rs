@@ -61,10 +61,9 @@ impl Workspace {
                 out.push('\n');
                 continue;
             }
-            let parsed: Table =
-                toml::from_str(trimmed).with_context(|| format!("guest-sdk/Cargo.toml: `{trimmed}`"))?;
+            let parsed: Table = toml::from_str(trimmed).with_context(|| format!("sdk/rust/Cargo.toml: `{trimmed}`"))?;
             let Some((key, value)) = parsed.iter().next().filter(|_| parsed.len() == 1) else {
-                bail!("guest-sdk/Cargo.toml: `{trimmed}`: one key a line");
+                bail!("sdk/rust/Cargo.toml: `{trimmed}`: one key a line");
             };
             match section.as_str() {
                 "[lints]" if key == "workspace" && value.as_bool() == Some(true) => {
@@ -87,7 +86,7 @@ impl Workspace {
                     }
                     out.push_str(&format!("{key} = {}\n", inline(&concrete)));
                 }
-                _ => bail!("guest-sdk/Cargo.toml: `{trimmed}` under {section}: not a workspace key idem new knows"),
+                _ => bail!("sdk/rust/Cargo.toml: `{trimmed}` under {section}: not a workspace key idem new knows"),
             }
         }
         Ok(out)

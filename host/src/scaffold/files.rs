@@ -19,16 +19,16 @@ pub(super) const WIT: Embedded =
 
 /// The Rust SDK, the crate `idem-guest` (its manifest is rewritten, see `rust.rs`).
 pub(super) const RUST_SDK: Embedded = embed![
-    "guest-sdk/Cargo.toml",
-    "guest-sdk/src/bindings.rs",
-    "guest-sdk/src/config.rs",
-    "guest-sdk/src/db.rs",
-    "guest-sdk/src/emit.rs",
-    "guest-sdk/src/error.rs",
-    "guest-sdk/src/event.rs",
-    "guest-sdk/src/http.rs",
-    "guest-sdk/src/lib.rs",
-    "guest-sdk/src/log.rs",
+    "sdk/rust/Cargo.toml",
+    "sdk/rust/src/bindings.rs",
+    "sdk/rust/src/config.rs",
+    "sdk/rust/src/db.rs",
+    "sdk/rust/src/emit.rs",
+    "sdk/rust/src/error.rs",
+    "sdk/rust/src/event.rs",
+    "sdk/rust/src/http.rs",
+    "sdk/rust/src/lib.rs",
+    "sdk/rust/src/log.rs",
 ];
 
 /// The workspace's manifest and lock file: the versions the Rust SDK's
@@ -125,7 +125,7 @@ mod tests {
             .flat_map(|l| l.iter().map(|f| f.0))
             .collect();
         let mut found = Vec::new();
-        for dir in ["wit", "guest-sdk", "sdk/python", "sdk/typescript"] {
+        for dir in ["wit", "sdk/rust", "sdk/python", "sdk/typescript"] {
             walk(&root, &root.join(dir), &mut found);
         }
         let missing: Vec<&String> = found.iter().filter(|f| !embedded.contains(&f.as_str())).collect();

@@ -3,7 +3,7 @@
 //!
 //! No SDK is on a registry, so they ship inside the binary ([`files`]) and
 //! are written into the project: `.idem/sdk/<lang>/`, with the WIT world in
-//! `.idem/wit/` (for Rust `.idem/sdk/wit/`, where the crate's bindings look).
+//! `.idem/wit/` (where the Rust crate's bindings look too).
 //! Beside them: the handler (`src/lib.rs`, `app.py` or `handler.ts`), its
 //! event's JSON Schema, its table's migration, a complete `idem.toml`, two
 //! sample events, `build.sh`, `test.sh` and a README ([`templates`]).

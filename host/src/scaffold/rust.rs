@@ -1,6 +1,6 @@
 //! A Rust project: a crate of its own workspace, the SDK crate `idem-guest`
 //! in `.idem/sdk/rust` (its manifest made concrete: no `workspace = true`
-//! keys), the WIT in `.idem/sdk/wit` (its bindings read `../wit`), and a
+//! keys), the WIT in `.idem/wit` (its bindings read `../../wit`), and a
 //! `Cargo.lock` holding the versions idem's workspace was tested with.
 
 use super::cargo::{Workspace, pruned_lock};
@@ -30,13 +30,13 @@ pub(super) fn files(p: &Project) -> anyhow::Result<Vec<File>> {
         File::text("src/lib.rs", render(LIB_RS, p, &[])?),
         File::script("build.sh", render(BUILD_SH, p, &[])?),
     ];
-    for mut file in File::copies(RUST_SDK, "guest-sdk/", ".idem/sdk/rust/") {
+    for mut file in File::copies(RUST_SDK, "sdk/rust/", ".idem/sdk/rust/") {
         if file.path.ends_with("/Cargo.toml") {
-            let header = "# idem's guest-sdk/Cargo.toml, its workspace keys made concrete by `idem new`.\n";
+            let header = "# idem's sdk/rust/Cargo.toml, its workspace keys made concrete by `idem new`.\n";
             file.text = format!("{header}{}", workspace.concrete(&file.text)?);
         }
         files.push(file);
     }
-    files.extend(File::copies(WIT, "wit/", ".idem/sdk/wit/"));
+    files.extend(File::copies(WIT, "wit/", ".idem/wit/"));
     Ok(files)
 }

@@ -50,7 +50,7 @@ fn each_project_is_complete_and_its_config_loads() {
             assert!(written.contains(&dir.join(file)), "{lang:?}: {file} written");
         }
         assert!(read(&dir, source).contains("INSERT INTO order_audit.item"), "{lang:?}");
-        let wit = if lang == Lang::Rust { ".idem/sdk/wit/world.wit" } else { ".idem/wit/world.wit" };
+        let wit = ".idem/wit/world.wit";
         assert!(dir.join(wit).is_file(), "{lang:?}: {wit}");
         let mode =
             std::os::unix::fs::PermissionsExt::mode(&dir.join("build.sh").metadata().expect("build.sh").permissions());

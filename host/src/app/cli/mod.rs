@@ -119,7 +119,11 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         }
         Command::Test { config, handler, component, commit, http, events } => {
             let options = crate::app::trial::Options { config, handler, component, events, commit, http };
-            if crate::app::trial::run(options).await? { Ok(()) } else { anyhow::bail!("not every event was processed") }
+            if crate::app::trial::test(options).await? {
+                Ok(())
+            } else {
+                anyhow::bail!("not every event was processed")
+            }
         }
         Command::Dlq { command: DlqCommand::List { target } } => dlq_list(&target),
         Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {

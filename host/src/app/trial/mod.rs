@@ -54,7 +54,7 @@ pub struct Options {
 }
 
 /// Runs the events; `Ok(true)` when every one was processed or a duplicate.
-pub async fn run(o: Options) -> anyhow::Result<bool> {
+pub async fn test(o: Options) -> anyhow::Result<bool> {
     let config = Config::load(&o.config)?;
     let Some(h) = config.handlers.iter().find(|h| h.name == o.handler) else {
         let names: Vec<&str> = config.handlers.iter().map(|h| h.name.as_str()).collect();

@@ -1,6 +1,6 @@
 //! A running host's dead-letter desk for one handler: the console reads its
 //! DLQ a page at a time and replays records through the pipeline's own
-//! executor, validator and DLQ, by [`super::run`] as `idem dlq replay` does.
+//! executor, validator and DLQ, by [`super::replay_each`] as `idem dlq replay` does.
 
 use std::sync::Arc;
 
@@ -91,6 +91,6 @@ impl Desk {
             validator: &shared.validator,
             dead_letters: shared.dead_letters.as_ref(),
         };
-        super::run(target, &keys, &shared.idem_pool, &records, options).await
+        super::replay_each(target, &keys, &shared.idem_pool, &records, options).await
     }
 }

@@ -249,7 +249,7 @@ pub async fn replay(
         None => Keys::load(&config.dlq)?,
     };
     let records = read(config, &handler.config, window)?;
-    let report = run(handler.target(), &keys, idem_pool, &records, options).await?;
+    let report = replay_each(handler.target(), &keys, idem_pool, &records, options).await?;
     if let Some(why) = &report.stopped {
         bail!(
             "replay stopped ({} applied, {} already processed, {} failed again before it): {why}",
@@ -263,7 +263,7 @@ pub async fn replay(
 
 /// Runs each admitted record of `records` (read from `target`'s DLQ)
 /// through `target`: the one path of `idem dlq replay` and the console's.
-pub(crate) async fn run(
+pub(crate) async fn replay_each(
     target: Target<'_>,
     keys: &Keys,
     idem_pool: &sqlx::PgPool,

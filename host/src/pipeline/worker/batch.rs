@@ -13,7 +13,7 @@ use crate::event::Event;
 use crate::executor::{BatchFailure, Outcome};
 use crate::pipeline::HandlerContext;
 use crate::pipeline::attempts;
-use crate::pipeline::combine::{Combiner, Ran};
+use crate::pipeline::combine::{BatchEnd, Combiner};
 use crate::pipeline::partition::PartitionState;
 use crate::stats::Stats;
 
@@ -127,13 +127,13 @@ impl Worker {
         // The events `..end` run; the one at `end` failed.
         let (mut end, mut failed) = (events.len(), None);
         while end > 0 && !state.is_stopped() {
-            let failure = match Combiner::run(&shared, events[..end].to_vec(), &state).await {
-                (version, Ran::Committed(outcomes)) => {
+            let failure = match Combiner::submit(&shared, events[..end].to_vec(), &state).await {
+                (version, BatchEnd::Committed(outcomes)) => {
                     self.committed(version, outcomes);
                     break;
                 }
-                (_, Ran::Again) => continue,
-                (version, Ran::Failed(failure)) => (version, failure),
+                (_, BatchEnd::Again) => continue,
+                (version, BatchEnd::Failed(failure)) => (version, failure),
             };
             let (version, failure) = failure;
             let (at, own) = match self.after_batch_failure(failure, version, events[end - 1].offset).await {

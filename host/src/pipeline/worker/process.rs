@@ -26,7 +26,7 @@ enum Next {
 }
 
 /// What became of one execution of the event.
-enum Ran {
+enum Execution {
     Done(Result<Outcome, ExecError>),
     /// The partition stopped (or the handler must): abandon the record.
     Abandoned,
@@ -68,23 +68,23 @@ impl Worker {
         let mut ran_on = shared.slot.version();
         loop {
             let ran = match from_batch.take() {
-                Some(error) => Ran::Done(Err(error)),
+                Some(error) => Execution::Done(Err(error)),
                 None => self.execute(&event, record, &mut tries, &mut counted, &mut ran_on).await,
             };
             let error = match ran {
-                Ran::Done(Ok(outcome)) => {
+                Execution::Done(Ok(outcome)) => {
                     self.succeeded(record, event.id, outcome);
                     return true;
                 }
-                Ran::Done(Err(error)) => error,
-                Ran::Abandoned => return false,
-                Ran::Outage(wait) => {
+                Execution::Done(Err(error)) => error,
+                Execution::Abandoned => return false,
+                Execution::Outage(wait) => {
                     if !self.state.sleep(wait).await {
                         return false;
                     }
                     continue;
                 }
-                Ran::KillsTheHost(failure) => {
+                Execution::KillsTheHost(failure) => {
                     return super::final_failure::resolve(&shared, &self.state, record, failure).await;
                 }
             };
@@ -177,17 +177,19 @@ impl Worker {
         tries: &mut Tries,
         counted: &mut bool,
         ran_on: &mut Option<i32>,
-    ) -> Ran {
+    ) -> Execution {
         let shared = self.shared.clone();
-        let Some(Ok(permit)) = self.state.until_stopped(shared.permits.acquire()).await else { return Ran::Abandoned };
+        let Some(Ok(permit)) = self.state.until_stopped(shared.permits.acquire()).await else {
+            return Execution::Abandoned;
+        };
         if self.state.is_stopped() {
-            return Ran::Abandoned;
+            return Execution::Abandoned;
         }
         let unproven = !self.proven;
         let serial = match unproven {
             true => match self.state.until_stopped(shared.unproven.lock()).await {
                 Some(guard) => Some(guard),
-                None => return Ran::Abandoned,
+                None => return Execution::Abandoned,
             },
             false => None,
         };
@@ -202,7 +204,7 @@ impl Worker {
                     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
                     tracing::error!(handler = %shared.name, %topic, partition, offset, event_id = %event.id, "{reason}");
                     shared.stats.failed(ErrorClass::Permanent);
-                    return Ran::KillsTheHost(Failure {
+                    return Execution::KillsTheHost(Failure {
                         class: ErrorClass::Permanent,
                         reason,
                         attempts: started - 1,
@@ -219,12 +221,12 @@ impl Worker {
                             crate::stats::IncidentKind::LedgerRefused,
                             format!("cannot count executions in idem.execution_attempt: {error}"),
                         );
-                        return Ran::Abandoned;
+                        return Execution::Abandoned;
                     }
                     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
                     tracing::warn!(handler = %name, %topic, partition, offset, "failed to count the execution: {error}");
                     Stats::add(&shared.stats.unavailable);
-                    return Ran::Outage(tries.outage(|n| shared.config.backoff(n)));
+                    return Execution::Outage(tries.outage(|n| shared.config.backoff(n)));
                 }
             }
         }
@@ -234,7 +236,7 @@ impl Worker {
         let result = executor.execute(event, tries.attempt).await;
         shared.slot.count(*ran_on, result.as_ref().map(|o| *o).map_err(drop));
         drop((serial, permit));
-        Ran::Done(result)
+        Execution::Done(result)
     }
 
     /// Counts an execution that did not fail.

@@ -3,7 +3,7 @@
 
 wit_bindgen::generate!({
     world: "handler",
-    path: "../wit",
+    path: "../../wit",
     // The export macro is used from the handler's crate, through
     // `idem_guest::handler!`, so it must name the bindings by absolute path.
     default_bindings_module: "idem_guest::bindings",
