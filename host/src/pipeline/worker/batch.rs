@@ -8,9 +8,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::Worker;
-use crate::error::ExecError;
+use super::shrink::BatchLane;
 use crate::event::Event;
-use crate::executor::{BatchFailure, Outcome};
+use crate::executor::Outcome;
 use crate::pipeline::HandlerContext;
 use crate::pipeline::attempts;
 use crate::pipeline::combine::{BatchEnd, Combiner};
@@ -106,7 +106,7 @@ impl Worker {
         for event in &events {
             shared.abort_point(&event.payload);
         }
-        let failed = self.shrink_until_committed(&events).await;
+        let failed = super::shrink::until_committed(&mut Lane(self), &events).await;
         if state.is_stopped() {
             // Before the lane is idle, so before the partition's next owner
             // can read the marks.
@@ -114,65 +114,6 @@ impl Worker {
         }
         if let Some(own) = failed {
             self.resolve_alone(own).await;
-        }
-    }
-
-    /// Runs `events` in one transaction (alone, or with other lanes'
-    /// batches: `combine`); while it fails, runs the events before the
-    /// failing one again. Returns the failing event's own error
-    /// (`Some(None)` when it has none), or `None` when every event it was
-    /// given committed or the partition stopped.
-    async fn shrink_until_committed(&mut self, events: &[Event]) -> Option<Option<ExecError>> {
-        let (shared, state) = (self.shared.clone(), self.state.clone());
-        // The events `..end` run; the one at `end` failed.
-        let (mut end, mut failed) = (events.len(), None);
-        while end > 0 && !state.is_stopped() {
-            let failure = match Combiner::submit(&shared, events[..end].to_vec(), &state).await {
-                (version, BatchEnd::Committed(outcomes)) => {
-                    self.committed(version, outcomes);
-                    break;
-                }
-                (_, BatchEnd::Again) => continue,
-                (version, BatchEnd::Failed(failure)) => (version, failure),
-            };
-            let (version, failure) = failure;
-            let (at, own) = match self.after_batch_failure(failure, version, events[end - 1].offset).await {
-                AfterBatch::Stop => break,
-                AfterBatch::Again => continue,
-                AfterBatch::Shrink { at, own } => (at, own),
-            };
-            tracing::debug!(
-                handler = %shared.name, topic = %state.topic, partition = state.partition, size = end, at,
-                own = ?own, "batch rolled back; the events before the failing one run again"
-            );
-            Stats::add(&shared.stats.batch_splits);
-            (end, failed) = (at, Some(own));
-        }
-        failed
-    }
-
-    /// What follows a failed batch on `version` whose last record is at
-    /// offset `last`.
-    async fn after_batch_failure(&mut self, failure: BatchFailure, version: Option<i32>, last: i64) -> AfterBatch {
-        let shared = &self.shared;
-        match failure {
-            BatchFailure::Stopped => AfterBatch::Stop,
-            // Another version was activated: the same batch, on it.
-            BatchFailure::StaleModule if crate::pipeline::switch_module(shared, version).await => AfterBatch::Again,
-            BatchFailure::StaleModule => AfterBatch::Shrink { at: 0, own: None },
-            BatchFailure::Whole(own) => {
-                shared.slot.count(version, Err(()));
-                // Nothing names an event (BEGIN, the claim, COMMIT): the
-                // batch's records run alone, so that a deterministic
-                // failure at COMMIT is found in one pass, not by
-                // re-running the batch once per record.
-                self.alone_through = self.alone_through.max(last);
-                AfterBatch::Shrink { at: 0, own }
-            }
-            BatchFailure::At { index, own } => {
-                shared.slot.count(version, Err(()));
-                AfterBatch::Shrink { at: index, own }
-            }
         }
     }
 
@@ -204,15 +145,40 @@ pub(super) fn place<'a>(
     attempts::BatchPlace { handler: &shared.name, topic: &state.topic, partition: state.partition, lane }
 }
 
-/// What a worker does after a batch failed.
-enum AfterBatch {
-    /// The partition stopped: nothing more runs.
-    Stop,
-    /// The same batch again (on the version now active).
-    Again,
-    /// The events before `at` again, in one transaction; the one at `at`
-    /// failed, with `own` as its own error if it has one.
-    Shrink { at: usize, own: Option<ExecError> },
+/// A worker's lane, as the fast path's loop sees it (`shrink`).
+struct Lane<'a>(&'a mut Worker);
+
+impl BatchLane for Lane<'_> {
+    async fn submit(&mut self, events: Vec<Event>) -> (Option<i32>, BatchEnd) {
+        Combiner::submit(&self.0.shared, events, &self.0.state).await
+    }
+
+    async fn switch_module(&mut self, version: Option<i32>) -> bool {
+        crate::pipeline::switch_module(&self.0.shared, version).await
+    }
+
+    fn stopped(&self) -> bool {
+        self.0.state.is_stopped()
+    }
+
+    fn committed(&mut self, version: Option<i32>, outcomes: Vec<Outcome>) {
+        self.0.committed(version, outcomes);
+    }
+
+    fn failed(&mut self, version: Option<i32>, size: usize, at: usize, whole: Option<i64>, counted: bool) {
+        let (shared, state) = (&self.0.shared, &self.0.state);
+        if counted {
+            shared.slot.count(version, Err(()));
+        }
+        if let Some(last) = whole {
+            self.0.alone_through = self.0.alone_through.max(last);
+        }
+        tracing::debug!(
+            handler = %shared.name, topic = %state.topic, partition = state.partition, size, at,
+            "batch rolled back; the events before the failing one run again"
+        );
+        Stats::add(&shared.stats.batch_splits);
+    }
 }
 
 /// A failure on `idem.batch_in_flight`: the handler's incident when idem's

@@ -16,6 +16,7 @@ mod batch;
 mod decide;
 mod final_failure;
 mod process;
+mod shrink;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
