@@ -23,40 +23,54 @@
 //! - [`config`], [`startup`], [`pipeline`]: `idem run`: the config file, the
 //!   start-up checks, and the Kafka consumers with [`validate`] and [`offsets`];
 //! - [`kafka_client`]: brokers, librdkafka properties, secrets from the environment.
+//!
+//! The public surface is what the `idem` binary and a program embedding
+//! the host need (`cli::main_with`, [`runtime`]'s native handlers, the
+//! config and executor types). The modules only the test harness reaches
+//! inside are public with the `test-hooks` feature alone
+//! (`harness_visible!` below); the rest are crate-private.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod app;
 mod capabilities;
 pub mod config;
-pub mod dedup;
-pub mod env;
+pub(crate) mod env;
 pub mod error;
 pub mod event;
 pub mod executor;
-pub mod fd_limit;
-pub mod files;
-pub mod histogram;
-pub mod identity;
-pub mod kafka_client;
-pub mod migrate;
-pub mod modules;
-pub mod offsets;
-pub mod outbox;
-pub mod pipeline;
+pub(crate) mod fd_limit;
+pub(crate) mod files;
+pub(crate) mod histogram;
+pub(crate) mod identity;
+pub(crate) mod kafka_client;
+pub(crate) mod offsets;
 mod repeats;
-pub mod retention;
 pub mod runtime;
-pub mod sandbox;
-pub mod scaffold;
-pub mod schema;
+pub(crate) mod schema;
 pub mod stats;
 mod strict_json;
-pub mod telemetry;
-pub mod text;
-pub mod traces;
-pub mod transaction;
-pub mod validate;
+pub(crate) mod telemetry;
+pub(crate) mod text;
+pub(crate) mod traces;
+pub(crate) mod transaction;
+pub(crate) mod validate;
 pub mod wit;
+
+/// Modules the test harness (`tests/`) reaches inside: public with the
+/// `test-hooks` feature (which only the harness's `idem-under-test`
+/// enables), crate-private in the `idem` binary and for embedders.
+macro_rules! harness_visible {
+    ($($module:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = "test-hooks")]
+            pub mod $module;
+            #[cfg(not(feature = "test-hooks"))]
+            pub(crate) mod $module;
+        )*
+    };
+}
+
+harness_visible!(dedup, migrate, modules, outbox, pipeline, retention, sandbox, scaffold);
 
 #[cfg(test)]
 mod structure_tests;

@@ -7,12 +7,6 @@ use crate::config::RetentionMode;
 
 pub use crate::schema::MIGRATOR;
 
-/// Applies every pending migration; `idem.processed_event` is created
-/// partitioned (see `retention`).
-pub async fn apply(pool: &PgPool) -> anyhow::Result<()> {
-    apply_for(pool, RetentionMode::Partition).await
-}
-
 /// Applies every pending migration, creating `idem.processed_event` for
 /// `mode` if that migration is pending (it reads `idem.retention_mode`).
 pub async fn apply_for(pool: &PgPool, mode: RetentionMode) -> anyhow::Result<()> {

@@ -26,7 +26,6 @@ mod peers;
 mod routes;
 mod stall;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,10 +127,6 @@ impl Admin {
             body_timeout: config.body_timeout.0,
         };
         Ok(Some(Self { listener, state, limits }))
-    }
-
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
     }
 
     /// Serves until `stop` turns true; the console replays dead letters

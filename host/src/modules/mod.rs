@@ -22,9 +22,6 @@ use crate::executor::{Executor, Outcome};
 use crate::runtime::{Handler, LoadError, Runtime};
 pub use crate::stats::VersionCounts;
 
-/// Largest module an upload may have unless configured otherwise.
-pub const DEFAULT_MAX_MODULE_BYTES: usize = 32 << 20;
-
 /// Why an upload was refused. Every variant is the uploader's to fix, and
 /// nothing was stored.
 #[derive(Debug, thiserror::Error)]

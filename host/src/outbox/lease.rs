@@ -39,13 +39,3 @@ pub async fn release(pool: &PgPool, producer: &str, holder: &str) {
     }
 }
 
-/// Who holds `producer`'s lease, until when (for `idem outbox`).
-pub async fn holder(
-    pool: &PgPool,
-    producer: &str,
-) -> Result<Option<(String, chrono::DateTime<chrono::Utc>)>, sqlx::Error> {
-    sqlx::query_as("SELECT holder, expires_at FROM idem.outbox_lease WHERE producer = $1 AND expires_at > now()")
-        .bind(producer)
-        .fetch_optional(pool)
-        .await
-}

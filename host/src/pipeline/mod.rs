@@ -17,6 +17,7 @@ mod stall;
 mod worker;
 
 pub(crate) use dlq::DeadLetters;
+#[cfg(feature = "test-hooks")]
 pub use dlq::headers as dlq_headers;
 pub use dlq::seal::Keys as DlqKeys;
 pub(crate) use faults::no_module_watch;

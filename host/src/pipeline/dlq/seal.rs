@@ -73,7 +73,8 @@ impl Keys {
         Ok(Self { current: keyed(&what, &current)?, previous })
     }
 
-    /// Keys from hex text.
+    /// Keys from hex text (the harness's; the host reads files).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub fn from_hex(current: &str, previous: Option<&str>) -> anyhow::Result<Self> {
         let previous = previous.map(|p| keyed("the previous key", p)).transpose()?;
         Ok(Self { current: keyed("the key", current)?, previous })

@@ -35,8 +35,8 @@ use crate::executor::Outcome;
 use crate::modules::Slot;
 use crate::validate::{Record, Validator};
 pub use desk::{Desk, MAX_SELECTED, Selection};
-pub use page::{DeadLetterView, Page, PageQuery};
-pub use read::{Listing, authenticity, header, list, read};
+pub use page::{Page, PageQuery};
+pub use read::{authenticity, header, list, read};
 
 /// Which DLQ records a command looks at.
 #[derive(Debug, Clone, Default)]
