@@ -48,6 +48,10 @@ pub(crate) trait Capability: Sized + Send + 'static {
     /// leaves.
     fn finish(&mut self, after: &mut After<'_>) -> Self::Left;
 
+    /// Whether it has a [`Capability::before_commit`] (the executor skips
+    /// the others' at no cost).
+    const BEFORE_COMMIT: bool = false;
+
     /// Just before COMMIT, inside the transaction: what each event that
     /// ran in it left, in the events' order. An error fails the commit (a
     /// batch's then runs its events alone).

@@ -112,9 +112,11 @@ macro_rules! capabilities {
         /// events that ran in `tx` left (the outbox's rows, say).
         pub(crate) async fn before_commit(tx: &mut EventTx, left: &[(Uuid, &Left)]) -> Result<(), ExecError> {
             $(
-                let theirs: Vec<(Uuid, &<$ty as Capability>::Left)> =
-                    left.iter().map(|(id, l)| (*id, &l.$field)).collect();
-                <$ty as Capability>::before_commit(tx, &theirs).await?;
+                if <$ty as Capability>::BEFORE_COMMIT {
+                    let theirs: Vec<(Uuid, &<$ty as Capability>::Left)> =
+                        left.iter().map(|(id, l)| (*id, &l.$field)).collect();
+                    <$ty as Capability>::before_commit(tx, &theirs).await?;
+                }
             )+
             Ok(())
         }

@@ -37,6 +37,7 @@ impl Capability for EmitCapability {
     type Settings = EmitSettings;
     /// The events it emitted, written if its transaction commits.
     type Left = Vec<Emitted>;
+    const BEFORE_COMMIT: bool = true;
 
     /// Reads and compiles the emit topics' schemas.
     fn settings(handler: &HandlerConfig) -> anyhow::Result<EmitSettings> {
