@@ -363,6 +363,14 @@ async fn a_consumer_silent_for_a_minute_while_its_broker_answers_is_made_again()
     let took = began.elapsed();
     assert!(took >= Duration::from_secs(85), "a stall is a minute's silence and 30 s of answers first: {took:?}");
     idem_tests::wait_until_async("notification caught up", || async { env.count(notified).await == sent }).await;
+    // The other consumer, committing all along, gave its signs of health
+    // (its commits confirmed): never taken for stalled.
+    let others: Vec<String> = host::metrics(&config)
+        .await
+        .into_iter()
+        .filter(|l| l.starts_with("idem_handler_incidents_total{handler=\"notification\"") && !l.ends_with(" 0"))
+        .collect();
+    assert!(others.is_empty(), "notification had incidents: {others:?}");
 
     // Made again, the consumer takes the rest; each order once.
     send(&env, sent + 1, 10).await;
