@@ -16,6 +16,9 @@ pub const INSTANCE_ID: &str = "IDEM_INSTANCE_ID";
 pub const LOG_FORMAT: &str = "IDEM_LOG_FORMAT";
 /// The machine's name when `/proc` does not say (an automatic identity).
 pub const HOSTNAME: &str = "HOSTNAME";
+/// The read-scope token the reading commands (`idem status`, `idem
+/// handlers`) fall back to when `IDEM_ADMIN_TOKEN` (clap reads it) is unset.
+pub const ADMIN_READ_TOKEN: &str = "IDEM_ADMIN_READ_TOKEN";
 /// Who `idem deploy` says uploaded a module.
 pub const USER: &str = "USER";
 /// Where the compiled-component cache goes without `[runtime] cache_dir`.

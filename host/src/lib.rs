@@ -44,6 +44,7 @@ pub(crate) mod histogram;
 pub(crate) mod identity;
 pub(crate) mod kafka_client;
 pub(crate) mod offsets;
+pub(crate) mod output;
 mod repeats;
 pub mod runtime;
 pub(crate) mod schema;

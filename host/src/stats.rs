@@ -31,6 +31,10 @@ pub struct Stats {
     pub rebalances: AtomicU64,
     pub transactions: AtomicU64,
     pub batch_splits: AtomicU64,
+    /// Offset commits the broker confirmed.
+    pub commits_confirmed: AtomicU64,
+    /// Offset commits the broker answered with a failure.
+    pub commits_failed: AtomicU64,
     /// Final failures by class (`failed` counts them all).
     failed_by_class: [AtomicU64; 6],
     /// Seconds from a record's timestamp to its resolution (its
@@ -163,6 +167,8 @@ impl Default for Stats {
             rebalances: AtomicU64::default(),
             transactions: AtomicU64::default(),
             batch_splits: AtomicU64::default(),
+            commits_confirmed: AtomicU64::default(),
+            commits_failed: AtomicU64::default(),
             failed_by_class: Default::default(),
             latency: Histogram::new(histogram::SECONDS),
             execution: Histogram::new(histogram::SECONDS),

@@ -504,3 +504,25 @@ fn idem_test_builds_a_project_without_the_operators_secrets_and_never_as_root() 
     assert!(!Path::new(home).exists(), "the scratch directory is removed");
     let _ = std::fs::remove_dir_all(config.parent().expect("config dir"));
 }
+
+/// Times on the command line: what an operator types in an incident is
+/// read, anything else is refused naming what is accepted (exit 2, as
+/// every usage error), before anything is read from anywhere.
+#[test]
+fn a_time_that_is_not_one_is_a_usage_error_naming_the_accepted_forms() {
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(["dlq", "list", "--config", "/nonexistent/idem.toml", "--handler", "billing", "--since", "last tuesday"])
+        .output()
+        .expect("idem dlq list");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("`last tuesday` is not a time") && err.contains("yesterday") && err.contains("1h"), "{err}");
+    // A relative time is accepted: what fails next is the missing config.
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(["dlq", "list", "--config", "/nonexistent/idem.toml", "--handler", "billing", "--since", "1h"])
+        .output()
+        .expect("idem dlq list");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("/nonexistent/idem.toml"), "{err}");
+}

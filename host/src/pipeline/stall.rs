@@ -1,21 +1,25 @@
 //! Whether a handler's consumer is stalled: it was in its group, and for
-//! [`STALLED_AFTER`] nothing has shown it still is — no statistics with
-//! its group state `up`, no commit the broker confirmed — while its
-//! brokers answer. Seen in CI after a broker restart: a KIP-848 member
-//! whose librdkafka waited for its group coordinator for minutes, every
-//! commit failing "waiting for coordinator", while the other consumers of
-//! the same host on the same broker went on. A stalled consumer is made
-//! again (`IncidentKind::ConsumerStalled`): a new one finds its coordinator.
+//! [`STALLED_AFTER`] nothing has shown it still is, while its brokers
+//! answer. Seen in CI after a broker restart: a member whose librdkafka
+//! waited for its group coordinator for minutes, every commit failing
+//! "waiting for coordinator" or a request stuck unsent on the coordinator's
+//! connection, while the other consumers of the same host on the same
+//! broker went on. A stalled consumer is made again
+//! (`IncidentKind::ConsumerStalled`): a new one finds its coordinator.
 //!
-//! The watch keeps its own clock rather than librdkafka's: the group state
-//! may flip between querying for the coordinator and waiting for its
-//! answer every second (its `stateage` never grows), and neither commit
-//! results nor statistics may be delivered at all; the absence of any
-//! sign of health is what counts. A broker outage alone is never a stall:
-//! once the consumer is suspected, the polling thread asks a broker for
-//! metadata every [`PROBE_EVERY`], and only a consumer that stays silent
-//! while brokers have answered for [`BROKER_BACK_FOR`] is stalled (after an
-//! outage, a healthy consumer finds its coordinator within seconds).
+//! The signs of health: a commit the broker confirmed (one goes out every
+//! few seconds while the consumer holds positions, and its answer comes
+//! back through `consumer::native`), and statistics with the group state
+//! `up` — but only while commits are answered and do not fail: in the
+//! stall seen in CI librdkafka went on reporting `up`. The watch keeps its
+//! own clock rather than librdkafka's: the group state may flip between
+//! querying for the coordinator and waiting for its answer every second
+//! (its `stateage` never grows); the absence of any sign of health is what
+//! counts. A broker outage alone is never a stall: once the consumer is
+//! suspected, the polling thread asks a broker for metadata every
+//! [`PROBE_EVERY`], and only a consumer that stays silent while brokers
+//! have answered for [`BROKER_BACK_FOR`] is stalled (after an outage, a
+//! healthy consumer finds its coordinator within seconds).
 
 use std::time::{Duration, Instant};
 
@@ -30,6 +34,12 @@ const PROBE_EVERY: Duration = Duration::from_secs(10);
 /// silence is a stall.
 const BROKER_BACK_FOR: Duration = Duration::from_secs(30);
 
+/// How long a commit may wait for the broker's answer before the group
+/// state `up` stops counting as a sign of health. A commit goes out every
+/// few seconds while the consumer holds positions (`RECOMMIT_INTERVAL`),
+/// and its coordinator answers within milliseconds when it answers at all.
+const COMMIT_ANSWERED_WITHIN: Duration = Duration::from_secs(15);
+
 /// One consumer's signs of health, and what the polling thread does with
 /// their absence.
 #[derive(Debug)]
@@ -38,18 +48,30 @@ pub(crate) struct StallWatch {
     /// that, it is joining (a join that never completes is librdkafka's
     /// to report).
     joined: bool,
-    /// The last sign of health: the consumer made or assigned, statistics
-    /// with its group state `up`, a commit confirmed.
+    /// The last sign of health: the consumer made or assigned, a commit
+    /// confirmed, statistics with its group state `up` while commits are
+    /// answered.
     healthy_at: Instant,
     /// When a broker was last asked ([`PROBE_EVERY`]).
     probed_at: Option<Instant>,
     /// Since when every probe has found a broker answering.
     answering_since: Option<Instant>,
+    /// When the oldest commit the broker has not answered yet was sent.
+    unanswered_since: Option<Instant>,
+    /// The last commit the broker answered failed.
+    commits_failing: bool,
 }
 
 impl StallWatch {
     pub(crate) fn new(now: Instant) -> Self {
-        Self { joined: false, healthy_at: now, probed_at: None, answering_since: None }
+        Self {
+            joined: false,
+            healthy_at: now,
+            probed_at: None,
+            answering_since: None,
+            unanswered_since: None,
+            commits_failing: false,
+        }
     }
 
     /// A consumer made (again): joining, nothing suspected.
@@ -63,10 +85,35 @@ impl StallWatch {
         self.healthy(now);
     }
 
-    /// A sign of health: the group state `up`, a commit confirmed.
-    pub(crate) fn healthy(&mut self, now: Instant) {
+    /// A sign of health.
+    fn healthy(&mut self, now: Instant) {
         self.healthy_at = now;
         (self.probed_at, self.answering_since) = (None, None);
+    }
+
+    /// An asynchronous commit went out.
+    pub(crate) fn sent(&mut self, now: Instant) {
+        self.unanswered_since.get_or_insert(now);
+    }
+
+    /// The broker answered a commit: a confirmation is a sign of health, a
+    /// failure takes the weight from the group state until one is confirmed.
+    pub(crate) fn answered_commit(&mut self, now: Instant, confirmed: bool) {
+        self.commits_failing = !confirmed;
+        if confirmed {
+            self.unanswered_since = None;
+            self.healthy(now);
+        }
+    }
+
+    /// Statistics say the group state is `up`: a sign of health unless
+    /// commits fail or go unanswered, which is what a consumer stuck on
+    /// its coordinator looks like while librdkafka still reports `up`.
+    pub(crate) fn up(&mut self, now: Instant) {
+        let unanswered = self.unanswered_since.is_some_and(|at| now.saturating_duration_since(at) >= COMMIT_ANSWERED_WITHIN);
+        if !self.commits_failing && !unanswered {
+            self.healthy(now);
+        }
     }
 
     /// Whether to ask a broker now: the consumer is suspected (in its
@@ -133,7 +180,7 @@ mod tests {
         }
         assert_eq!(probe(&mut watch, t, 80, true), None, "the broker just came back");
         assert_eq!(probe(&mut watch, t, 90, true), None);
-        watch.healthy(at(t, 95));
+        watch.answered_commit(at(t, 95), true);
         assert!(!watch.due(at(t, 110)), "it found its coordinator");
         assert_eq!(probe(&mut watch, t, 155, true), None, "silent again: the clock starts over");
         assert_eq!(probe(&mut watch, t, 185, true), Some(Duration::from_secs(90)));
@@ -145,9 +192,51 @@ mod tests {
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
         assert_eq!(probe(&mut watch, t, 60, true), None);
-        watch.healthy(at(t, 65));
+        watch.answered_commit(at(t, 65), true);
         assert!(!watch.due(at(t, 124)));
         assert!(watch.due(at(t, 125)));
+    }
+
+    #[test]
+    fn the_group_state_up_is_health_only_while_commits_are_answered_and_confirmed() {
+        let t = Instant::now();
+        let mut watch = StallWatch::new(t);
+        watch.assigned(t);
+        watch.sent(at(t, 1));
+        watch.up(at(t, 10));
+        assert!(!watch.due(at(t, 69)), "a commit 9 s unanswered: up still counts");
+        watch.up(at(t, 20));
+        assert!(watch.due(at(t, 70)), "a commit 19 s unanswered: up no longer counts");
+        watch.answered_commit(at(t, 71), true);
+        watch.up(at(t, 100));
+        assert!(!watch.due(at(t, 159)), "confirmed: up counts again");
+    }
+
+    #[test]
+    fn a_consumer_whose_commits_fail_is_stalled_although_librdkafka_reports_up() {
+        let t = Instant::now();
+        let mut watch = StallWatch::new(t);
+        watch.assigned(t);
+        for secs in (5..=90).step_by(5) {
+            watch.sent(at(t, secs));
+            watch.answered_commit(at(t, secs), false);
+            watch.up(at(t, secs));
+            if secs >= 60 {
+                let stalled = if watch.due(at(t, secs)) { watch.answered(at(t, secs), true) } else { None };
+                assert_eq!(stalled.is_some(), secs == 90, "{secs} s");
+            }
+        }
+    }
+
+    #[test]
+    fn a_consumer_with_nothing_to_commit_is_healthy_while_its_group_is_up() {
+        let t = Instant::now();
+        let mut watch = StallWatch::new(t);
+        watch.assigned(t);
+        for secs in (10..=300).step_by(10) {
+            watch.up(at(t, secs));
+            assert!(!watch.due(at(t, secs)), "{secs} s");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What an operator sees without reading logs: `/metrics` (Prometheus text
 //! format), `/healthz` and `/readyz`, served on the admin listener (see
-//! `admin`), and `idem status`, which reads `/metrics`.
+//! `admin`); `idem status` reads `/metrics` (`admin::client::status`).
 //!
 //! Nothing here is on the events' path: the pipeline counts into each
 //! handler's `Stats` (relaxed atomics, lock-free histograms) and the
@@ -9,7 +9,6 @@
 mod listener;
 mod process;
 mod render;
-pub mod status;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -100,6 +100,17 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample("idem_records_total", &[("handler", &h.name), ("outcome", outcome)], n);
         }
     }
+    e.family(
+        "idem_offset_commits_total",
+        "counter",
+        "Offset commits the broker answered, by result (a failed one's positions go out again).",
+    );
+    for h in handlers {
+        let s = &h.stats;
+        for (result, n) in [("confirmed", get(&s.commits_confirmed)), ("failed", get(&s.commits_failed))] {
+            e.sample("idem_offset_commits_total", &[("handler", &h.name), ("result", result)], n);
+        }
+    }
     let counters: [Family<AtomicU64>; 10] = [
         ("idem_records_delivered_total", "Records handed to the partition workers.", |s| &s.delivered),
         ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| &s.dead_lettered),

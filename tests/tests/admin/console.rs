@@ -250,12 +250,14 @@ async fn the_console_and_the_api_refuse_what_a_session_or_token_may_not_do() {
         .expect("idem deploy");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("scope `read`"), "idem deploy with a read token: {stderr}");
+    assert_eq!(out.status.code(), Some(5), "forbidden has its exit code: {stderr}");
     let listed = std::process::Command::new(idem_tests::idem_bin())
         .args(["handlers", "--url", &host.url])
         .env("IDEM_ADMIN_TOKEN", READ_TOKEN)
         .output()
         .expect("idem handlers");
     assert!(listed.status.success(), "idem handlers with a read token: {}", String::from_utf8_lossy(&listed.stderr));
+    the_cli_reads_with_the_read_token_and_exits_with_a_code_per_failure(&host.url);
     host.stop().await;
     env.finish().await;
 }
@@ -420,4 +422,58 @@ async fn a_short_token_is_refused_at_start_up() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("$IDEM_ADMIN_TOKEN holds a token of 16 characters"), "{stderr}");
     env.finish().await;
+}
+
+/// `idem` with `args`, `env` set and the admin tokens otherwise unset: its
+/// exit code, stdout and stderr.
+fn cli(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut command = std::process::Command::new(idem_tests::idem_bin());
+    command.args(args).env_remove("IDEM_ADMIN_TOKEN").env_remove("IDEM_ADMIN_READ_TOKEN").envs(env.iter().copied());
+    let out = command.output().expect("idem");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// One CLI model (issue 41): the commands that only read take the read
+/// token from `$IDEM_ADMIN_READ_TOKEN`; each failure has its exit code; a
+/// reader that closes the output early ends the command quietly.
+fn the_cli_reads_with_the_read_token_and_exits_with_a_code_per_failure(url: &str) {
+    let read = [("IDEM_ADMIN_READ_TOKEN", READ_TOKEN)];
+    let (code, out, err) = cli(&["handlers", "--url", url], &read);
+    assert_eq!(code, Some(0), "idem handlers with $IDEM_ADMIN_READ_TOKEN only: {err}");
+    assert!(out.contains("billing"), "{out}");
+    let (code, out, err) = cli(&["status", "--once", "--url", url], &read);
+    assert_eq!(code, Some(0), "idem status with $IDEM_ADMIN_READ_TOKEN only: {err}");
+    assert!(out.contains("billing"), "{out}");
+
+    let (code, _, err) = cli(&["handlers", "--url", url], &[]);
+    assert_eq!(code, Some(4), "no token: {err}");
+    assert!(err.contains("401") && err.contains("--token"), "{err}");
+    let (code, _, err) = cli(&["handlers", "--url", url], &[("IDEM_ADMIN_TOKEN", "not-the-token-0123456789abcdef")]);
+    assert_eq!(code, Some(4), "a wrong token: {err}");
+    let operate = [("IDEM_ADMIN_TOKEN", super::TOKEN)];
+    let (code, _, err) = cli(&["rollback", "--url", url, "--handler", "no-such-handler"], &operate);
+    assert_eq!(code, Some(6), "an unknown handler: {err}");
+    let (code, _, err) = cli(&["rollback", "--url", url, "--handler", "billing", "--to", "999"], &operate);
+    assert!(matches!(code, Some(6 | 7)), "a version that does not exist: {code:?} {err}");
+    let (code, _, err) = cli(&["handlers", "--url", "http://127.0.0.1:9"], &read);
+    assert_eq!(code, Some(3), "nothing listens there: {err}");
+    assert!(err.contains("unreachable") && err.contains("127.0.0.1:9"), "{err}");
+    let (code, _, err) = cli(&["rollback", "--url", url], &operate);
+    assert_eq!(code, Some(2), "no handler named: {err}");
+
+    // The reader goes away before the frame is written (`status --once`
+    // waits a second for its rate): no panic, exit 0.
+    let mut child = std::process::Command::new(idem_tests::idem_bin())
+        .args(["status", "--once", "--url", url])
+        .env("IDEM_ADMIN_READ_TOKEN", READ_TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("idem status");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("idem status");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "a closed pipe: {err}");
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -291,7 +291,7 @@ async fn two_hosts_converge(protocol: &'static str) {
     assert!(said.contains("identical to the active version 2: nothing changed"), "{said}");
 
     // `idem rollback` through host B; host A follows.
-    let said = idem(&["rollback", "--url", &api_b.url, "billing"]);
+    let said = idem(&["rollback", "--url", &api_b.url, "--handler", "billing"]);
     assert!(said.contains("version 1 is active"), "{said}");
     api_a.runs("billing", 1, Duration::from_secs(30)).await;
 

@@ -105,6 +105,11 @@ async fn metrics_match_the_run_lag_drains_to_zero_and_the_dashboard_queries_exis
     let resent = value(&s, "idem_http_retries_total", &[("handler", "billing"), ("reason", "connection")]);
     assert_eq!(resent, Some(2.0), "each re-sent once");
     assert!(value(&s, "idem_db_statements_total", &billing).is_some_and(|n| n >= 30.0));
+    // The broker's answers to the offset commits reach the host: they are
+    // how it tells a consumer stuck on its coordinator from a healthy one.
+    let commits = |result| value(&s, "idem_offset_commits_total", &[("handler", "billing"), ("result", result)]);
+    assert!(commits("confirmed").is_some_and(|n| n >= 1.0), "{:?}", commits("confirmed"));
+    assert_eq!(commits("failed"), Some(0.0));
     for p in 0..3 {
         let at = [("handler", "billing"), ("partition", &*p.to_string())];
         assert_eq!(value(&s, "idem_partition_assigned", &at), Some(1.0));

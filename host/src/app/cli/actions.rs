@@ -4,6 +4,7 @@
 use anyhow::Context as _;
 
 use super::commands::DlqTarget;
+use crate::output::outln;
 use crate::runtime::NativeHandlers;
 
 /// `idem dlq list`.
@@ -16,23 +17,23 @@ pub(super) fn dlq_list(target: &DlqTarget) -> anyhow::Result<()> {
         .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
     let listing = crate::pipeline::replay::list(&config, handler, &target.window())?;
     if target.json {
-        println!("{}", serde_json::to_string(&listing)?);
+        outln!("{}", serde_json::to_string(&listing)?)?;
     } else {
-        println!("{}: {} record(s)", listing.topic, listing.records);
+        outln!("{}: {} record(s)", listing.topic, listing.records)?;
         for (reason, n) in &listing.by_reason {
-            println!("  {n:>6}  {reason}");
+            outln!("  {n:>6}  {reason}")?;
         }
         if listing.envelopes > 0 {
-            println!("  {} of them envelopes (the topic refused the record as it was)", listing.envelopes);
+            outln!("  {} of them envelopes (the topic refused the record as it was)", listing.envelopes)?;
         }
         if listing.unauthenticated > 0 {
-            println!(
+            outln!(
                 "  {:>6}  unauthenticated: no valid seal (not written by idem, or before seals); not shown",
                 listing.unauthenticated
-            );
+            )?;
         }
         if let (Some(oldest), Some(newest)) = (&listing.oldest, &listing.newest) {
-            println!("  failed between {oldest} and {newest}");
+            outln!("  failed between {oldest} and {newest}")?;
         }
     }
     Ok(())
@@ -54,33 +55,36 @@ pub(super) async fn dlq_replay(
     let report =
         crate::pipeline::replay::replay(&prepared.config, handler, &prepared.pool, &target.window(), options).await?;
     if target.json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?)?;
     } else {
         let verb = if dry_run { "would apply" } else { "applied" };
-        println!(
+        outln!(
             "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
-            report.read, report.applied, report.duplicates, report.failed_again
-        );
+            report.read,
+            report.applied,
+            report.duplicates,
+            report.failed_again
+        )?;
         if report.stale > 0 {
-            println!(
+            outln!(
                 "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
                  have been processed already (--force runs them)",
                 report.stale
-            );
+            )?;
         }
         if report.unauthenticated > 0 {
-            println!(
+            outln!(
                 "idem: {} record(s) left in the DLQ: their seal is missing or does not verify, so idem did \
                  not write them (or wrote them before seals: --trust-unsigned runs those)",
                 report.unauthenticated
-            );
+            )?;
         }
         if report.envelopes > 0 {
-            println!(
+            outln!(
                 "idem: {} envelope(s) left in the DLQ: the topic refused those records as they were; each \
                  names where the record is on its source topic",
                 report.envelopes
-            );
+            )?;
         }
     }
     Ok(())
@@ -118,30 +122,33 @@ pub(super) async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::
     let failed = if q.failed { crate::outbox::store::failed(&pool, producer, 100).await? } else { Vec::new() };
     if q.json {
         let answer = serde_json::json!({ "producers": summary, "failed": failed, "redriven": redriven });
-        println!("{answer}");
+        outln!("{answer}")?;
         return Ok(());
     }
     if let Some(n) = redriven {
-        println!("idem: outbox: {n} failed row(s) made pending again");
+        outln!("idem: outbox: {n} failed row(s) made pending again")?;
     }
     for s in &summary {
         let oldest = s.oldest_pending_s.map_or(String::new(), |a| format!(" (oldest {a:.1} s)"));
         let holder = s.holder.as_deref().unwrap_or("no relay");
-        println!(
+        outln!(
             "{}: {} pending{oldest}, {} published, {} failed; relay: {holder}",
-            s.producer, s.pending, s.published, s.failed
-        );
+            s.producer,
+            s.pending,
+            s.published,
+            s.failed
+        )?;
     }
     for f in &failed {
         let reason = crate::text::shown(f.failure.as_deref().unwrap_or(""), 500);
-        println!(
+        outln!(
             "  failed #{} {} key {} event {} at {}: {reason}",
             f.id,
             f.topic,
             crate::text::shown(&f.key, 100),
             f.event_id,
             f.failed_at.to_rfc3339()
-        );
+        )?;
     }
     Ok(())
 }
@@ -160,7 +167,7 @@ pub(super) async fn end_producer(
     let shown = crate::app::startup::redact(&url);
     let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("database unreachable at {shown}"))?;
     for line in crate::outbox::provision::remove(&pool, name).await? {
-        println!("idem: outbox: {line}");
+        outln!("idem: outbox: {line}")?;
     }
     Ok(())
 }
@@ -172,14 +179,14 @@ pub(super) async fn maintenance(config: &std::path::Path, json: bool) -> anyhow:
     crate::retention::record(&pool, &config).await?;
     let report = crate::retention::Maintenance::new(pool, config.retention.clone()).pass().await?;
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?)?;
     } else {
         let lines = report.lines();
         if lines.is_empty() {
-            println!("idem: maintenance: nothing to do");
+            outln!("idem: maintenance: nothing to do")?;
         }
         for line in lines {
-            println!("idem: maintenance: {line}");
+            outln!("idem: maintenance: {line}")?;
         }
     }
     Ok(())
@@ -197,15 +204,15 @@ pub(super) async fn migrate(database_url: Option<String>, config: Option<std::pa
     let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
     let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
     crate::migrate::apply_for(&pool, mode).await?;
-    println!("idem: idem's migrations applied");
+    outln!("idem: idem's migrations applied")?;
     if let Some(config) = config {
         for line in crate::migrate::provision(&pool, &config).await? {
-            println!("idem: {line}");
+            outln!("idem: {line}")?;
         }
         // Before any maintenance pass: a pass keeps windows for the
         // retentions recorded, and upgraded rows count as 7 days.
         crate::retention::record(&pool, &config).await?;
-        println!("idem: dedup retentions recorded");
+        outln!("idem: dedup retentions recorded")?;
     }
     Ok(())
 }

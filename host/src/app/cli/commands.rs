@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+use crate::output::{out, outln};
+
 #[derive(Subcommand)]
 pub(super) enum Command {
     /// Consumes every configured topic until SIGINT/SIGTERM.
@@ -34,6 +36,7 @@ pub(super) enum Command {
     Test {
         #[arg(long, default_value = "idem.toml")]
         config: PathBuf,
+        /// The handler to run (its `name` in the config).
         #[arg(long)]
         handler: String,
         /// The component to test (default: the handler's `component` file),
@@ -69,6 +72,7 @@ pub(super) enum Command {
     Deploy {
         #[command(flatten)]
         admin: AdminTarget,
+        /// The handler it is a version of (its `name`).
         #[arg(long)]
         handler: String,
         /// The component (.wasm).
@@ -87,7 +91,15 @@ pub(super) enum Command {
     Rollback {
         #[command(flatten)]
         admin: AdminTarget,
-        handler: String,
+        /// The handler to roll back (its `name`).
+        #[arg(long = "handler", value_name = "HANDLER", required_unless_present = "named")]
+        handler: Option<String>,
+        /// The handler as the first argument (`idem rollback billing`), as
+        /// before `--handler` was the one way every command names it.
+        #[arg(hide = true, conflicts_with = "handler")]
+        named: Option<String>,
+        /// The version to activate (default: the newest stored version
+        /// older than the active one).
         #[arg(long)]
         to: Option<i32>,
     },
@@ -97,7 +109,8 @@ pub(super) enum Command {
         /// The host's admin listener (`[admin] listen`).
         #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
         url: String,
-        /// Its bearer token, if it has one.
+        /// Its bearer token, if it has one (else $IDEM_ADMIN_READ_TOKEN: a
+        /// read-scope token is enough).
         #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// One frame (with the rate over one second), then exit.
@@ -129,6 +142,8 @@ pub(super) enum Command {
         /// the relay publishes them (after the cause is fixed).
         #[arg(long)]
         redrive: bool,
+        /// With `--redrive`: only the failed row with this id (repeat it
+        /// for several; ids as `--failed` lists them).
         #[arg(long = "id")]
         ids: Vec<i64>,
         /// End an `[[outbox.producer]]` removed from the configs: its topics,
@@ -187,15 +202,18 @@ pub(super) enum DlqCommand {
 
 #[derive(clap::Args)]
 pub(super) struct DlqTarget {
+    /// The host's config: the handler's DLQ topic, the brokers, the DLQ key.
     #[arg(long, default_value = "idem.toml")]
     pub(super) config: PathBuf,
+    /// The handler whose dead-letter topic is read (its `name`).
     #[arg(long)]
     pub(super) handler: String,
-    /// Records that failed at or after this time (RFC 3339).
-    #[arg(long)]
+    /// Records that failed at or after this time: RFC 3339, a date
+    /// (midnight UTC), today, yesterday, or a span ago (30m, 1h, 2d).
+    #[arg(long, value_parser = super::when::parse)]
     pub(super) since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Records that failed before this time (RFC 3339).
-    #[arg(long)]
+    /// Records that failed before this time (as `--since`).
+    #[arg(long, value_parser = super::when::parse)]
     pub(super) until: Option<chrono::DateTime<chrono::Utc>>,
     /// At most this many records.
     #[arg(long)]
@@ -210,7 +228,8 @@ pub(super) struct AdminTarget {
     /// The admin API of a running host (`[admin] listen`).
     #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
     pub(super) url: String,
-    /// Its bearer token, if it has one.
+    /// Its bearer token, if it has one (a command that only reads falls
+    /// back to $IDEM_ADMIN_READ_TOKEN).
     #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
     pub(super) token: Option<String>,
     /// The API's JSON instead of text.
@@ -223,12 +242,20 @@ impl AdminTarget {
         crate::admin::client::Target { url: self.url.clone(), token: self.token.clone().filter(|t| !t.is_empty()) }
     }
 
-    pub(super) fn print(&self, answer: &serde_json::Value, human: impl FnOnce(&serde_json::Value) -> String) {
-        if self.json {
-            println!("{answer}");
-        } else {
-            print!("{}", human(answer));
-        }
+    /// [`Self::target`] for a command that only reads: without a token
+    /// given, the read-scope one from `$IDEM_ADMIN_READ_TOKEN`.
+    pub(super) fn reading(&self) -> crate::admin::client::Target {
+        let mut target = self.target();
+        target.token = target.token.or_else(read_token);
+        target
+    }
+
+    pub(super) fn print(
+        &self,
+        answer: &serde_json::Value,
+        human: impl FnOnce(&serde_json::Value) -> String,
+    ) -> anyhow::Result<()> {
+        if self.json { outln!("{answer}") } else { out!("{}", human(answer)) }
     }
 }
 
@@ -236,4 +263,9 @@ impl DlqTarget {
     pub(super) fn window(&self) -> crate::pipeline::replay::Window {
         crate::pipeline::replay::Window { since: self.since, until: self.until, limit: self.limit, class: None }
     }
+}
+
+/// `$IDEM_ADMIN_READ_TOKEN`, if set.
+pub(super) fn read_token() -> Option<String> {
+    crate::env::non_blank(crate::env::ADMIN_READ_TOKEN)
 }

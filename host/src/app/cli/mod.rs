@@ -8,10 +8,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use crate::output::outln;
 use crate::runtime::NativeHandlers;
 
 mod actions;
 mod commands;
+mod when;
 
 use actions::{OutboxQuery, dlq_list, dlq_replay, end_producer, maintenance, migrate, outbox};
 use commands::{Command, DlqCommand};
@@ -60,9 +62,11 @@ pub fn main_with(natives: NativeHandlers) -> ExitCode {
     };
     let code = match runtime.block_on(dispatch(cli, &natives)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Its reader has all it wanted (`idem dlq list | head`).
+        Err(e) if e.chain().any(|cause| cause.is::<crate::output::Closed>()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("idem: {e:#}");
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     };
     // Spans still batched are exported before the process ends.
@@ -72,6 +76,15 @@ pub fn main_with(natives: NativeHandlers) -> ExitCode {
         eprintln!("idem: failed to export the last spans: {e}");
     }
     code
+}
+
+/// The exit code of a command that failed with `e`: the admin API's
+/// answer when that was the failure (3 unreachable, 4 unauthorised, 5
+/// forbidden, 6 not found, 7 invalid, 8 conflict), else 1. clap's usage
+/// errors exit 2. docs/commands.md lists them.
+fn exit_code(e: &anyhow::Error) -> ExitCode {
+    let api = e.chain().find_map(|cause| cause.downcast_ref::<crate::admin::client::ApiError>());
+    api.map_or(ExitCode::FAILURE, |api| ExitCode::from(api.exit_code()))
 }
 
 /// Logs to stderr (`IDEM_LOG` filters; `IDEM_LOG_FORMAT=json`: one JSON
@@ -110,11 +123,11 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::New { name, lang, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
             let written = crate::scaffold::new_project(&name, lang, &dir)?;
-            println!(
+            outln!(
                 "idem: wrote {} files into {}; next: cd there, ./build.sh, ./test.sh",
                 written.len(),
                 dir.display()
-            );
+            )?;
             Ok(())
         }
         Command::Test { config, handler, component, commit, http, events } => {
@@ -132,21 +145,20 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         }
         Command::Deploy { admin, handler, path, note } => {
             let answer = crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref()).await?;
-            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
-            Ok(())
+            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
         }
         Command::Handlers { admin } => {
-            let answer = crate::admin::client::handlers(&admin.target()).await?;
-            admin.print(&answer, crate::admin::client::render_handlers);
-            Ok(())
+            let answer = crate::admin::client::handlers(&admin.reading()).await?;
+            admin.print(&answer, crate::admin::client::render_handlers)
         }
-        Command::Rollback { admin, handler, to } => {
+        Command::Rollback { admin, handler, named, to } => {
+            let handler = handler.or(named).unwrap_or_default();
             let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
-            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")));
-            Ok(())
+            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
         }
         Command::Status { url, token, once } => {
-            crate::telemetry::status::show(&url, token.as_deref().filter(|t| !t.is_empty()), once).await
+            let token = token.filter(|t| !t.is_empty()).or_else(commands::read_token);
+            crate::admin::client::status::show(&url, token.as_deref(), once).await
         }
         Command::Maintenance { config, json } => maintenance(&config, json).await,
         Command::Outbox { config, producer, failed, redrive, ids, remove_producer, database_url, json } => {
@@ -168,7 +180,7 @@ async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &Nati
     let stopping = shutdown_signal(options.leave.clone(), bound);
     let reports = crate::app::run(prepared, options, stopping).await?;
     // One JSON line on stdout: what happened to every record.
-    println!("{}", serde_json::json!({ "handlers": reports }));
+    outln!("{}", serde_json::json!({ "handlers": reports }))?;
     Ok(())
 }
 
@@ -177,9 +189,9 @@ async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Re
     let loaded = crate::config::Config::load(config)?;
     let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
     for warning in &prepared.warnings {
-        println!("idem: warning: {warning}");
+        outln!("idem: warning: {warning}")?;
     }
-    println!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len());
+    outln!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len())?;
     Ok(())
 }
 /// Resolves on SIGINT or SIGTERM (a restart is expected: static members

@@ -28,6 +28,7 @@ use anyhow::{Context as _, bail};
 
 use crate::config::Config;
 use crate::executor::{Executor, Pins, Trial};
+use crate::output::outln;
 use crate::runtime::{Handler, HandlerSettings};
 use crate::validate::Validator;
 use recorder::Recorder;
@@ -71,17 +72,17 @@ pub async fn test(o: Options) -> anyhow::Result<bool> {
     let mut failed = 0;
     for events::Line { number: line, record, was } in &lines {
         if let Some(was) = was {
-            println!("line {line}: its eventId {was} is older than the dedup retention: it runs with a fresh one");
+            outln!("line {line}: its eventId {was} is older than the dedup retention: it runs with a fresh one")?;
         }
         let Some(open) = tx.take() else {
-            println!("line {line}: not run: the transaction was closed after an earlier failure");
+            outln!("line {line}: not run: the transaction was closed after an earlier failure")?;
             failed += 1;
             continue;
         };
         let event = match validator.validate(record) {
             Ok(event) => event,
             Err(invalid) => {
-                println!("line {line}: invalid: {invalid} (idem run would dead-letter it)");
+                outln!("line {line}: invalid: {invalid} (idem run would dead-letter it)")?;
                 failed += 1;
                 tx = Some(open);
                 continue;
@@ -91,7 +92,7 @@ pub async fn test(o: Options) -> anyhow::Result<bool> {
         let trial = exec.execute_within(open, &event).await;
         let took = started.elapsed().as_secs_f64() * 1e3;
         failed += usize::from(trial.result.is_err());
-        print_event(*line, &event, &trial, took, recorder.as_ref());
+        print_event(*line, &event, &trial, took, recorder.as_ref())?;
         tx = trial.tx;
     }
     let kept = match tx {
@@ -105,7 +106,7 @@ pub async fn test(o: Options) -> anyhow::Result<bool> {
         }
         None => "closed after a failure, nothing kept",
     };
-    println!("{} event(s), {failed} failed; the transaction was {kept}", lines.len());
+    outln!("{} event(s), {failed} failed; the transaction was {kept}", lines.len())?;
     Ok(failed == 0)
 }
 
@@ -313,7 +314,13 @@ fn sha256_of(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)))
 }
 
-fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms: f64, rec: Option<&Recorder>) {
+fn print_event(
+    line: usize,
+    event: &crate::event::Event,
+    trial: &Trial,
+    took_ms: f64,
+    rec: Option<&Recorder>,
+) -> anyhow::Result<()> {
     let outcome = match &trial.result {
         Ok(outcome) => format!("{outcome:?}").to_lowercase(),
         // Its text may hold the guest's words or the server's: escaped.
@@ -323,16 +330,16 @@ fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms:
             crate::text::controls_escaped(&e.to_string(), 2_000)
         ),
     };
-    println!("line {line}: {} {}: {outcome} in {took_ms:.1} ms", event.id, event.event_type);
+    outln!("line {line}: {} {}: {outcome} in {took_ms:.1} ms", event.id, event.event_type)?;
     for statement in &trial.statements {
-        println!("  sql  {statement}");
+        outln!("  sql  {statement}")?;
     }
     match rec {
-        Some(rec) => rec.take().iter().for_each(|r| println!("  http {r}")),
+        Some(rec) => rec.take().iter().try_for_each(|r| outln!("  http {r}"))?,
         None => {
             for (host, status) in &trial.requests {
                 let status = status.map_or("no answer".to_owned(), |s| s.to_string());
-                println!("  http {host} -> {status}");
+                outln!("  http {host} -> {status}")?;
             }
         }
     }
@@ -340,8 +347,9 @@ fn print_event(line: usize, event: &crate::event::Event, trial: &Trial, took_ms:
         let payload = serde_json::Value::Object(e.payload.clone());
         let (key, payload) =
             (crate::text::shown(&e.key, 200), crate::text::controls_escaped(&payload.to_string(), 2_000));
-        println!("  emit {} to {} key {key}: {payload}", e.event_type, e.topic);
+        outln!("  emit {} to {} key {key}: {payload}", e.event_type, e.topic)?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -41,7 +41,8 @@ pub(crate) enum Positions {
 }
 
 /// Commits the resolved positions of `states`. Returns whether the broker
-/// accepted them (an asynchronous commit: whether it was queued).
+/// accepted them (an asynchronous commit: whether it was queued; its
+/// result reaches the context's `commit_callback`).
 pub(crate) fn commit(
     consumer: &HandlerConsumer,
     states: &[Arc<PartitionState>],
@@ -66,10 +67,17 @@ pub(crate) fn commit(
     if positions.is_empty() {
         return true;
     }
-    match consumer.commit(&tpl, mode) {
+    let sent = match mode {
+        CommitMode::Async => super::native::commit_async(consumer, &tpl),
+        CommitMode::Sync => consumer.commit(&tpl, mode),
+    };
+    match sent {
         Ok(()) => {
             for (state, position) in positions {
                 state.tracker().committed(position);
+            }
+            if matches!(mode, CommitMode::Async) {
+                consumer.context().watch().sent(Instant::now());
             }
             true
         }

@@ -64,8 +64,8 @@ impl IdemContext {
         {
             self.joined.store(false, Ordering::SeqCst);
         }
-        if statistics.cgrp.as_ref().is_some_and(|group| group.state == "up") {
-            self.healthy();
+        if statistics.cgrp.as_ref().is_some_and(|group| group.state == "up") && !self.silent {
+            self.watch().up(Instant::now());
         }
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
@@ -108,22 +108,22 @@ impl IdemContext {
         }
     }
 
-    /// A failed asynchronous commit is only logged: its positions go out
-    /// again with the periodic re-commit and at shutdown
-    /// (`Positions::All`), which does not rely on this report arriving.
-    /// A confirmed one is a sign the consumer is in its group (`stall`).
+    /// The broker's answer to an asynchronous commit (`native`). A failed
+    /// one is logged, and its positions go out again with the periodic
+    /// re-commit (`Positions::All`); a confirmed one is the surest sign the
+    /// consumer is in its group (`stall`).
     fn on_commit(&self, result: KafkaResult<()>) {
         // Every offset was committed already: nothing was needed.
-        match result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) }) {
-            Ok(()) => self.healthy(),
-            Err(e) => tracing::warn!(handler = %self.shared.name, "offset commit failed: {e}"),
+        let result = result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) });
+        let stats = &self.shared.stats;
+        Stats::add(if result.is_ok() { &stats.commits_confirmed } else { &stats.commits_failed });
+        if let Err(e) = &result
+            && let Some(line) = self.repeats.line(&format!("commit: {e}"), format_args!("offset commit failed: {e}"))
+        {
+            tracing::warn!(handler = %self.shared.name, "{line}");
         }
-    }
-
-    /// A sign the consumer is in its group (`stall`).
-    fn healthy(&self) {
         if !self.silent {
-            self.watch().healthy(Instant::now());
+            self.watch().answered_commit(Instant::now(), result.is_ok());
         }
     }
 

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 mod commits;
 mod context;
 mod flow;
+mod native;
 
 use commits::nothing_new;
 pub(crate) use commits::{Positions, commit, settle, unconfirmed};

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::Worker;
+use super::{Taken, Worker};
 use super::shrink::BatchLane;
 use crate::event::Event;
 use crate::executor::Outcome;
@@ -55,14 +55,14 @@ impl Worker {
         let max = self.shared.config.batch.max_events;
         while self.pending.len() < max {
             match self.queue.try_recv() {
-                Ok(record) => self.pending.push_back(record),
+                Ok(record) => self.pending.push_back(Taken::new(record)),
                 Err(_) => break,
             }
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(self.shared.config.batch.max_wait_ms);
         while self.pending.len() < max {
             match self.state.until_stopped(tokio::time::timeout_at(deadline, self.queue.recv())).await {
-                Some(Ok(Some(record))) => self.pending.push_back(record),
+                Some(Ok(Some(record))) => self.pending.push_back(Taken::new(record)),
                 _ => break,
             }
         }
@@ -71,12 +71,12 @@ impl Worker {
     /// The longest run of valid pending records with distinct event ids: an
     /// invalid record, or an id already in the batch (redelivered within
     /// it), ends the batch; the next one starts with it.
-    fn next_batch(&self) -> Vec<Event> {
+    fn next_batch(&mut self) -> Vec<Event> {
         let mut ids = HashSet::new();
         let mut events = Vec::new();
-        for record in self.pending.iter() {
-            match self.shared.validator.validate(record) {
-                Ok(event) if ids.insert(event.id) => events.push(event),
+        for taken in self.pending.iter_mut() {
+            match taken.checked(&self.shared) {
+                Ok(event) if ids.insert(event.id) => events.push(event.clone()),
                 _ => break,
             }
         }
@@ -128,7 +128,7 @@ impl Worker {
                 Outcome::Duplicate => Stats::add(&shared.stats.duplicates),
                 Outcome::Skipped => Stats::add(&shared.stats.skipped),
             }
-            if let Some(record) = self.pending.pop_front() {
+            if let Some(Taken { record, .. }) = self.pending.pop_front() {
                 self.state.taken(&record);
                 self.completed(&record);
             }

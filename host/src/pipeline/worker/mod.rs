@@ -12,6 +12,7 @@
 //! was looked for). What the polling thread shares with it is in
 //! `PartitionState`.
 
+mod alone;
 mod batch;
 mod decide;
 mod final_failure;
@@ -26,7 +27,34 @@ use tokio::sync::mpsc;
 use super::HandlerContext;
 use super::partition::PartitionState;
 use crate::error::ExecError;
-use crate::validate::Record;
+use crate::event::Event;
+use crate::validate::{Invalid, Record};
+
+/// A record taken from the lane's queue, validated at most once: by the
+/// batch path when it forms a batch (a batch formed again after a split
+/// reads the same result), else by the failure path, under the record's
+/// `idem.event` span.
+struct Taken {
+    record: Record,
+    event: Option<Result<Event, Invalid>>,
+}
+
+impl Taken {
+    fn new(record: Record) -> Self {
+        Self { record, event: None }
+    }
+
+    /// The record validated: now, the first time it is asked for.
+    fn checked(&mut self, shared: &HandlerContext) -> &Result<Event, Invalid> {
+        self.event.get_or_insert_with(|| validated(shared, &self.record))
+    }
+}
+
+/// `record` validated, in its own span.
+fn validated(shared: &HandlerContext, record: &Record) -> Result<Event, Invalid> {
+    let _span = tracing::trace_span!(target: crate::traces::TARGET, "idem.validate").entered();
+    shared.validator.validate(record)
+}
 
 /// One partition's worker, for one assignment.
 pub(crate) struct Worker {
@@ -37,7 +65,7 @@ pub(crate) struct Worker {
     queue: mpsc::UnboundedReceiver<Record>,
     /// Records taken from the queue and not yet resolved: a batch being
     /// formed, or what a batch left.
-    pending: VecDeque<Record>,
+    pending: VecDeque<Taken>,
     /// An event of this assignment past `alone_through` was processed:
     /// executions are no longer counted outside the process (see
     /// `attempts`), and batches may run.
@@ -93,13 +121,13 @@ impl Worker {
                         record
                     }
                 };
-                self.pending.push_back(record);
+                self.pending.push_back(Taken::new(record));
             }
             let batched = self.shared.config.batch.max_events > 1;
             if batched && !self.crash_checked {
                 self.check_crash().await;
             }
-            let alone = self.pending.front().is_some_and(|r| r.offset <= self.alone_through);
+            let alone = self.pending.front().is_some_and(|t| t.record.offset <= self.alone_through);
             let batching = batched && self.proven && self.crash_checked && !alone;
             if batching {
                 self.fill().await;
@@ -123,7 +151,7 @@ impl Worker {
     /// whole failure path; `from_batch` is the failure of the execution it
     /// already had in a batch.
     async fn resolve_alone(&mut self, from_batch: Option<ExecError>) {
-        let Some(record) = self.pending.pop_front() else { return };
+        let Some(Taken { record, event }) = self.pending.pop_front() else { return };
         self.state.taken(&record);
         let unproven = !self.proven;
         let span = tracing::trace_span!(
@@ -131,7 +159,7 @@ impl Worker {
             topic = %record.topic, partition = record.partition, offset = record.offset
         );
         crate::traces::continue_from(&span, &record.headers);
-        let resolved = tracing::Instrument::instrument(self.process(&record, from_batch), span).await;
+        let resolved = tracing::Instrument::instrument(self.process(&record, event, from_batch), span).await;
         // This process is alive: whatever became of the record (resolved,
         // or abandoned at a revocation), its execution did not kill it, so
         // the count outside the process goes. Only a crash leaves it.

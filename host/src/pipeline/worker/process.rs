@@ -1,57 +1,43 @@
-//! One record through the whole failure path: validated, executed until
-//! it is resolved, the decision after each failure taken by `decide`.
+//! One record through the whole failure path: an invalid one resolved at
+//! once, a valid one executed until it is resolved (the loop is `alone`'s,
+//! the decision after each failure `decide`'s); what an execution is (the
+//! permit, the count outside the process) and what a decision does (the
+//! log line, the counter, the probe) are here.
 
 use std::time::Duration;
 
 use super::Worker;
+use super::alone::{AloneLane, Execution, Next, Resolution};
 use super::decide::{self, Step, Tries};
 use crate::error::{ErrorClass, ExecError};
 use crate::executor::Outcome;
 use crate::pipeline::HandlerContext;
 use crate::pipeline::dlq::Failure;
+use crate::event::Event;
 use crate::stats::Stats;
-use crate::validate::Record;
+use crate::validate::{Invalid, Record};
 
 /// The longest error text logged or dead-lettered.
 const MAX_ERROR_CHARS: usize = 4_000;
 
-/// What comes after a failed execution.
-enum Next {
-    /// Wait this long, then execute again.
-    Wait(Duration),
-    /// Give the record up (the handler stops): it is redelivered.
-    Abandon,
-    /// The failure is final.
-    Final(Failure),
-}
-
-/// What became of one execution of the event.
-enum Execution {
-    Done(Result<Outcome, ExecError>),
-    /// The partition stopped (or the handler must): abandon the record.
-    Abandoned,
-    /// Counting the execution failed for a moment: wait, no attempt spent.
-    Outage(Duration),
-    /// Counted executions show the event ends the host process.
-    KillsTheHost(Failure),
-}
-
 impl Worker {
-    /// Validates and executes `record` until it is resolved: processed, a
-    /// duplicate, or dead-lettered (`from_batch`: the failure of its
+    /// Executes `record` (`validated` already by the batch path, or not)
+    /// until it is
+    /// resolved: processed, a duplicate, or dead-lettered (`from_batch`: the failure of its
     /// execution in a batch, which counts as its first). `true`: its offset may be committed;
     /// `false`: abandoned (stopped, blocked or fatal), to be redelivered.
     ///
     /// The handler's `concurrency` permit is held only while an execution
     /// runs, never during a backoff: a partition that waits does not hold up
     /// the handler's other partitions.
-    pub(super) async fn process(&mut self, record: &Record, mut from_batch: Option<ExecError>) -> bool {
+    pub(super) async fn process(
+        &mut self,
+        record: &Record,
+        validated: Option<Result<Event, Invalid>>,
+        from_batch: Option<ExecError>,
+    ) -> bool {
         let shared = self.shared.clone();
-        let validated = {
-            let _span = tracing::trace_span!(target: crate::traces::TARGET, "idem.validate").entered();
-            shared.validator.validate(record)
-        };
-        let event = match validated {
+        let event = match validated.unwrap_or_else(|| super::validated(&shared, record)) {
             Ok(event) => event,
             Err(invalid) => {
                 let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
@@ -62,45 +48,15 @@ impl Worker {
                 return super::final_failure::resolve(&shared, &self.state, record, failure).await;
             }
         };
-        let mut tries = Tries::new();
-        let mut counted = false;
-        // The module version the last execution ran on.
-        let mut ran_on = shared.slot.version();
-        loop {
-            let ran = match from_batch.take() {
-                Some(error) => Execution::Done(Err(error)),
-                None => self.execute(&event, record, &mut tries, &mut counted, &mut ran_on).await,
-            };
-            let error = match ran {
-                Execution::Done(Ok(outcome)) => {
-                    self.succeeded(record, event.id, outcome);
-                    return true;
-                }
-                Execution::Done(Err(error)) => error,
-                Execution::Abandoned => return false,
-                Execution::Outage(wait) => {
-                    if !self.state.sleep(wait).await {
-                        return false;
-                    }
-                    continue;
-                }
-                Execution::KillsTheHost(failure) => {
-                    return super::final_failure::resolve(&shared, &self.state, record, failure).await;
-                }
-            };
-            // Another version was activated: the same event, on it, at once.
-            // If this host cannot load it, the event waits as in an outage: it
-            // never spends an attempt on a version it may not run.
-            let stale = matches!(error, ExecError::StaleModule(_));
-            if stale && crate::pipeline::switch_module(&shared, ran_on).await {
-                continue;
+        let version = shared.slot.version();
+        let mut lane = Alone { worker: self, event: &event, record, counted: false };
+        match super::alone::until_resolved(&mut lane, from_batch.map(|error| (version, error))).await {
+            Resolution::Succeeded(outcome) => {
+                self.succeeded(record, event.id, outcome);
+                true
             }
-            let failure = match self.after_failure(record, event.id, &mut tries, error, stale).await {
-                Next::Wait(wait) if self.state.sleep(wait).await => continue,
-                Next::Wait(_) | Next::Abandon => return false,
-                Next::Final(failure) => failure,
-            };
-            return super::final_failure::resolve(&shared, &self.state, record, failure).await;
+            Resolution::Abandoned => false,
+            Resolution::Final(failure) => super::final_failure::resolve(&shared, &self.state, record, failure).await,
         }
     }
 
@@ -172,11 +128,10 @@ impl Worker {
     /// that was running).
     async fn execute(
         &mut self,
-        event: &crate::event::Event,
+        event: &Event,
         record: &Record,
         tries: &mut Tries,
         counted: &mut bool,
-        ran_on: &mut Option<i32>,
     ) -> Execution {
         let shared = self.shared.clone();
         let Some(Ok(permit)) = self.state.until_stopped(shared.permits.acquire()).await else {
@@ -232,11 +187,11 @@ impl Worker {
         }
         shared.abort_point(&event.payload);
         let executor = shared.slot.executor();
-        *ran_on = executor.handler().version();
+        let on = executor.handler().version();
         let result = executor.execute(event, tries.attempt).await;
-        shared.slot.count(*ran_on, result.as_ref().map(|o| *o).map_err(drop));
+        shared.slot.count(on, result.as_ref().map(|o| *o).map_err(drop));
         drop((serial, permit));
-        Execution::Done(result)
+        Execution::Done { on, result }
     }
 
     /// Counts an execution that did not fail.
@@ -265,4 +220,32 @@ async fn database_answers(shared: &HandlerContext) -> bool {
     let executor = shared.slot.executor();
     let probe = sqlx::query("SELECT 1").execute(executor.pool());
     matches!(tokio::time::timeout(Duration::from_secs(2), probe).await, Ok(Ok(_)))
+}
+
+/// A worker resolving one event alone, as the failure path's loop sees it
+/// (`alone`).
+struct Alone<'a> {
+    worker: &'a mut Worker,
+    event: &'a Event,
+    record: &'a Record,
+    /// The execution was counted outside the process (`attempts`).
+    counted: bool,
+}
+
+impl AloneLane for Alone<'_> {
+    async fn execute(&mut self, tries: &mut Tries) -> Execution {
+        self.worker.execute(self.event, self.record, tries, &mut self.counted).await
+    }
+
+    async fn switch_module(&mut self, version: Option<i32>) -> bool {
+        crate::pipeline::switch_module(&self.worker.shared, version).await
+    }
+
+    async fn after_failure(&mut self, tries: &mut Tries, error: ExecError, stale: bool) -> Next {
+        self.worker.after_failure(self.record, self.event.id, tries, error, stale).await
+    }
+
+    async fn sleep(&mut self, wait: Duration) -> bool {
+        self.worker.state.sleep(wait).await
+    }
 }

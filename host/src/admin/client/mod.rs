@@ -1,10 +1,53 @@
-//! `idem deploy`, `idem handlers`, `idem rollback`: the admin API from the
-//! command line. Human-readable by default, the API's JSON with `--json`.
+//! `idem deploy`, `idem handlers`, `idem rollback`, `idem status`: the
+//! admin API from the command line. Human-readable by default, the API's
+//! JSON with `--json`. What went wrong talking to the API is an
+//! [`ApiError`], which the command line turns into its exit code.
 
 use std::path::Path;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use serde_json::Value;
+
+pub mod status;
+
+/// The admin API could not be reached or refused the request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("the admin API is unreachable at {url}: {reason} (is the host running, is `--url` its [admin] listen?)")]
+    Unreachable { url: String, reason: String },
+    #[error("{url} answered {status}: {message}{hint}", hint = hint(*.status))]
+    Refused { url: String, status: u16, message: String },
+}
+
+/// The next step after a refusal, when the status says what it is.
+fn hint(status: u16) -> &'static str {
+    match status {
+        401 => " (give the host's token: --token, or $IDEM_ADMIN_TOKEN / $IDEM_ADMIN_READ_TOKEN)",
+        403 => " (this token's scope does not allow it: an operate token does)",
+        _ => "",
+    }
+}
+
+impl ApiError {
+    /// The command line's exit code for it (docs/commands.md lists them).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Unreachable { .. } => 3,
+            Self::Refused { status: 401, .. } => 4,
+            Self::Refused { status: 403, .. } => 5,
+            Self::Refused { status: 404, .. } => 6,
+            Self::Refused { status: 400 | 413 | 415 | 422, .. } => 7,
+            Self::Refused { status: 409, .. } => 8,
+            Self::Refused { .. } => 1,
+        }
+    }
+
+    fn unreachable(url: &str, e: &reqwest::Error) -> Self {
+        // reqwest's own text says only "error sending request": its source says why.
+        let reason = std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string());
+        Self::Unreachable { url: url.to_owned(), reason }
+    }
+}
 
 /// Where the admin API is and how to get in.
 #[derive(Debug, Clone)]
@@ -20,12 +63,12 @@ impl Target {
             Some(token) => request.bearer_auth(token),
             None => request,
         };
-        let response = request.send().await.with_context(|| format!("admin API unreachable at {}", self.url))?;
-        let status = response.status();
+        let response = request.send().await.map_err(|e| ApiError::unreachable(&self.url, &e))?;
+        let (status, url) = (response.status(), response.url().to_string());
         let body: Value = response.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let message = body["error"].as_str().unwrap_or("no message");
-            bail!("{status}: {message}");
+            let message = body["error"].as_str().unwrap_or("no message").to_owned();
+            return Err(ApiError::Refused { url, status: status.as_u16(), message }.into());
         }
         Ok(body)
     }

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use crate::output::out;
+
 /// One sample of the exposition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
@@ -64,11 +66,12 @@ pub async fn scrape(client: &reqwest::Client, url: &str, token: Option<&str>) ->
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
-    let response = request.send().await.with_context(|| format!("no answer from {target}"))?;
+    let response = request.send().await.map_err(|e| super::ApiError::unreachable(url, &e))?;
     let status = response.status();
     let body = response.text().await.with_context(|| format!("failed to read {target}"))?;
     if !status.is_success() {
-        anyhow::bail!("{target} answered {status}: {}", body.trim());
+        let message = crate::text::controls_escaped(body.trim(), 500);
+        return Err(super::ApiError::Refused { url: target, status: status.as_u16(), message }.into());
     }
     Ok(parse(&body))
 }
@@ -173,11 +176,11 @@ pub async fn show(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<
         let now = scrape(&client, url, token).await?;
         let text = frame(url, &now, Some((&before, taken.elapsed())));
         if once || !terminal {
-            print!("{text}");
+            out!("{text}")?;
             return Ok(());
         }
         // Home and clear, then the frame: refreshed in place.
-        print!("\x1b[H\x1b[2J{text}");
+        out!("\x1b[H\x1b[2J{text}")?;
         (before, taken, pause) = (now, Instant::now(), Duration::from_secs(2));
     }
 }
