@@ -151,6 +151,21 @@ impl TestDb {
         }
     }
 
+    /// Runs `sql` (a statement the test sets its world up with).
+    pub async fn execute(&self, sql: &str) {
+        if let Err(e) = sqlx::query(sql).execute(&self.pool).await {
+            panic!("{sql}: {e}");
+        }
+    }
+
+    /// The one text value `sql` selects.
+    pub async fn scalar(&self, sql: &str) -> String {
+        match sqlx::query_scalar::<_, String>(sql).fetch_one(&self.pool).await {
+            Ok(v) => v,
+            Err(e) => panic!("{sql}: {e}"),
+        }
+    }
+
     pub async fn drop_database(self) {
         // `close` waits for every connection to come back; one still held
         // somewhere does not hold the test: the drop below forces it.

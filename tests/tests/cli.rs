@@ -19,6 +19,11 @@ fn check(config: &Path) -> (bool, String) {
     idem(&["check", "--config", config.to_str().unwrap_or_default()])
 }
 
+/// `idem run --exit-when-drained`: start-up, then whatever the topic holds.
+fn run_drained(config: &Path) -> (bool, String) {
+    idem(&["run", "--exit-when-drained", "--config", config.to_str().unwrap_or_default()])
+}
+
 /// A copy of `config` with `from` replaced by `to`.
 fn variant(config: &Path, from: &str, to: &str) -> std::path::PathBuf {
     let text = std::fs::read_to_string(config).expect("config");
@@ -55,6 +60,11 @@ async fn migrate_works_on_an_empty_database_and_check_then_passes() {
 
     let (ok, out) = check(&config);
     assert!(ok, "{out}");
+    // `idem check` consumes nothing and creates nothing: it says what
+    // `idem run` will create.
+    let dlq = format!("{topic}.billing.dlq");
+    assert!(out.contains(&format!("dead-letter topic {dlq} does not exist")) && out.contains("idem run"), "{out}");
+    assert_eq!(idem_tests::kafka::partitions(&dlq), 0, "idem check created {dlq}");
     db.drop_database().await;
 }
 
@@ -134,20 +144,25 @@ async fn check_refuses_each_bad_start_up_naming_the_problem() {
         assert!(out.contains(expected), "expected `{expected}` in: {out}");
     }
 
-    // No dead-letter topic: start-up (`check` too) creates it with the
-    // source topic's partition count. One the broker refuses to create is
-    // refused, naming it: Kafka refuses a name that collides with an
-    // existing topic's once `.` and `_` are taken as one.
+    // No dead-letter topic: `check` changes nothing and says what `run`
+    // will do; start-up creates it with the source topic's partition
+    // count. One the broker refuses to create is refused, naming it: Kafka
+    // refuses a name that collides with an existing topic's once `.` and
+    // `_` are taken as one.
     let lonely = idem_tests::kafka::create_topic(2).await;
     let spec = HandlerSpec::billing(&lonely, "http://127.0.0.1:9");
     assert_eq!(idem_tests::kafka::partitions(&format!("{lonely}.billing.dlq")), 0);
-    let (ok, out) = check(&host::write_config(&db.url, &[spec]));
+    let lonely_config = host::write_config(&db.url, &[spec]);
+    let (ok, out) = check(&lonely_config);
+    assert!(ok && out.contains("creates it with 2 partition(s)"), "{out}");
+    assert_eq!(idem_tests::kafka::partitions(&format!("{lonely}.billing.dlq")), 0, "idem check created nothing");
+    let (ok, out) = run_drained(&lonely_config);
     assert!(ok, "{out}");
     assert_eq!(idem_tests::kafka::partitions(&format!("{lonely}.billing.dlq")), 2, "created like {lonely}");
     let colliding = idem_tests::kafka::create_topic(1).await;
     idem_tests::kafka::create_named_topic(&format!("{colliding}_billing_dlq"), 1).await;
     let spec = HandlerSpec::billing(&colliding, "http://127.0.0.1:9");
-    let (ok, out) = check(&host::write_config(&db.url, &[spec]));
+    let (ok, out) = run_drained(&host::write_config(&db.url, &[spec]));
     assert!(!ok && out.contains(&format!("{colliding}.billing.dlq")) && out.contains("could not be created"), "{out}");
     // The old top-level max_attempts says where it went.
     let (ok, out) = check(&variant(&config, "concurrency = 3", "concurrency = 3\nmax_attempts = 3"));

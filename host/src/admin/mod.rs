@@ -21,6 +21,7 @@ mod access;
 mod body;
 pub mod client;
 mod console;
+mod dead_letters;
 mod listener;
 mod peers;
 mod routes;
@@ -137,6 +138,7 @@ impl Admin {
         state.console.attach(desks);
         let sampler = tokio::spawn(state.console.clone().sample(stop.clone()));
         let app = routes::router(state.clone())
+            .merge(dead_letters::router(state.clone()))
             .merge(console::router(state.clone()))
             .layer(axum::middleware::from_fn_with_state(state, authorize));
         listener::serve(self.listener, app, self.limits, telemetry, stop).await;

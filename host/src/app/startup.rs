@@ -84,6 +84,9 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     if seed == Seed::No {
         warnings.extend(crate::retention::topic::warnings(&config).await);
         warnings.extend(identity_in_use(&config, &pool).await?);
+        for h in config.handlers.iter().filter(|h| h.retry.on_failure == OnFailure::Dlq) {
+            warnings.extend(crate::pipeline::dlq::check(&config, h)?);
+        }
     }
     let database = config.database_name()?;
     let shared = Preparing { config: &config, database, pool: &pool, runtime: &runtime, natives, seed, dlq_keys };
@@ -192,6 +195,8 @@ impl Preparing<'_> {
             _ => executor,
         };
         let dead_letters = match h.retry.on_failure {
+            // `idem check` changes nothing: it looked the topic up (`prepare_as`).
+            OnFailure::Dlq if self.seed == Seed::No => None,
             OnFailure::Dlq => {
                 let keys = self.dlq_keys.clone().context("DLQ keys are loaded when a handler has a DLQ")?;
                 Some(crate::pipeline::DeadLetters::open(config, &h, keys).await?)

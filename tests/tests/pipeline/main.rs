@@ -12,6 +12,7 @@ use idem_tests::provider::PaymentProvider;
 use idem_tests::wait_until;
 
 mod batching;
+mod dead_letter_index;
 mod dead_letters;
 mod failures;
 mod guest_text;

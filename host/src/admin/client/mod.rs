@@ -103,6 +103,45 @@ pub async fn handlers(target: &Target) -> anyhow::Result<Value> {
     target.send(client()?.get(target.url("/handlers"))).await
 }
 
+/// `handler`'s dead letters matching `filters` (the API's query parameters).
+pub async fn dead_letters(target: &Target, handler: &str, filters: &[(&str, String)]) -> anyhow::Result<Value> {
+    let url = target.url(&format!("/handlers/{handler}/dead-letters"));
+    target.send(client()?.get(url).query(filters)).await
+}
+
+/// `idem dlq search` for people: the totals, then a line per dead letter.
+pub fn render_dead_letters(found: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let total = found["total"].as_i64().unwrap_or(0);
+    let _ = writeln!(out, "{total} dead letter(s) match ({:.0} ms)", found["took_ms"].as_f64().unwrap_or(0.0));
+    if let Some(classes) = found["by_class"].as_object() {
+        let line: Vec<String> = classes.iter().map(|(class, n)| format!("{class} {n}")).collect();
+        let _ = writeln!(out, "  by class: {}", line.join(", "));
+    }
+    for pattern in found["patterns"].as_array().into_iter().flatten() {
+        let (class, text, n) = (&pattern[0], &pattern[1], pattern[2].as_i64().unwrap_or(0));
+        let _ = writeln!(out, "  {n:>7}  {}: {}", class.as_str().unwrap_or("-"), text.as_str().unwrap_or("-"));
+    }
+    for row in found["rows"].as_array().into_iter().flatten() {
+        let at = format!("{}/{}", row["partition"], row["offset"]);
+        let _ = writeln!(
+            out,
+            "{at:>10}  {}  {}  key {}  event {}  {}{}",
+            row["failed_at"].as_str().unwrap_or("-"),
+            row["class"].as_str().or(row["authenticity"].as_str()).unwrap_or("-"),
+            row["key"].as_str().unwrap_or("-"),
+            row["event_id"].as_str().unwrap_or("-"),
+            crate::text::shown(row["reason"].as_str().unwrap_or(""), 160),
+            row["outcome"].as_str().map(|o| format!("  [replayed: {o}]")).unwrap_or_default(),
+        );
+    }
+    if let Some(next) = found["next"].as_str() {
+        let _ = writeln!(out, "more: --after {next}");
+    }
+    out
+}
+
 /// Activates `to`, or else the newest stored version older than the active one.
 pub async fn rollback(target: &Target, handler: &str, to: Option<i32>) -> anyhow::Result<Value> {
     let version = match to {

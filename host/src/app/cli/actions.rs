@@ -39,6 +39,33 @@ pub(super) fn dlq_list(target: &DlqTarget) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `idem dlq reindex`.
+pub(super) async fn dlq_reindex(config: &std::path::Path, handler: &str, json: bool) -> anyhow::Result<()> {
+    let loaded = crate::config::Config::load(config)?;
+    let h = loaded
+        .handlers
+        .iter()
+        .find(|h| h.name == handler)
+        .with_context(|| format!("no handler `{handler}` in {}", config.display()))?;
+    let pool = sqlx::PgPool::connect(&loaded.database.url)
+        .await
+        .with_context(|| format!("database unreachable at {}", crate::app::startup::redact(&loaded.database.url)))?;
+    crate::migrate::check(&pool).await?;
+    let report = crate::pipeline::replay::reindex(&loaded, h, &pool).await?;
+    if json {
+        outln!("{}", serde_json::to_string(&report)?)
+    } else {
+        outln!(
+            "idem: {}: {} record(s) read; {} were missing from the index (added); {} row(s) named records the \
+             topic no longer holds (removed)",
+            report.topic,
+            report.read,
+            report.added,
+            report.removed
+        )
+    }
+}
+
 /// `idem dlq replay`.
 pub(super) async fn dlq_replay(
     target: &DlqTarget,

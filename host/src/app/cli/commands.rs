@@ -174,6 +174,28 @@ pub(super) enum Command {
 
 #[derive(Subcommand)]
 pub(super) enum DlqCommand {
+    /// Searches a handler's dead letters in the index a running host keeps
+    /// (through its admin API): totals by class and reason pattern, then a
+    /// page of records, newest first.
+    Search {
+        #[command(flatten)]
+        admin: AdminTarget,
+        #[command(flatten)]
+        filters: Box<DlqFilters>,
+    },
+    /// Rebuilds a handler's dead-letter index from its topic (the source of
+    /// truth) and says what differed: records missing from the index, rows
+    /// whose record the topic no longer holds (retention removed it).
+    Reindex {
+        #[arg(long, default_value = "idem.toml")]
+        config: PathBuf,
+        /// The handler whose index is rebuilt (its `name`).
+        #[arg(long)]
+        handler: String,
+        /// One JSON line instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Counts the records of a handler's DLQ by class and reason, oldest and newest.
     List {
         #[command(flatten)]
@@ -221,6 +243,83 @@ pub(super) struct DlqTarget {
     /// One JSON line instead of text.
     #[arg(long)]
     pub(super) json: bool,
+}
+
+/// What `idem dlq search` looks for (the API's filters).
+#[derive(clap::Args)]
+pub(super) struct DlqFilters {
+    /// The handler whose dead letters are searched (its `name`).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// A failure class (permanent, retryable, invalid, …).
+    #[arg(long)]
+    pub(super) class: Option<String>,
+    /// Text the failure reason contains (any case).
+    #[arg(long)]
+    pub(super) reason: Option<String>,
+    /// The record's key, exactly.
+    #[arg(long)]
+    pub(super) key: Option<String>,
+    /// The event's id.
+    #[arg(long)]
+    pub(super) event_id: Option<String>,
+    /// A header the source record carried (its name).
+    #[arg(long)]
+    pub(super) header: Option<String>,
+    /// A payload field and its value: `customer.id=42`.
+    #[arg(long, value_name = "PATH=VALUE")]
+    pub(super) field: Option<String>,
+    /// Failed at or after this time (RFC 3339, a date, today, yesterday, 30m, 1h, 2d).
+    #[arg(long, value_parser = super::when::parse)]
+    pub(super) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Failed before this time (as `--since`).
+    #[arg(long, value_parser = super::when::parse)]
+    pub(super) until: Option<chrono::DateTime<chrono::Utc>>,
+    /// What a replay made of it (applied, duplicate, failed_again, …), or `none`.
+    #[arg(long)]
+    pub(super) outcome: Option<String>,
+    /// Oldest first (newest first by default).
+    #[arg(long)]
+    pub(super) oldest: bool,
+    /// The page after this cursor (what `more: --after …` printed).
+    #[arg(long)]
+    pub(super) after: Option<String>,
+    /// Rows shown (1 to 500).
+    #[arg(long, default_value_t = 50)]
+    pub(super) limit: usize,
+}
+
+impl DlqFilters {
+    /// The API's query parameters.
+    pub(super) fn query(&self) -> anyhow::Result<Vec<(&'static str, String)>> {
+        let mut q: Vec<(&'static str, String)> = Vec::new();
+        let text = [
+            ("class", &self.class),
+            ("reason", &self.reason),
+            ("key", &self.key),
+            ("event_id", &self.event_id),
+            ("header", &self.header),
+            ("outcome", &self.outcome),
+            ("after", &self.after),
+        ];
+        q.extend(text.into_iter().filter_map(|(k, v)| v.clone().map(|v| (k, v))));
+        if let Some(field) = &self.field {
+            let (path, value) = field
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--field `{field}`: give PATH=VALUE, e.g. customer.id=42"))?;
+            q.extend([("path", path.to_owned()), ("value", value.to_owned())]);
+        }
+        for (k, v) in [("since", self.since), ("until", self.until)] {
+            if let Some(v) = v {
+                q.push((k, v.to_rfc3339()));
+            }
+        }
+        if self.oldest {
+            q.push(("order", "oldest".into()));
+        }
+        q.push(("limit", self.limit.to_string()));
+        Ok(q)
+    }
 }
 
 #[derive(clap::Args)]

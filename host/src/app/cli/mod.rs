@@ -139,6 +139,14 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             }
         }
         Command::Dlq { command: DlqCommand::List { target } } => dlq_list(&target),
+        Command::Dlq { command: DlqCommand::Search { admin, filters } } => {
+            let query = filters.query()?;
+            let found = crate::admin::client::dead_letters(&admin.reading(), &filters.handler, &query).await?;
+            admin.print(&found, crate::admin::client::render_dead_letters)
+        }
+        Command::Dlq { command: DlqCommand::Reindex { config, handler, json } } => {
+            actions::dlq_reindex(&config, &handler, json).await
+        }
         Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
             let options = crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned };
             dlq_replay(&target, options, natives).await

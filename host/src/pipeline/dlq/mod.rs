@@ -11,7 +11,9 @@
 
 pub mod envelope;
 pub mod headers;
+pub(crate) mod index;
 pub mod seal;
+pub mod search;
 mod topic;
 
 use std::sync::Arc;
@@ -57,6 +59,12 @@ struct Outgoing {
     headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
+/// `idem check`'s look at a handler's DLQ topic, creating nothing: a note
+/// when `idem run` would create it, an error when it could not.
+pub(crate) fn check(config: &Config, handler: &HandlerConfig) -> anyhow::Result<Option<String>> {
+    topic::missing(config, handler, &handler.dlq_topic())
+}
+
 impl DeadLetters {
     /// The handler's DLQ producer, once its topic exists (created here,
     /// with the source topic's partition count, when it is missing).
@@ -87,8 +95,14 @@ impl DeadLetters {
     }
 
     /// Writes `record` to the DLQ and waits for the broker's acknowledgement.
-    /// `module_sha256`: the module the event failed on.
-    pub(crate) async fn send(&self, record: &Record, failure: &Failure, module_sha256: &str) -> Result<(), Refusal> {
+    /// `module_sha256`: the module the event failed on. Returns the record
+    /// written, as the dead-letter index keeps it.
+    pub(crate) async fn send(
+        &self,
+        record: &Record,
+        failure: &Failure,
+        module_sha256: &str,
+    ) -> Result<index::Entry, Refusal> {
         let mut headers: Vec<_> =
             record.headers.iter().map(|(k, v)| (headers::escaped(k).into_owned(), v.clone())).collect();
         headers.extend(self.idems(record, failure, module_sha256));
@@ -103,7 +117,7 @@ impl DeadLetters {
         failure: &Failure,
         module_sha256: &str,
         refusal: &str,
-    ) -> Result<(), Refusal> {
+    ) -> Result<index::Entry, Refusal> {
         let mut headers = self.idems(record, failure, module_sha256);
         headers.push((headers::ENVELOPE.into(), Some(b"1".to_vec())));
         let value = Some(envelope::value(record, refusal));
@@ -142,7 +156,7 @@ impl DeadLetters {
     }
 
     /// Seals and writes one record; a failure says what it means.
-    async fn produce(&self, out: Outgoing) -> Result<(), Refusal> {
+    async fn produce(&self, out: Outgoing) -> Result<index::Entry, Refusal> {
         let seal = self.keys.seal(
             out.key.as_deref(),
             out.value.as_deref(),
@@ -163,7 +177,15 @@ impl DeadLetters {
         // No original timestamp on the copy (it is in idem.original.timestamp):
         // with time-based retention an old event's copy would be deleted
         // soon after its source offset is committed.
-        let Err((e, _)) = self.producer.send(record, Duration::from_secs(30)).await else { return Ok(()) };
+        let (e, _) = match self.producer.send(record, Duration::from_secs(30)).await {
+            Ok(delivery) => {
+                let at = index::Position { topic: self.topic.clone(), partition: delivery.partition, offset: delivery.offset };
+                let headers = out.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+                let parts = index::Parts { key: out.key.as_deref(), value: out.value.as_deref(), headers };
+                return Ok(index::Entry::of(at, &self.handler, &parts, seal::Authenticity::Sealed));
+            }
+            Err(failed) => failed,
+        };
         let timed_out = e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::MessageTimedOut);
         Err(match refusal::classify(&self.topic, &e) {
             // A write that timed out to a topic that no longer exists is

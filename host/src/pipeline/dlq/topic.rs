@@ -11,6 +11,35 @@ use crate::config::{Config, HandlerConfig};
 
 /// The DLQ topic's partition count; the topic is created when missing.
 pub(super) async fn ensure(config: &Config, handler: &HandlerConfig, topic: &str) -> anyhow::Result<i32> {
+    match look_up(config, handler, topic)? {
+        Found::Exists(n) => Ok(n),
+        Found::Missing { source } => create(config, handler, topic, source).await,
+    }
+}
+
+/// What `idem check` says of the DLQ topic, creating nothing: `Some` when
+/// `idem run` would create it.
+pub(super) fn missing(config: &Config, handler: &HandlerConfig, topic: &str) -> anyhow::Result<Option<String>> {
+    Ok(match look_up(config, handler, topic)? {
+        Found::Exists(_) => None,
+        Found::Missing { source } => Some(format!(
+            "handler `{}`: its dead-letter topic {topic} does not exist; `idem run` creates it with {source} \
+             partition(s), as {}",
+            handler.name, handler.topic
+        )),
+    })
+}
+
+/// The DLQ topic as the broker has it.
+enum Found {
+    Exists(i32),
+    /// Missing; the source topic has `source` partitions.
+    Missing {
+        source: i32,
+    },
+}
+
+fn look_up(config: &Config, handler: &HandlerConfig, topic: &str) -> anyhow::Result<Found> {
     let at = format!("handler `{}`", handler.name);
     let probe = crate::kafka_client::probe(config, Some(handler))?;
     let partitions = |name: &str| -> anyhow::Result<Option<i32>> {
@@ -24,7 +53,7 @@ pub(super) async fn ensure(config: &Config, handler: &HandlerConfig, topic: &str
             .map(|t| i32::try_from(t.partitions().len()).unwrap_or(i32::MAX)))
     };
     if let Some(n) = partitions(topic)? {
-        return Ok(n);
+        return Ok(Found::Exists(n));
     }
     let Some(source) = partitions(&handler.topic)? else {
         bail!(
@@ -33,6 +62,12 @@ pub(super) async fn ensure(config: &Config, handler: &HandlerConfig, topic: &str
             handler.topic
         );
     };
+    Ok(Found::Missing { source })
+}
+
+/// Creates the DLQ topic with the source topic's `source` partitions.
+async fn create(config: &Config, handler: &HandlerConfig, topic: &str, source: i32) -> anyhow::Result<i32> {
+    let at = format!("handler `{}`", handler.name);
     let admin: AdminClient<DefaultClientContext> = crate::kafka_client::create(
         &crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Producer)?,
         DefaultClientContext,
@@ -52,7 +87,7 @@ pub(super) async fn ensure(config: &Config, handler: &HandlerConfig, topic: &str
     };
     if let Some(why) = refused {
         // Another host may have created it meanwhile.
-        if let Some(n) = partitions(topic)? {
+        if let Found::Exists(n) = look_up(config, handler, topic)? {
             return Ok(n);
         }
         bail!(

@@ -21,6 +21,7 @@
 mod desk;
 mod page;
 mod read;
+mod reindex;
 
 use anyhow::{Context as _, bail};
 use rdkafka::message::{Headers as _, Message as _, OwnedMessage};
@@ -37,6 +38,7 @@ use crate::validate::{Record, Validator};
 pub use desk::{Desk, MAX_SELECTED, Selection};
 pub use page::{Page, PageQuery};
 pub use read::{authenticity, header, list, read};
+pub use reindex::reindex;
 
 /// Which DLQ records a command looks at.
 #[derive(Debug, Clone, Default)]
@@ -94,6 +96,10 @@ pub struct ReplayReport {
     /// the DLQ): what it did so far is above.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Every record's outcome (not only the first [`MAX_OUTCOMES`]), for
+    /// the dead-letter index.
+    #[serde(skip)]
+    marks: Vec<(i32, i64, &'static str)>,
 }
 
 /// Outcomes a report lists one by one; the counts go on past them.
@@ -116,6 +122,7 @@ pub struct RecordOutcome {
 
 impl ReplayReport {
     fn outcome(&mut self, message: &OwnedMessage, outcome: &'static str, reason: Option<String>) {
+        self.marks.push((message.partition(), message.offset(), outcome));
         if self.outcomes.len() < MAX_OUTCOMES {
             let reason = reason.map(|r| crate::text::shown(&r, 500));
             self.outcomes.push(RecordOutcome {
@@ -295,6 +302,15 @@ pub(crate) async fn replay_each(
             break;
         }
     }
+    if !options.dry_run {
+        // Each original marked with what became of it: the explorer shows
+        // it beside the record. The replay itself is done: a failure here
+        // only leaves the marks out.
+        let topic = target.config.dlq_topic();
+        if let Err(e) = super::dlq::index::mark_outcomes(idem_pool, &topic, &run.report.marks).await {
+            tracing::warn!(handler = %target.config.name, "the replay's outcomes are not in idem.dead_letter: {e}");
+        }
+    }
     Ok(run.report)
 }
 
@@ -437,7 +453,11 @@ impl Replay<'_> {
         self.report.outcome(message, "failed_again", Some(format!("{}: {}", failure.class.as_str(), failure.reason)));
         match self.dead_letters {
             Some(dead_letters) if !self.options.dry_run => {
-                send_again(dead_letters, &self.module, record, failure).await
+                let entry = send_again(dead_letters, &self.module, record, failure).await?;
+                if let Err(e) = super::dlq::index::write(self.idem_pool, &entry).await {
+                    tracing::warn!(dlq = %dead_letters.topic, "the dead letter is not in idem.dead_letter ({e}): `idem dlq reindex` adds it");
+                }
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -451,9 +471,9 @@ async fn send_again(
     module: &str,
     record: &Record,
     failure: &Failure,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<super::dlq::index::Entry> {
     match dead_letters.send(record, failure, module).await {
-        Ok(()) => Ok(()),
+        Ok(entry) => Ok(entry),
         Err(super::dlq::Refusal::Record(why)) => {
             dead_letters.send_envelope(record, failure, module, &why).await.map_err(|e| anyhow::anyhow!("{e}"))
         }

@@ -20,7 +20,8 @@ use crate::pipeline::dlq::seal::{Authenticity, Keys};
 pub struct Listing {
     pub topic: String,
     pub records: usize,
-    /// Sealed records per `class: reason` (reasons cut at 120 characters).
+    /// Sealed records per `class: reason pattern` (`dlq::index::pattern`:
+    /// numbers, ids and quoted values masked; cut at 120 characters).
     pub by_reason: BTreeMap<String, usize>,
     /// Of them, envelopes: records the topic refused as they were.
     pub envelopes: usize,
@@ -222,8 +223,10 @@ pub fn list(config: &Config, handler: &HandlerConfig, window: &Window) -> anyhow
         }
         envelopes += usize::from(header(m, headers::ENVELOPE).is_some());
         let class = header(m, headers::CLASS).unwrap_or_else(|| "unknown".into());
-        let reason = crate::text::shown(&header(m, headers::REASON).unwrap_or_default(), 120);
-        *by_reason.entry(format!("{class}: {reason}")).or_insert(0) += 1;
+        // By pattern: 10,000 records failing for one cause, with 10,000
+        // different ids in their reasons, are one line.
+        let reason = crate::pipeline::dlq::index::pattern(&header(m, headers::REASON).unwrap_or_default());
+        *by_reason.entry(format!("{class}: {}", crate::text::shown(&reason, 120))).or_insert(0) += 1;
         times.extend(failed_at(m));
     }
     let show = |t: Option<&chrono::DateTime<chrono::Utc>>| t.map(|t| t.to_rfc3339());

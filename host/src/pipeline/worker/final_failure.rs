@@ -60,7 +60,15 @@ pub(super) async fn resolve(
             Some(why) => dead_letters.send_envelope(record, &failure, &module, why).await,
         };
         let wait = match sent {
-            Ok(()) => {
+            Ok(entry) => {
+                // The record is in the topic: a row the index misses is
+                // found by `idem dlq reindex`.
+                if let Err(e) = crate::pipeline::dlq::index::write(&shared.idem_pool, &entry).await {
+                    tracing::warn!(
+                        handler = %name, %topic, partition, offset, dlq = %dead_letters.topic,
+                        "the dead letter is not in idem.dead_letter ({e}): `idem dlq reindex` adds it"
+                    );
+                }
                 let what =
                     if envelope.is_some() { "record dead-lettered as an envelope" } else { "record dead-lettered" };
                 tracing::warn!(
