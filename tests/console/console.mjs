@@ -10,7 +10,13 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import readline from "node:readline";
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { chromium } from "playwright-core";
+
+// axe-core, injected into each page by a context that may (bypassCSP): the
+// console's own CSP allows no script but its own.
+const axeSource = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const url = process.env.CONSOLE_URL; // http://localhost:PORT
 const operateToken = process.env.OPERATE_TOKEN;
@@ -180,6 +186,28 @@ try {
   assert.equal(await page.locator("#payload *").count(), 0, "no element was made from the payload");
   assert.equal(await page.evaluate(() => window.__pwned), undefined, "the payload's script did not run");
   await shot(page, "dead-letters");
+
+  // The filters are the address: a search by reason narrows to the record,
+  // Back returns to the search before; a selection never outlives the
+  // rows it was made on, and nothing can be acted on while a page loads.
+  await row.locator("input[data-select]").check();
+  assert.equal(await page.locator("#selected-count").textContent(), "1 selected");
+  await page.locator("#f-reason").fill("422");
+  await page.locator("#filters button[type=submit]").click();
+  // The new page: its form says the search it shows, its table is done.
+  await page.waitForFunction(() => location.hash.includes("reason=422") &&
+    document.querySelector("#f-reason")?.getAttribute("value") === "422" &&
+    document.querySelector("#dead-letters")?.getAttribute("aria-busy") === "false");
+  await row.waitFor();
+  assert.equal(await page.locator("#total").textContent(), "1", "one dead letter's reason has 422");
+  assert.equal(await page.locator("#selected-count").textContent(), "0 selected", "the selection went with the rows");
+  assert.ok(await page.locator("button[data-action=selected]").isDisabled(), "nothing selected: nothing to replay");
+  await page.goBack();
+  await page.waitForFunction(() => !location.hash.includes("reason=") &&
+    document.querySelector("#f-reason")?.getAttribute("value") === "" &&
+    document.querySelector("#dead-letters")?.getAttribute("aria-busy") === "false");
+  await row.waitFor();
+
   await row.locator("input[data-select]").check();
   await page.locator("button[data-action=dry-selected]").click();
   const outcome = page.locator(`#outcomes tr[data-outcome="${key}"] td[data-field=outcome]`);
@@ -187,7 +215,11 @@ try {
   assert.equal((await need("charges")).charges, 0, "a dry run charges nothing");
   await page.locator("button[data-action=selected]").click();
   await until("the replay's outcome", async () => (await outcome.count()) && (await outcome.textContent()) === "applied");
+  // The original says what became of it, on the page shown again.
+  await until("the original marked", async () => (await row.locator("td[data-field=replayed]").textContent()) === "applied");
   await shot(page, "dead-letters-replayed");
+  assert.equal(await page.locator("#selected-count").textContent(), "0 selected", "the rows changed: the selection is cleared");
+  await row.locator("input[data-select]").check();
   await page.locator("button[data-action=selected]").click();
   await until("the second replay's outcome", async () => (await outcome.count()) && (await outcome.textContent()) === "duplicate");
   assert.equal((await need("charges")).charges, 1, "replayed twice, charged once");
@@ -237,6 +269,67 @@ try {
   await readPage.locator("#dead-letters").waitFor();
   assert.equal(await readPage.locator("button[data-action]").count(), 0, "no replay buttons for a read session");
   assert.equal((await need("active")).version, 1, "the read session changed nothing");
+
+  // ---- every page: axe-core finds nothing, light and dark, and at 390 px
+  // nothing but a table scrolls sideways; a keyboard walk survives the
+  // live page's refresh ----
+  const violations = [];
+  for (const [scheme, width] of [["light", 1400], ["dark", 1400], ["light", 390]]) {
+    const a11y = await browser.newContext({ bypassCSP: true, colorScheme: scheme, viewport: { width, height: 900 } });
+    const p = await a11y.newPage();
+    const check = async (name) => {
+      await p.addScriptTag({ content: axeSource });
+      const result = await p.evaluate(async () => await window.axe.run(document, { resultTypes: ["violations"] }));
+      for (const v of result.violations) {
+        violations.push(`${name} (${scheme}, ${width} px): ${v.id} (${v.impact}) ${v.help}: ${v.nodes.length} element(s), e.g. ${v.nodes[0].target.join(" ")}`);
+      }
+      const wide = await p.evaluate(() => document.documentElement.scrollWidth);
+      if (wide > width + 1) {
+        // What sticks out, outside the tables (which scroll inside the page).
+        const out = await p.evaluate((w) => [...document.querySelectorAll("body *")]
+          .filter((e) => !e.closest("table") && e.getBoundingClientRect().right > w + 1)
+          .slice(-3).map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className ? "." + e.className : "")), width);
+        violations.push(`${name} (${scheme}, ${width} px): the page is ${wide} px wide (${out.join(", ")})`);
+      }
+      log(`axe ${name} ${scheme} ${width} px: ${result.violations.length} violation(s), ${wide} px wide`);
+    };
+    await p.goto(`${url}/console/`);
+    await p.locator("#token").waitFor();
+    await check("login");
+    await login(p, operateToken);
+    await p.locator("#handlers").waitFor();
+    await p.locator("#fleet").waitFor();
+    await check("overview");
+    await p.goto(`${url}/console/#/handler/${handler}`);
+    await p.locator("#partitions").waitFor();
+    await check("handler");
+    await p.goto(`${url}/console/#/modules/${handler}`);
+    await p.locator("#versions").waitFor();
+    await check("modules");
+    await p.goto(`${url}/console/#/dead-letters/${handler}`);
+    await p.locator("#dead-letters tr[data-record]").first().waitFor();
+    await p.locator("#dead-letters button[data-open]").first().click();
+    await p.locator("#payload").waitFor();
+    await check("dead letters");
+    await a11y.close();
+  }
+  assert.deepEqual(violations, [], "accessibility:\n" + violations.join("\n"));
+  // A keyboard walk: Tab to the first handler's link, then let the page
+  // refresh twice; the focus stays on it, and Enter follows it.
+  await page.goto(`${url}/console/#/`);
+  await page.locator("#handlers").waitFor();
+  await page.locator("#logout").focus();
+  let walked = null;
+  for (let i = 0; i < 12 && walked !== `#/handler/${handler}`; i++) {
+    await page.keyboard.press("Tab");
+    walked = await page.evaluate(() => document.activeElement && document.activeElement.getAttribute("href"));
+  }
+  assert.equal(walked, `#/handler/${handler}`, "Tab reaches the handler's link");
+  await page.waitForTimeout(2500);
+  const stays = await page.evaluate(() => document.activeElement && document.activeElement.getAttribute("href"));
+  assert.equal(stays, `#/handler/${handler}`, "the focus survived two refreshes");
+  await page.keyboard.press("Enter");
+  await page.waitForURL(new RegExp(`#/handler/${handler}$`));
 
   // ---- logout ends the session on the host ----
   await page.locator("#logout").click();

@@ -83,12 +83,24 @@ async fn a_broker_down_for_30_s_holds_the_outbox_loses_nothing_and_everything_fl
     broker.stop();
     let down = Instant::now();
     publish_orders(&service, &orders, 21..=40).await;
+    // `idem status` says the host is not ready, and why, rather than show
+    // lags that stopped at their last value as if all were well.
+    let admin = host::admin_url(&config);
+    let mut said = String::new();
     while down.elapsed() < Duration::from_secs(30) {
         assert!(child.try_wait().unwrap_or_else(|e| panic!("{e}")).is_none(), "the host outlives the outage");
         assert_eq!(db.count(failed).await, 0, "an outage fails no row");
         assert_eq!(db.count(unpublished).await, 20, "the orders committed during the outage wait in the outbox");
+        if down.elapsed() > Duration::from_secs(10) && !said.starts_with("NOT READY") {
+            let out = std::process::Command::new(idem_tests::idem_bin())
+                .args(["status", "--once", "--url", &admin])
+                .output()
+                .unwrap_or_else(|e| panic!("idem status: {e}"));
+            said = String::from_utf8_lossy(&out.stdout).into_owned();
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    assert!(said.starts_with("NOT READY:") && said.contains("billing"), "idem status during the outage: {said}");
     broker.start();
     let up = Instant::now();
     idem_tests::wait_until_async("every order flows through once the broker is back", || async {

@@ -22,6 +22,7 @@ mod body;
 pub mod client;
 mod console;
 mod dead_letters;
+mod fleet;
 mod listener;
 mod peers;
 mod routes;
@@ -139,6 +140,7 @@ impl Admin {
         let sampler = tokio::spawn(state.console.clone().sample(stop.clone()));
         let app = routes::router(state.clone())
             .merge(dead_letters::router(state.clone()))
+            .merge(fleet::router(state.clone()))
             .merge(console::router(state.clone()))
             .layer(axum::middleware::from_fn_with_state(state, authorize));
         listener::serve(self.listener, app, self.limits, telemetry, stop).await;

@@ -86,6 +86,17 @@ pub async fn run(
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
     let mut services = services(&prepared, slots, admin.map(|a| (a, desks)), &stop_rx);
+    let me = crate::telemetry::fleet::Member {
+        host: host_name(&identity),
+        admin: Some(prepared.config.admin.listen.clone()),
+        started_at: chrono::Utc::now(),
+    };
+    services.push(tokio::spawn(crate::telemetry::fleet::serve(
+        prepared.pool.clone(),
+        me,
+        telemetry.clone(),
+        stop_rx.clone(),
+    )));
     let (relays, relay_stats) = crate::outbox::start(&prepared.config, &prepared.pool, &stop_rx)?;
     for (producer, stats) in relay_stats {
         telemetry.register_relay(producer, stats);
@@ -115,6 +126,15 @@ pub async fn run(
         result.context("a polling thread panicked")?;
     }
     Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+/// This host's name in the fleet: its static-membership identity (stable
+/// across restarts), else the machine's name and this process's id.
+fn host_name(identity: &crate::identity::Identity) -> String {
+    identity.name.clone().unwrap_or_else(|| {
+        let machine = crate::identity::hostname().unwrap_or_else(|| "unnamed".into());
+        format!("{machine}:{}", std::process::id())
+    })
 }
 
 /// Each handler's counters, counting from now: before anything may swap a

@@ -6,6 +6,7 @@
 //! handler's `Stats` (relaxed atomics, lock-free histograms) and the
 //! partitions' own state; a scrape reads them.
 
+pub mod fleet;
 mod listener;
 mod process;
 mod render;

@@ -343,7 +343,7 @@ async fn the_right_token_is_never_refused_and_no_session_starves_another() {
                     200 => read += 1,
                     429 => {
                         assert!(
-                            answer.body.contains("a dead-letter page being read and another waiting"),
+                            answer.body.contains("a dead-letter read running and another waiting"),
                             "{}",
                             answer.body
                         );

@@ -15,6 +15,7 @@ mod batching;
 mod dead_letter_index;
 mod dead_letters;
 mod failures;
+mod fleet;
 mod guest_text;
 mod hostile_records;
 mod lanes;

@@ -384,6 +384,10 @@ async fn the_openapi_document_describes_the_running_api() {
         // Probes that send HEAD are answered as GET, without a body.
         ("/healthz", "head", c.head(url("/healthz"))),
         ("/readyz", "head", c.head(url("/readyz"))),
+        ("/handlers/{name}/dead-letters", "get", c.get(url("/handlers/billing/dead-letters?class=permanent&limit=5"))),
+        ("/handlers/{name}/dead-letters", "get", c.get(url("/handlers/billing/dead-letters?limit=0"))),
+        ("/handlers/{name}/dead-letters", "get", c.get(url("/handlers/nobody/dead-letters"))),
+        ("/fleet", "get", c.get(url("/fleet"))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -398,6 +402,7 @@ async fn the_openapi_document_describes_the_running_api() {
     assert!(matches!(statuses[15], 200 | 503), "{statuses:?}");
     assert_eq!(statuses[16], 200, "HEAD /healthz");
     assert!(matches!(statuses[17], 200 | 503), "{statuses:?}");
+    assert_eq!(statuses[18..], [200, 400, 404, 200], "dead letters searched, refused, unknown; the fleet");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

@@ -174,7 +174,9 @@ pub async fn show(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<
     loop {
         tokio::time::sleep(pause).await;
         let now = scrape(&client, url, token).await?;
-        let text = frame(url, &now, Some((&before, taken.elapsed())));
+        let mut text = readiness(&client, url).await;
+        text.push_str(&frame(url, &now, Some((&before, taken.elapsed()))));
+        text.push_str(&fleet(&client, url, token).await);
         if once || !terminal {
             out!("{text}")?;
             return Ok(());
@@ -183,6 +185,83 @@ pub async fn show(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<
         out!("\x1b[H\x1b[2J{text}")?;
         (before, taken, pause) = (now, Instant::now(), Duration::from_secs(2));
     }
+}
+
+/// A first line when the host is not ready (`/readyz`): then its lags may
+/// be old (a broker it cannot reach reports nothing), and this says why.
+async fn readiness(client: &reqwest::Client, url: &str) -> String {
+    let target = format!("{}/readyz", url.trim_end_matches('/'));
+    let Ok(response) = client.get(&target).send().await else { return String::new() };
+    if response.status().is_success() {
+        return String::new();
+    }
+    let answer: serde_json::Value = response.json().await.unwrap_or_default();
+    let reasons: Vec<&str> =
+        answer["reasons"].as_array().into_iter().flatten().filter_map(serde_json::Value::as_str).collect();
+    format!("NOT READY: {} (the figures below may be stale)\n", reasons.join("; "))
+}
+
+/// The whole group (`GET /fleet`): each host, and which host owns each
+/// partition; a line saying why when the host cannot say.
+async fn fleet(client: &reqwest::Client, url: &str, token: Option<&str>) -> String {
+    let target = format!("{}/fleet", url.trim_end_matches('/'));
+    let mut request = client.get(&target);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let answer = match request.send().await {
+        Ok(r) if r.status().is_success() => r.json::<serde_json::Value>().await.ok(),
+        _ => None,
+    };
+    match answer {
+        Some(fleet) => fleet_frame(&fleet),
+        None => "\nfleet: not available from this host\n".to_owned(),
+    }
+}
+
+/// The fleet's lines of a frame.
+fn fleet_frame(fleet: &serde_json::Value) -> String {
+    let mut out = String::new();
+    let hosts = fleet["hosts"].as_array().cloned().unwrap_or_default();
+    let alive = hosts.iter().filter(|h| h["alive"] == true).count();
+    let _ = writeln!(out, "\nfleet: {alive} host(s)");
+    for h in &hosts {
+        let state = if h["alive"] != true {
+            "gone".to_owned()
+        } else if h["not_ready"].as_array().is_some_and(|n| !n.is_empty()) {
+            format!(
+                "not ready: {}",
+                h["not_ready"]
+                    .as_array()
+                    .map(|n| n.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join("; "))
+                    .unwrap_or_default()
+            )
+        } else {
+            "ready".to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "  {:<30} idem {:<8} {:<22} {state}",
+            h["host"].as_str().unwrap_or("-"),
+            h["version"].as_str().unwrap_or("-"),
+            h["admin"].as_str().unwrap_or("-"),
+        );
+    }
+    for p in fleet["partitions"].as_array().into_iter().flatten() {
+        let owner = if p["owned"] == true {
+            p["host"].as_str().unwrap_or("-").to_owned()
+        } else {
+            format!("none (last {})", p["host"].as_str().unwrap_or("-"))
+        };
+        let _ = writeln!(
+            out,
+            "  {:<20} {:<28} owned by {owner:<30} lag {}",
+            p["handler"].as_str().unwrap_or("-"),
+            format!("{}/{}", p["topic"].as_str().unwrap_or("-"), p["partition"]),
+            p["lag"].as_i64().map_or_else(|| "-".to_owned(), |l| l.to_string()),
+        );
+    }
+    out
 }
 
 #[cfg(test)]

@@ -14,7 +14,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::session::{self, Session};
-use super::shares;
 use crate::admin::{AdminState, body, routes};
 use crate::pipeline::replay::{PageQuery, ReplayOptions, Selection, Window};
 
@@ -174,17 +173,7 @@ pub(super) async fn dead_letters(
     };
     let reading = match state.console.reading.take(session.scope, session.id).await {
         Ok(share) => share,
-        Err(shares::Refused::Pending) => {
-            let message = "this session has a dead-letter page being read and another waiting: wait for them";
-            return routes::error(StatusCode::TOO_MANY_REQUESTS, message).into_response();
-        }
-        Err(shares::Refused::Busy) => {
-            let message = format!(
-                "other dead-letter pages were being read for {} s (each session reads in turn): try again",
-                shares::LONGEST_WAIT.as_secs()
-            );
-            return routes::error(StatusCode::SERVICE_UNAVAILABLE, message).into_response();
-        }
+        Err(refused) => return super::explorer::no_turn(refused),
     };
     let query = PageQuery { before, since: q.since, until: q.until, class: q.class, limit: q.limit };
     match desk.page(query, reading).await {
@@ -203,6 +192,8 @@ struct ReplayRequest {
     until: Option<chrono::DateTime<chrono::Utc>>,
     class: Option<String>,
     limit: Option<usize>,
+    /// Every dead letter the explorer's filters match (its paging ignored).
+    search: Option<crate::pipeline::dlq::search::Search>,
     #[serde(default)]
     dry_run: bool,
 }
@@ -221,7 +212,12 @@ pub(super) async fn replay(State(state): State<AdminState>, Path(name): Path<Str
         Err(refusal) => return refusal,
     };
     let max = crate::pipeline::replay::MAX_SELECTED;
-    let selection = if request.records.is_empty() {
+    let selection = if let Some(search) = &request.search {
+        match super::explorer::matching(&state, &name, search, max).await {
+            Ok(records) => Selection::Records(records),
+            Err(refusal) => return refusal,
+        }
+    } else if request.records.is_empty() {
         if request.since.is_none() && request.until.is_none() {
             return routes::error(StatusCode::BAD_REQUEST, "select records, or a range with since and/or until")
                 .into_response();

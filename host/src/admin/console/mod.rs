@@ -22,6 +22,7 @@
 
 mod api;
 mod assets;
+mod explorer;
 mod history;
 mod session;
 mod shares;
@@ -145,12 +146,14 @@ pub(super) fn router(state: AdminState) -> axum::Router {
         .route("/console/api/logout", post(api::logout))
         .route("/console/api/session", get(api::current))
         .route("/console/api/overview", get(api::overview))
+        .route("/console/api/fleet", get(super::fleet::fleet))
         .route("/console/api/handlers/{name}", get(api::handler))
         .route("/console/api/handlers/{name}/modules", get(routes::show))
         .route("/console/api/handlers/{name}/module", put(routes::upload).layer(DefaultBodyLimit::disable()))
         .route("/console/api/handlers/{name}/activate", post(routes::activate))
         .route("/console/api/handlers/{name}/dead-letters", get(api::dead_letters))
         .route("/console/api/handlers/{name}/dead-letters/replay", post(api::replay))
+        .route("/console/api/handlers/{name}/dead-letters/search", get(explorer::search))
         .route(
             "/console/{*rest}",
             axum::routing::any(|| async { routes::error(StatusCode::NOT_FOUND, "no such console page") }),

@@ -243,6 +243,26 @@ pub async fn search(pool: &PgPool, handler: &str, search: &Search) -> Result<Fou
     Ok(Found { total, by_class, patterns, rows, next, previous })
 }
 
+/// The DLQ positions of every dead letter of `handler` matching `search`
+/// (its paging ignored), when there are at most `max`; else how many.
+pub async fn positions(
+    pool: &PgPool,
+    handler: &str,
+    search: &Search,
+    max: usize,
+) -> Result<Result<Vec<(i32, i64)>, i64>, SearchError> {
+    let (filters, _) = search.read()?;
+    let mut q = filtered("SELECT \"partition\", \"offset\" FROM idem.dead_letter", handler, &filters);
+    q.push(" ORDER BY \"partition\", \"offset\" LIMIT ").push_bind(i64::try_from(max + 1).unwrap_or(i64::MAX));
+    let found: Vec<(i32, i64)> = q.build_query_as().fetch_all(pool).await?;
+    if found.len() <= max {
+        return Ok(Ok(found));
+    }
+    let total: i64 =
+        filtered("SELECT count(*) FROM idem.dead_letter", handler, &filters).build_query_scalar().fetch_one(pool).await?;
+    Ok(Err(total))
+}
+
 fn cursor(field: &str, text: &Option<String>) -> Result<Option<Cursor>, SearchError> {
     text.as_deref().map(|t| Cursor::parse(field, t)).transpose()
 }

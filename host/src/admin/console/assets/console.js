@@ -33,9 +33,19 @@ function el(tag, attrs, ...children) {
 function table(headings, rows, attrs) {
   const first = rows.length ? rows[0].children : [];
   const numeric = (i) => first[i] !== undefined && first[i].classList.contains("num");
-  return el("table", attrs,
-    el("thead", {}, el("tr", {}, headings.map((h, i) => el("th", { class: numeric(i) ? "num" : null }, h)))),
+  const body = el("table", attrs,
+    el("thead", {}, el("tr", {}, headings.map((h, i) => el("th", { class: numeric(i) ? "num" : null, scope: "col" }, heading(h))))),
     el("tbody", {}, rows));
+  // On a narrow screen a table scrolls sideways inside the page, in a box a
+  // keyboard user can focus (and so scroll) too.
+  const named = (attrs && attrs.id ? attrs.id.replace(/-/g, " ") : "table") + ", scrolls sideways";
+  return el("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": named }, body);
+}
+
+// A column heading: `~Name` is a column of controls whose name only screen
+// readers need (an empty heading cell is an accessibility fault).
+function heading(h) {
+  return typeof h === "string" && h.startsWith("~") ? el("span", { class: "sr-only" }, h.slice(1)) : h;
 }
 
 function num(value, attrs) {
@@ -73,9 +83,27 @@ function message(text, error) {
 
 // Shows the page built for navigation `gen` (dropped if the user has
 // moved on since it was asked for).
+// A live page is built again every second: the element that had the
+// keyboard's focus gets it back on the new page (found by what names it),
+// so a keyboard walk survives the refresh.
 function show(gen, ...nodes) {
   if (gen !== generation) return;
+  const focused = focusKey(document.activeElement);
   main.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined));
+  if (focused) {
+    const again = main.querySelector(focused);
+    if (again) again.focus({ preventScroll: true });
+  }
+}
+
+// A selector for `node` on the next rendering of the page, if it has a
+// name that survives one.
+function focusKey(node) {
+  if (!node || !main.contains(node) || node === main) return null;
+  const names = ["id", "href", "name", "data-select", "data-open", "data-activate", "data-confirm", "data-action"]
+    .filter((a) => node.hasAttribute(a))
+    .map((a) => "[" + a + '="' + CSS.escape(node.getAttribute(a)) + '"]');
+  return names.length ? node.tagName.toLowerCase() + names.join("") : null;
 }
 
 // ---- talking to the host ----------------------------------------------
@@ -144,7 +172,7 @@ function loggedIn() {
 }
 
 function navFor(name) {
-  const here = location.hash;
+  const here = location.hash.split("?")[0];
   const link = (href, text) => el("a", { href, class: here === href ? "here" : null }, text);
   const items = [link("#/", "Overview")];
   if (name) {
@@ -163,8 +191,25 @@ function failuresText(failures) {
   return parts.length ? parts.join(", ") : "none";
 }
 
+// The whole group, as every host records it in PostgreSQL: the hosts and
+// which of them owns each partition.
+function fleetSection(fleet) {
+  const ago = (t) => Math.max(0, Math.round((Date.now() - new Date(t).getTime()) / 1000)) + " s ago";
+  const hosts = fleet.hosts.map((h) => el("tr", { "data-host": h.host },
+    el("td", {}, h.host), el("td", {}, h.version), el("td", {}, h.admin || "–"),
+    el("td", {}, new Date(h.started_at).toLocaleString()), el("td", {}, ago(h.seen_at)),
+    el("td", {}, !h.alive ? el("span", { class: "pill notready" }, "gone") : h.not_ready.length ? el("span", { class: "pill notready", title: h.not_ready.join("; ") }, "not ready") : el("span", { class: "pill ready" }, "ready"))));
+  const owners = fleet.partitions.map((p) => el("tr", { "data-owned": p.handler + "/" + p.topic + "/" + p.partition },
+    el("td", {}, p.handler), el("td", {}, p.topic), num(p.partition), el("td", { "data-field": "host" }, p.owned ? p.host : "none (last: " + p.host + ")"),
+    num(p.committed), num(p.lag), el("td", {}, p.paused ? "paused" : "")));
+  return el("section", { id: "fleet", "aria-label": "Fleet" },
+    el("h2", {}, "Fleet: " + fleet.hosts.filter((h) => h.alive).length + " host(s)"),
+    table(["Host", "idem", "Admin listener", "Started", "Last seen", "State"], hosts, { id: "fleet-hosts" }),
+    table(["Handler", "Topic", "Partition", "Owned by", "committed", "lag", "~State"], owners, { id: "fleet-partitions" }));
+}
+
 async function overviewPage(gen) {
-  const data = await api("/overview");
+  const [data, fleet] = await Promise.all([api("/overview"), api("/fleet").catch(() => null)]);
   if (gen !== generation) return;
   navFor(null);
   const rows = data.handlers.map((h) => el("tr", { "data-handler": h.name },
@@ -185,8 +230,9 @@ async function overviewPage(gen) {
     el("h1", {}, "Handlers"),
     el("p", { class: "muted" }, "Rates over the last 5 s; lag and throughput over the last 2 minutes; latency from a record's timestamp to its commit, p50 / p99 over the last 10 s. Updated every second."),
     table(["Handler", "Module", "Readiness", "processed/s", "duplicates/s", "failed/s", "dead-lettered/s", "retries/s", "lag", "lag, 2 min", "processed/s, 2 min", "latency p50 / p99", "failures (total)"], rows, { id: "handlers" }),
-    el("h2", {}, "Consumer lag per partition"),
+    el("h2", {}, "Consumer lag per partition, this host"),
     table(["Handler", "Topic", "Partition", "lag", "lag, 2 min", "State"], partitions, { id: "partitions" }),
+    fleet ? fleetSection(fleet) : message("The fleet is not available (the database did not answer).", true),
     el("p", { class: "muted", id: "updated" }, "Updated " + new Date(data.at || Date.now()).toLocaleTimeString()));
 }
 
@@ -273,7 +319,7 @@ async function modulesPage(name, gen, notice) {
     el("h1", {}, "Modules of ", name),
     el("p", { class: "muted" }, "Running here: ", data.running_version === null ? "native" : "v" + data.running_version, ". Events per version are this host's since it started."),
     out,
-    table(["Version", "sha256", "size (bytes)", "Uploaded", "By", "Note", "processed", "duplicates", "failed", ""], rows, { id: "versions" }),
+    table(["Version", "sha256", "size (bytes)", "Uploaded", "By", "Note", "processed", "duplicates", "failed", "~Actions"], rows, { id: "versions" }),
   ];
   if (operate()) parts.push(uploadForm(name, gen, out));
   else parts.push(el("p", { class: "muted" }, "Read-only session: uploads and activations need a token of scope operate."));
@@ -302,78 +348,176 @@ function uploadForm(name, gen, out) {
   return el("div", {}, el("h2", {}, "Deploy a version"), form);
 }
 
-// The dead-letter page keeps its filters and selection while open.
-const dlq = { name: null, filters: {}, before: null, page: null, selected: new Set(), open: null };
+// The dead-letter explorer. Its filters and page are the URL's query
+// (#/dead-letters/NAME?class=…&after=…): Back goes to the previous search,
+// a link shares one. The rows come from the dead-letter index; a record's
+// full payload and headers from the topic when it is opened. What can be
+// acted on is what is on screen: the selection holds rows of the page shown
+// and is cleared whenever the rows change; while a page loads, every action
+// is disabled.
+const FILTERS = ["class", "pattern", "reason", "key", "event_id", "header", "path", "value", "since", "until", "outcome", "order"];
+const dlq = { name: null, query: "", selected: new Set(), open: null, outcome: null, busy: false };
 
 function isoOf(localValue) {
   return localValue ? new Date(localValue).toISOString() : "";
 }
 
-async function deadLettersPage(name, gen) {
-  if (dlq.name !== name) Object.assign(dlq, { name, filters: {}, before: null, page: null, selected: new Set(), open: null });
-  const since = el("input", { type: "datetime-local", id: "since", step: 1, value: dlq.filters.sinceLocal || "" });
-  const until = el("input", { type: "datetime-local", id: "until", step: 1, value: dlq.filters.untilLocal || "" });
-  const cls = el("select", { id: "class" }, ["", "invalid", "permanent", "retryable", "conflicting", "unavailable", "fatal"].map((c) =>
-    el("option", { value: c, selected: (dlq.filters.class || "") === c }, c || "any class")));
-  const filters = el("form", { class: "inline", id: "filters" }, el("label", {}, "Failed since", since), el("label", {}, "Failed before", until),
-    el("label", {}, "Class", cls), el("button", { type: "submit" }, "Show"));
-  filters.addEventListener("submit", (event) => {
+function localOf(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (isNaN(d)) return "";
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);
+}
+
+// The explorer's address for `params` (a URLSearchParams).
+function explorerHash(name, params) {
+  const q = params.toString();
+  return "#/dead-letters/" + enc(name) + (q ? "?" + q : "");
+}
+
+// Goes to the explorer with `params`, unless it is there already.
+function explore(name, params) {
+  const hash = explorerHash(name, params);
+  if (location.hash === hash) route(); else location.hash = hash;
+}
+
+// Disables every action and marks the rows stale while the next page loads.
+function loading() {
+  dlq.busy = true;
+  dlq.selected.clear();
+  for (const node of main.querySelectorAll("#dead-letters input, [data-action], [data-open]")) node.disabled = true;
+  for (const box of main.querySelectorAll("#dead-letters input[data-select]")) box.checked = false;
+  const count = main.querySelector("#selected-count");
+  if (count) count.textContent = "0 selected";
+  const rows = main.querySelector("#dead-letters");
+  if (rows) { rows.setAttribute("aria-busy", "true"); rows.classList.add("stale"); }
+  const status = main.querySelector("#explorer-status");
+  if (status) status.replaceChildren(message("Loading…"));
+}
+
+function filterForm(name, params) {
+  const field = (id, label, attrs) => el("label", {}, label, el("input", Object.assign({ id: "f-" + id, name: id, value: params.get(id) || "" }, attrs || {})));
+  const cls = el("select", { id: "f-class", name: "class" }, ["", "invalid", "permanent", "retryable", "conflicting", "unavailable", "fatal", "unsealed", "forged"].map((c) =>
+    el("option", { value: c, selected: (params.get("class") || "") === c }, c || "any class")));
+  const outcome = el("select", { id: "f-outcome", name: "outcome" }, [["", "any"], ["none", "never replayed"], ["applied", "applied"], ["duplicate", "duplicate"], ["failed_again", "failed again"]].map(([v, t]) =>
+    el("option", { value: v, selected: (params.get("outcome") || "") === v }, t)));
+  const since = el("input", { type: "datetime-local", id: "f-since", step: 1, value: localOf(params.get("since")) });
+  const until = el("input", { type: "datetime-local", id: "f-until", step: 1, value: localOf(params.get("until")) });
+  const form = el("form", { class: "inline", id: "filters", role: "search" },
+    el("label", {}, "Class", cls), field("reason", "Reason contains", { type: "search" }), field("key", "Key"), field("event_id", "Event id"),
+    field("header", "Has header"), field("path", "Payload field", { placeholder: "customer.id" }), field("value", "equals"),
+    el("label", {}, "Failed since", since), el("label", {}, "Failed before", until), el("label", {}, "Replayed", outcome),
+    el("button", { type: "submit" }, "Search"), " ", el("button", { type: "button", id: "f-clear" }, "Clear"));
+  form.addEventListener("submit", (event) => {
     event.preventDefault();
-    dlq.filters = { sinceLocal: since.value, untilLocal: until.value, since: isoOf(since.value), until: isoOf(until.value), class: cls.value };
-    dlq.before = null;
-    dlq.selected.clear();
-    const again = ++generation;
-    deadLettersPage(name, again).catch((e) => failed(e, again));
+    const next = new URLSearchParams();
+    for (const input of form.querySelectorAll("input[name], select[name]")) if (input.value) next.set(input.name, input.value);
+    if (since.value) next.set("since", isoOf(since.value));
+    if (until.value) next.set("until", isoOf(until.value));
+    if (params.get("pattern")) next.set("pattern", params.get("pattern"));
+    if (params.get("order")) next.set("order", params.get("order"));
+    explore(name, next);
   });
-  const query = new URLSearchParams();
-  if (dlq.filters.since) query.set("since", dlq.filters.since);
-  if (dlq.filters.until) query.set("until", dlq.filters.until);
-  if (dlq.filters.class) query.set("class", dlq.filters.class);
-  if (dlq.before) query.set("before", dlq.before);
-  const page = await api("/handlers/" + enc(name) + "/dead-letters?" + query.toString());
+  form.querySelector("#f-clear").addEventListener("click", () => explore(name, new URLSearchParams()));
+  return form;
+}
+
+// The totals: a link per class and per reason pattern that narrows to it.
+function totals(name, params, found) {
+  const narrowed = (key, value) => { const p = new URLSearchParams(params); p.delete("after"); p.delete("before"); p.set(key, value); return explorerHash(name, p); };
+  const classes = Object.entries(found.by_class).map(([c, n]) => el("li", {}, el("a", { href: narrowed("class", c) }, c), " ", fmt(n)));
+  const patterns = found.patterns.map(([c, pattern, n]) => el("tr", {}, num(n), el("td", {}, c || "–"),
+    el("td", { class: "reason" }, pattern === null ? "(no reason: unsealed)" : el("a", { href: narrowed("pattern", pattern) }, pattern))));
+  return el("section", { id: "totals", "aria-label": "Totals" },
+    el("p", {}, el("strong", { id: "total" }, fmt(found.total)), " dead letters match", found.took_ms !== undefined ? " (" + fmt(found.took_ms) + " ms)" : "", "."),
+    classes.length ? el("ul", { class: "inline", id: "by-class" }, classes) : null,
+    patterns.length ? table(["count", "class", "reason pattern (numbers, ids and quoted values masked)"], patterns, { id: "patterns" }) : null);
+}
+
+async function deadLettersPage(name, gen, query) {
+  const params = new URLSearchParams(query || "");
+  if (dlq.name !== name) Object.assign(dlq, { name, outcome: null, open: null });
+  if (dlq.query !== params.toString()) { dlq.open = null; }
+  dlq.query = params.toString();
+  loading();
+  const api_query = new URLSearchParams();
+  for (const k of [...FILTERS, "after", "before"]) if (params.get(k)) api_query.set(k, params.get(k));
+  const found = await api("/handlers/" + enc(name) + "/dead-letters/search?" + api_query.toString());
   if (gen !== generation) return;
   navFor(name);
-  dlq.page = page;
-  const outcome = el("div", { id: "replay-outcome" });
+  dlq.busy = false;
+  dlq.selected = new Set();
+  const outcome = el("div", { id: "replay-outcome" }, dlq.outcome);
   const detail = el("div", { id: "record-detail" });
-  const rows = page.records.map((r) => {
-    const key = r.partition + ":" + r.offset;
-    const box = el("input", { type: "checkbox", "data-select": key, checked: dlq.selected.has(key), disabled: r.authenticity !== "sealed" });
-    box.addEventListener("change", () => { if (box.checked) dlq.selected.add(key); else dlq.selected.delete(key); });
-    const open = el("button", { type: "button", "data-open": key }, "Open");
-    open.addEventListener("click", () => { dlq.open = key; detail.replaceChildren(recordDetail(r)); });
-    return el("tr", { "data-record": key },
-      el("td", {}, box), el("td", {}, r.failed_at ? new Date(r.failed_at).toLocaleString() : "–"),
-      el("td", {}, r.class || ""), el("td", { class: "reason" }, r.reason || ""), num(r.attempts === null ? null : Number(r.attempts)), num(r.replays),
-      el("td", {}, r.original_topic ? r.original_topic + "/" + r.original_partition + "@" + r.original_offset : "–"),
-      el("td", {}, key), el("td", {}, el("span", { class: "pill " + r.authenticity }, r.authenticity), r.envelope ? " envelope" : ""), el("td", {}, open));
-  });
-  const act = (label, dry, range, cls) => {
-    const b = el("button", { type: "button", class: cls || null, "data-action": (dry ? "dry-" : "") + (range ? "range" : "selected") }, label);
-    b.addEventListener("click", () => replay(name, dry, range, outcome));
+  const count = el("span", { id: "selected-count" }, "0 selected");
+  const acts = [];
+  const act = (label, dry, scope, cls) => {
+    const b = el("button", { type: "button", class: cls || null, "data-action": (dry ? "dry-" : "") + scope }, label);
+    b.addEventListener("click", () => replay(name, dry, scope, params, found.total, outcome, b));
+    acts.push([b, scope]);
     return b;
   };
-  const actions = operate()
-    ? el("p", { class: "inline" }, act("Dry run selected", true, false), " ", act("Replay selected", false, false, "primary"), " ",
-      act("Dry run range", true, true), " ", act("Replay range", false, true, "danger"),
-      el("span", { class: "muted" }, "  The range is the filters above (at most 200 records)."))
-    : el("p", { class: "muted" }, "Read-only session: replays need a token of scope operate.");
-  const older = page.older ? el("button", { type: "button", id: "older" }, "Older records") : null;
-  if (older) older.addEventListener("click", () => {
-    dlq.before = Object.entries(page.older).map(([p, o]) => p + ":" + o).join(",");
-    const again = ++generation;
-    deadLettersPage(name, again).catch((e) => failed(e, again));
+  const selectionChanged = () => {
+    count.textContent = dlq.selected.size + " selected";
+    for (const [b, scope] of acts) b.disabled = dlq.busy || (scope === "selected" ? dlq.selected.size === 0 : found.total === 0);
+  };
+  const rows = found.rows.map((r) => {
+    const key = r.partition + ":" + r.offset;
+    const label = "Select the dead letter at " + key;
+    const box = el("input", { type: "checkbox", "data-select": key, "aria-label": label, disabled: r.authenticity !== "sealed" });
+    box.addEventListener("change", () => { if (box.checked) dlq.selected.add(key); else dlq.selected.delete(key); selectionChanged(); });
+    const open = el("button", { type: "button", "data-open": key, "aria-controls": "record-detail" }, "Open");
+    open.addEventListener("click", () => openRecord(name, r, detail));
+    return el("tr", { "data-record": key },
+      el("td", {}, box), el("td", {}, new Date(r.failed_at).toLocaleString()),
+      el("td", {}, r.class || ""), el("td", { class: "reason" }, r.reason || ""), num(r.attempts), num(r.replays),
+      el("td", {}, r.key === null ? "–" : r.key),
+      el("td", {}, r.source_topic ? r.source_topic + "/" + r.source_partition + "@" + r.source_offset : "–"),
+      el("td", {}, key), el("td", {}, el("span", { class: "pill " + r.authenticity }, r.authenticity), r.envelope ? " envelope" : ""),
+      el("td", { "data-field": "replayed" }, r.outcome ? r.outcome.replace("_", " ") : ""), el("td", {}, open));
   });
+  const actions = operate()
+    ? el("p", { class: "inline", id: "actions" }, count, " ", act("Dry run selected", true, "selected"), " ", act("Replay selected", false, "selected", "primary"), " ",
+      act("Dry run all " + fmt(found.total) + " matching", true, "matching"), " ", act("Replay all " + fmt(found.total) + " matching", false, "matching", "danger"),
+      el("span", { class: "muted" }, "  A replay runs at most 200 records; “all matching” asks you to confirm."))
+    : el("p", { class: "muted" }, "Read-only session: replays need a token of scope operate.");
+  const pager = (label, key, cursor, id) => {
+    if (!cursor) return null;
+    const p = new URLSearchParams(params); p.delete("after"); p.delete("before"); p.set(key, cursor);
+    return el("a", { href: explorerHash(name, p), id, class: "button" }, label);
+  };
+  const order = new URLSearchParams(params); order.delete("after"); order.delete("before");
+  const oldest = params.get("order") === "oldest";
+  if (oldest) order.delete("order"); else order.set("order", "oldest");
   show(gen,
     el("h1", {}, "Dead letters of ", name),
-    el("p", { class: "muted" }, page.topic + ": " + page.records.length + " shown of " + page.scanned + " read, newest failure first. Only sealed records (written by idem) show their failure and may be replayed."),
-    page.note ? message(page.note) : null,
-    filters, actions, outcome,
-    table(["", "Failed at", "Class", "Reason", "attempts", "replays", "Original record", "DLQ position", "Seal", ""], rows, { id: "dead-letters" }),
-    older, detail);
+    el("p", { class: "muted" }, "From the dead-letter index (the topic is the source of truth: idem dlq reindex). Only sealed records (written by idem) show their failure and may be replayed."),
+    filterForm(name, params), totals(name, params, found), actions, el("div", { id: "explorer-status", role: "status" }), outcome,
+    el("p", { class: "inline" }, pager("Newer", "before", found.previous, "newer"), " ", pager("Older", "after", found.next, "older"), " ",
+      el("a", { href: explorerHash(name, order), id: "order" }, oldest ? "Newest first" : "Oldest first")),
+    table(["~Select", "Failed at", "Class", "Reason", "attempts", "replays", "Key", "Original record", "DLQ position", "Seal", "Replayed", "~Details"], rows, { id: "dead-letters", "aria-busy": "false" }),
+    detail);
+  selectionChanged();
   if (dlq.open) {
-    const r = page.records.find((x) => x.partition + ":" + x.offset === dlq.open);
-    if (r) detail.replaceChildren(recordDetail(r));
+    const r = found.rows.find((x) => x.partition + ":" + x.offset === dlq.open);
+    if (r) openRecord(name, r, detail);
+  }
+}
+
+// A record's detail: its headers and payload read from the topic.
+async function openRecord(name, r, detail) {
+  const key = r.partition + ":" + r.offset;
+  dlq.open = key;
+  detail.replaceChildren(message("Reading the record from the topic…"));
+  try {
+    const page = await api("/handlers/" + enc(name) + "/dead-letters?limit=1&before=" + r.partition + ":" + (r.offset + 1));
+    const record = page.records.find((x) => x.partition === r.partition && x.offset === r.offset);
+    if (dlq.open !== key) return;
+    detail.replaceChildren(record ? recordDetail(record) : message("The topic no longer holds this record (retention removed it): idem dlq reindex drops its row.", true));
+    const heading = detail.querySelector("h2");
+    if (heading) { heading.setAttribute("tabindex", "-1"); heading.focus(); }
+  } catch (e) {
+    if (dlq.open === key) detail.replaceChildren(message("Refused (" + e.status + "): " + e.message, true));
   }
 }
 
@@ -389,15 +533,21 @@ function recordDetail(r) {
     el("pre", { class: "payload", id: "payload" }, r.payload));
 }
 
-async function replay(name, dry, range, outcome) {
+// Replays (or judges, dry) the selected rows, or every dead letter the
+// filters match (after a confirmation naming how many).
+async function replay(name, dry, scope, params, total, outcome, button) {
+  if (dlq.busy) return;
   const body = { dry_run: dry };
-  if (range) {
-    if (!dlq.filters.since && !dlq.filters.until) { outcome.replaceChildren(message("Set “failed since” or “failed before” for a range.", true)); return; }
-    if (dlq.filters.since) body.since = dlq.filters.since;
-    if (dlq.filters.until) body.until = dlq.filters.until;
-    if (dlq.filters.class) body.class = dlq.filters.class;
+  if (scope === "matching") {
+    if (!dry && button.dataset.confirm !== "1") {
+      button.dataset.confirm = "1";
+      button.textContent = "Confirm: replay " + fmt(total) + " dead letters";
+      return;
+    }
+    body.search = {};
+    for (const k of FILTERS) if (params.get(k)) body.search[k] = params.get(k);
   } else {
-    if (!dlq.selected.size) { outcome.replaceChildren(message("Select records first.", true)); return; }
+    if (!dlq.selected.size) return;
     body.records = [...dlq.selected].map((k) => k.split(":").map(Number));
   }
   outcome.replaceChildren(message(dry ? "Dry run…" : "Replaying…"));
@@ -409,7 +559,11 @@ async function replay(name, dry, range, outcome) {
       (r.superseded ? ", " + r.superseded + " superseded by a later copy" : "") + (r.envelopes ? ", " + r.envelopes + " envelopes (left)" : "");
     const rows = r.outcomes.map((o) => el("tr", { "data-outcome": o.partition + ":" + o.offset }, el("td", {}, o.partition + ":" + o.offset),
       el("td", { "data-field": "outcome" }, r.dry_run && o.outcome === "applied" ? "would apply" : o.outcome.replace("_", " ")), el("td", { class: "reason" }, o.reason || "")));
-    outcome.replaceChildren(message((r.dry_run ? "Dry run: " : "Replay: ") + summary), table(["DLQ position", "Outcome", "Reason"], rows, { id: "outcomes" }));
+    dlq.outcome = el("div", {}, message((r.dry_run ? "Dry run: " : "Replay: ") + summary), table(["DLQ position", "Outcome", "Reason"], rows, { id: "outcomes" }));
+    if (r.dry_run) { outcome.replaceChildren(dlq.outcome); return; }
+    // The originals now say what became of them: the page again, its
+    // selection cleared (the rows changed).
+    route();
   } catch (e) {
     outcome.replaceChildren(message("Refused (" + e.status + "): " + e.message, true));
   }
@@ -430,11 +584,12 @@ function decoded(part) {
 function route() {
   if (!session.scope) return;
   const gen = ++generation;
-  const [page, name] = location.hash.replace(/^#\/?/, "").split("/").map(decoded);
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+  const [page, name] = path.split("/").map(decoded);
   refresh = null;
   const fail = (e) => failed(e, gen);
   if (page === "modules" && name) { modulesPage(name, gen).catch(fail); return; }
-  if (page === "dead-letters" && name) { deadLettersPage(name, gen).catch(fail); return; }
+  if (page === "dead-letters" && name) { deadLettersPage(name, gen, query).catch(fail); return; }
   const run = page === "handler" && name ? () => handlerPage(name, gen) : () => overviewPage(gen);
   refresh = run;
   run().catch(fail);
