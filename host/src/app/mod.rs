@@ -86,17 +86,7 @@ pub async fn run(
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
     let mut services = services(&prepared, slots, admin.map(|a| (a, desks)), &stop_rx);
-    let me = crate::telemetry::fleet::Member {
-        host: host_name(&identity),
-        admin: Some(prepared.config.admin.listen.clone()),
-        started_at: chrono::Utc::now(),
-    };
-    services.push(tokio::spawn(crate::telemetry::fleet::serve(
-        prepared.pool.clone(),
-        me,
-        telemetry.clone(),
-        stop_rx.clone(),
-    )));
+    services.push(fleet(&prepared, &identity, telemetry.clone(), &stop_rx));
     let (relays, relay_stats) = crate::outbox::start(&prepared.config, &prepared.pool, &stop_rx)?;
     for (producer, stats) in relay_stats {
         telemetry.register_relay(producer, stats);
@@ -128,13 +118,25 @@ pub async fn run(
     Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
 }
 
-/// This host's name in the fleet: its static-membership identity (stable
-/// across restarts), else the machine's name and this process's id.
-fn host_name(identity: &crate::identity::Identity) -> String {
-    identity.name.clone().unwrap_or_else(|| {
+/// This host in the fleet (`telemetry::fleet`), recorded until `stop`. Its
+/// name is its static-membership identity (stable across restarts), else
+/// the machine's name and this process's id.
+fn fleet(
+    prepared: &Prepared,
+    identity: &crate::identity::Identity,
+    telemetry: Arc<Telemetry>,
+    stop: &watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let host = identity.name.clone().unwrap_or_else(|| {
         let machine = crate::identity::hostname().unwrap_or_else(|| "unnamed".into());
         format!("{machine}:{}", std::process::id())
-    })
+    });
+    let me = crate::telemetry::fleet::Member {
+        host,
+        admin: Some(prepared.config.admin.listen.clone()),
+        started_at: chrono::Utc::now(),
+    };
+    tokio::spawn(crate::telemetry::fleet::serve(prepared.pool.clone(), me, telemetry, stop.clone()))
 }
 
 /// Each handler's counters, counting from now: before anything may swap a

@@ -61,24 +61,7 @@ pub(super) async fn resolve(
         };
         let wait = match sent {
             Ok(entry) => {
-                // The record is in the topic: a row the index misses is
-                // found by `idem dlq reindex`.
-                if let Err(e) = crate::pipeline::dlq::index::write(&shared.idem_pool, &entry).await {
-                    tracing::warn!(
-                        handler = %name, %topic, partition, offset, dlq = %dead_letters.topic,
-                        "the dead letter is not in idem.dead_letter ({e}): `idem dlq reindex` adds it"
-                    );
-                }
-                let what =
-                    if envelope.is_some() { "record dead-lettered as an envelope" } else { "record dead-lettered" };
-                tracing::warn!(
-                    handler = %name, %topic, partition, offset, class = failure.class.as_str(),
-                    dlq = %dead_letters.topic, "{what}"
-                );
-                Stats::add(&stats.dead_lettered);
-                if envelope.is_some() {
-                    Stats::add(&stats.enveloped);
-                }
+                dead_lettered(shared, record, &failure, &entry, envelope.is_some()).await;
                 return true;
             }
             Err(Refusal::Record(why)) if envelope.is_none() => {
@@ -111,5 +94,32 @@ pub(super) async fn resolve(
         if !state.sleep(wait).await {
             return false;
         }
+    }
+}
+
+/// A record the DLQ topic acknowledged (`enveloped`: as its envelope):
+/// indexed, logged, counted. The record is in the topic: a row the index
+/// misses is found by `idem dlq reindex`.
+async fn dead_lettered(
+    shared: &HandlerContext,
+    record: &Record,
+    failure: &Failure,
+    entry: &crate::pipeline::dlq::index::Entry,
+    enveloped: bool,
+) {
+    let (name, stats) = (&shared.name, &shared.stats);
+    let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
+    let dlq = &entry.at.topic;
+    if let Err(e) = crate::pipeline::dlq::index::write(&shared.idem_pool, entry).await {
+        tracing::warn!(
+            handler = %name, %topic, partition, offset, %dlq,
+            "the dead letter is not in idem.dead_letter ({e}): `idem dlq reindex` adds it"
+        );
+    }
+    let what = if enveloped { "record dead-lettered as an envelope" } else { "record dead-lettered" };
+    tracing::warn!(handler = %name, %topic, partition, offset, class = failure.class.as_str(), %dlq, "{what}");
+    Stats::add(&stats.dead_lettered);
+    if enveloped {
+        Stats::add(&stats.enveloped);
     }
 }
