@@ -318,6 +318,10 @@ try {
   // refresh twice; the focus stays on it, and Enter follows it.
   await page.goto(`${url}/console/#/`);
   await page.locator("#handlers").waitFor();
+  // The overview counts the dead letters and links to them.
+  const dead = page.locator(`#handlers tr[data-handler=${handler}] td[data-field=dead-lettered] a`);
+  assert.equal(await dead.textContent(), "1", "the poison record, dead-lettered once");
+  assert.equal(await dead.getAttribute("href"), `#/dead-letters/${handler}`);
   await page.locator("#logout").focus();
   let walked = null;
   for (let i = 0; i < 12 && walked !== `#/handler/${handler}`; i++) {

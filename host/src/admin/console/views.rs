@@ -57,8 +57,13 @@ fn summary(h: &HandlerTelemetry, history: &History) -> Value {
                 .collect()
         })
         .unwrap_or_default();
-    let failures: serde_json::Map<String, Value> =
+    let mut failures: serde_json::Map<String, Value> =
         h.stats.failures().into_iter().map(|(class, n)| (class.as_str().to_owned(), json!(n))).collect();
+    // Invalid records are counted apart (they never ran): a final failure
+    // all the same, and dead-lettered like the others.
+    let invalid = h.stats.invalid.load(std::sync::atomic::Ordering::Relaxed);
+    let counted = failures.get("invalid").and_then(Value::as_u64).unwrap_or(0);
+    failures.insert("invalid".into(), json!(counted + invalid));
     json!({
         "name": h.name,
         "version": h.slot.version(),

@@ -222,14 +222,16 @@ async function overviewPage(gen) {
     el("td", {}, spark(h.lag_history, "lag")),
     el("td", {}, spark(h.processed_history)),
     el("td", {}, latency(h.latency_ms)),
-    el("td", { "data-field": "failures" }, failuresText(h.failures))));
+    el("td", { "data-field": "failures" }, failuresText(h.failures)),
+    el("td", { class: "num", "data-field": "dead-lettered" },
+      el("a", { href: "#/dead-letters/" + enc(h.name) }, h.totals ? fmt(h.totals.dead_lettered) : "–"))));
   const partitions = data.handlers.flatMap((h) => h.partitions.map((p) => el("tr", { "data-partition": h.name + "/" + p.topic + "/" + p.partition },
     el("td", {}, h.name), el("td", {}, p.topic), num(p.partition), num(p.lag, { "data-field": "lag" }),
     el("td", {}, spark(p.lag_history, "lag")), el("td", {}, p.assigned ? (p.paused ? "paused" : "assigned") : "revoked"))));
   show(gen,
     el("h1", {}, "Handlers"),
     el("p", { class: "muted" }, "Rates over the last 5 s; lag and throughput over the last 2 minutes; latency from a record's timestamp to its commit, p50 / p99 over the last 10 s. Updated every second."),
-    table(["Handler", "Module", "Readiness", "processed/s", "duplicates/s", "failed/s", "dead-lettered/s", "retries/s", "lag", "lag, 2 min", "processed/s, 2 min", "latency p50 / p99", "failures (total)"], rows, { id: "handlers" }),
+    table(["Handler", "Module", "Readiness", "processed/s", "duplicates/s", "failed/s", "dead-lettered/s", "retries/s", "lag", "lag, 2 min", "processed/s, 2 min", "latency p50 / p99", "failures (total, by class)", "dead letters (total)"], rows, { id: "handlers" }),
     el("h2", {}, "Consumer lag per partition, this host"),
     table(["Handler", "Topic", "Partition", "lag", "lag, 2 min", "State"], partitions, { id: "partitions" }),
     fleet ? fleetSection(fleet) : message("The fleet is not available (the database did not answer).", true),
