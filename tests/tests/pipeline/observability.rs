@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use idem_tests::host::{self, HandlerSpec};
-use idem_tests::{kafka, wait_until};
+use idem_tests::{kafka, wait_until, wait_until_async};
 use prometheus_parse::{Scrape, Value};
 
 use crate::Env;
@@ -145,7 +145,13 @@ async fn metrics_match_the_run_lag_drains_to_zero_and_the_dashboard_queries_exis
     }
     assert!(queried >= 12, "{queried}");
 
-    // `idem status --once`: the same host, as an operator reads it.
+    // `idem status --once`: the same host, as an operator reads it, once
+    // the host has recorded its partitions in the fleet (every 2 s).
+    wait_until_async("the host's three partitions in the fleet", || async {
+        let (_, body) = get(&format!("{admin}/fleet")).await;
+        body.matches("\"owned\":true").count() == 3
+    })
+    .await;
     let out = std::process::Command::new(idem_tests::idem_bin())
         .args(["status", "--once", "--url", &admin])
         .output()
