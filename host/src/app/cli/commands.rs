@@ -304,10 +304,10 @@ impl DlqFilters {
         ];
         q.extend(text.into_iter().filter_map(|(k, v)| v.clone().map(|v| (k, v))));
         if let Some(field) = &self.field {
-            let (path, value) = field
-                .split_once('=')
-                .ok_or_else(|| anyhow::anyhow!("--field `{field}`: give PATH=VALUE, e.g. customer.id=42"))?;
-            q.extend([("path", path.to_owned()), ("value", value.to_owned())]);
+            if field.split_once('=').is_none_or(|(path, _)| path.is_empty()) {
+                anyhow::bail!("--field `{field}`: give PATH=VALUE, e.g. customer.id=42");
+            }
+            q.push(("field", field.clone()));
         }
         for (k, v) in [("since", self.since), ("until", self.until)] {
             if let Some(v) = v {

@@ -34,10 +34,9 @@ pub struct Search {
     pub event_id: Option<String>,
     /// A source header the record carries (its name).
     pub header: Option<String>,
-    /// A field of the JSON payload, dotted (`customer.id`), and the value
-    /// it must have (as text).
-    pub path: Option<String>,
-    pub value: Option<String>,
+    /// A field of the JSON payload, dotted, and the value it must have
+    /// (as text), in one: `customer.id=42`.
+    pub field: Option<String>,
     /// RFC 3339.
     pub since: Option<String>,
     pub until: Option<String>,
@@ -79,8 +78,32 @@ struct Paging {
 }
 
 impl Search {
+    /// The search with every empty value taken as not given: `?class=&key=`
+    /// is a form left blank, not a search for empty text.
+    fn given(&self) -> Search {
+        let g = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        Search {
+            class: g(&self.class),
+            pattern: g(&self.pattern),
+            reason: g(&self.reason),
+            key: g(&self.key),
+            event_id: g(&self.event_id),
+            header: g(&self.header),
+            field: g(&self.field),
+            since: g(&self.since),
+            until: g(&self.until),
+            outcome: g(&self.outcome),
+            order: g(&self.order),
+            after: g(&self.after),
+            before: g(&self.before),
+            limit: g(&self.limit),
+        }
+    }
+
     /// The filters and the paging, or what is wrong with which field.
     fn read(&self) -> Result<(Filters, Paging), SearchError> {
+        let given = self.given();
+        let s = &given;
         let invalid = |field: &str, why: String| SearchError::Invalid(format!("{field}: {why}"));
         let time = |field: &str, text: &Option<String>| {
             text.as_deref()
@@ -91,43 +114,48 @@ impl Search {
                 })
                 .transpose()
         };
-        let limit = match self.limit.as_deref() {
+        let limit = match s.limit.as_deref() {
             None => 100,
             Some(text) => match text.parse::<usize>() {
                 Ok(n) if (1..=MAX_PAGE).contains(&n) => n,
                 _ => return Err(invalid("limit", format!("`{text}`: a page has 1 to {MAX_PAGE} rows"))),
             },
         };
-        let newest_first = match self.order.as_deref() {
+        let newest_first = match s.order.as_deref() {
             None | Some("newest") => true,
             Some("oldest") => false,
             Some(other) => return Err(invalid("order", format!("`{other}`: newest or oldest"))),
         };
-        let field = match (&self.path, &self.value) {
-            (Some(path), Some(value)) => Some((path.split('.').map(str::to_owned).collect(), value.clone())),
-            (None, None) => None,
-            _ => return Err(invalid("path", "`path` and `value` go together: the field, and the value it has".into())),
+        let field = match s.field.as_deref().map(|f| f.split_once('=')) {
+            None => None,
+            Some(Some((path, value))) if !path.is_empty() => {
+                Some((path.split('.').map(str::to_owned).collect(), value.to_owned()))
+            }
+            Some(_) => {
+                let text = s.field.as_deref().unwrap_or_default();
+                return Err(invalid("field", format!("`{text}`: give PATH=VALUE, e.g. customer.id=42")));
+            }
         };
-        let event_id = self
+        let event_id = s
             .event_id
             .as_deref()
             .map(|id| Uuid::parse_str(id).map_err(|e| invalid("event_id", format!("`{id}` is not a UUID ({e})"))))
             .transpose()?;
-        let (after, before) = (cursor("after", &self.after)?, cursor("before", &self.before)?);
+        let (after, before) = (cursor("after", &s.after)?, cursor("before", &s.before)?);
         if after.is_some() && before.is_some() {
             return Err(invalid("after", "give `after` or `before`, not both".into()));
         }
         let filters = Filters {
-            class: self.class.clone(),
-            pattern: self.pattern.clone(),
-            reason: self.reason.clone(),
-            key: self.key.clone(),
+            class: s.class.clone(),
+            pattern: s.pattern.clone(),
+            reason: s.reason.clone(),
+            key: s.key.clone(),
             event_id,
-            header: self.header.clone(),
+            header: s.header.clone(),
             field,
-            since: time("since", &self.since)?,
-            until: time("until", &self.until)?,
-            outcome: self.outcome.clone(),
+            since: time("since", &s.since)?,
+            until: time("until", &s.until)?,
+            outcome: s.outcome.clone(),
         };
         Ok((filters, Paging { limit, newest_first, after, before }))
     }
@@ -389,7 +417,8 @@ mod tests {
         assert!(refused(s(|s| s.order = Some("sideways".into()))).starts_with("order:"));
         assert!(refused(s(|s| s.event_id = Some("42".into()))).starts_with("event_id: `42`"));
         assert!(refused(s(|s| s.since = Some("yesterday".into()))).starts_with("since: `yesterday`"));
-        assert!(refused(s(|s| s.path = Some("customer.id".into()))).starts_with("path:"));
+        assert!(refused(s(|s| s.field = Some("customer.id".into()))).starts_with("field: `customer.id`"));
+        assert!(refused(s(|s| s.field = Some("=42".into()))).starts_with("field:"));
         assert!(refused(s(|s| s.after = Some("1.2".into()))).starts_with("after: `1.2` is not a cursor"));
         let both = s(|s| (s.after, s.before) = (Some("1.2.3".into()), Some("1.2.3".into())));
         assert!(refused(both).contains("not both"));
@@ -398,8 +427,7 @@ mod tests {
     #[test]
     fn a_search_reads_into_filters_and_paging() {
         let search = Search {
-            path: Some("customer.id".into()),
-            value: Some("42".into()),
+            field: Some("customer.id=42".into()),
             since: Some("2026-12-01T00:00:00+01:00".into()),
             after: Some("1764543600000000.3.17".into()),
             order: Some("oldest".into()),
@@ -411,5 +439,23 @@ mod tests {
         assert_eq!(filters.since.map(|t| t.to_rfc3339()).as_deref(), Some("2026-11-30T23:00:00+00:00"));
         assert_eq!(paging.after, Some(Cursor { micros: 1_764_543_600_000_000, partition: 3, offset: 17 }));
         assert!(!paging.newest_first && paging.limit == 500);
+    }
+
+    #[test]
+    fn empty_values_are_not_given() {
+        let e = || Some(String::new());
+        let blank = Search {
+            class: e(),
+            field: e(),
+            event_id: e(),
+            since: e(),
+            order: e(),
+            after: e(),
+            limit: e(),
+            ..Search::default()
+        };
+        let (filters, paging) = blank.read().expect("a blank form is a search for everything");
+        assert!(filters.class.is_none() && filters.field.is_none() && filters.event_id.is_none());
+        assert!(filters.since.is_none() && paging.after.is_none() && paging.newest_first && paging.limit == 100);
     }
 }

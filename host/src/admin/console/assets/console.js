@@ -357,7 +357,7 @@ function uploadForm(name, gen, out) {
 // acted on is what is on screen: the selection holds rows of the page shown
 // and is cleared whenever the rows change; while a page loads, every action
 // is disabled.
-const FILTERS = ["class", "pattern", "reason", "key", "event_id", "header", "path", "value", "since", "until", "outcome", "order"];
+const FILTERS = ["class", "pattern", "reason", "key", "event_id", "header", "field", "since", "until", "outcome", "order"];
 const dlq = { name: null, query: "", selected: new Set(), open: null, outcome: null, busy: false };
 
 function isoOf(localValue) {
@@ -407,7 +407,7 @@ function filterForm(name, params) {
   const until = el("input", { type: "datetime-local", id: "f-until", step: 1, value: localOf(params.get("until")) });
   const form = el("form", { class: "inline", id: "filters", role: "search" },
     el("label", {}, "Class", cls), field("reason", "Reason contains", { type: "search" }), field("key", "Key"), field("event_id", "Event id"),
-    field("header", "Has header"), field("path", "Payload field", { placeholder: "customer.id" }), field("value", "equals"),
+    field("header", "Has header"), field("field", "Payload field = value", { placeholder: "customer.id=42" }),
     el("label", {}, "Failed since", since), el("label", {}, "Failed before", until), el("label", {}, "Replayed", outcome),
     el("button", { type: "submit" }, "Search"), " ", el("button", { type: "button", id: "f-clear" }, "Clear"));
   form.addEventListener("submit", (event) => {
