@@ -62,7 +62,7 @@ impl Entry {
         let sealed = authenticity == Authenticity::Sealed;
         let idems = |name: &str| -> Option<String> {
             let value = parts.headers.iter().find(|(k, _)| *k == name).and_then(|(_, v)| *v)?;
-            sealed.then(|| String::from_utf8_lossy(value).into_owned())
+            sealed.then(|| text(&String::from_utf8_lossy(value)))
         };
         let failed_at = idems(headers::FAILED_AT)
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(&t).ok())
@@ -73,7 +73,10 @@ impl Entry {
         };
         let reason = idems(headers::REASON).map(|r| r.chars().take(REASON_KEPT).collect::<String>());
         let value = parts.value.unwrap_or_default();
-        let json = serde_json::from_slice::<serde_json::Value>(value).ok().filter(serde_json::Value::is_object);
+        let mut json = serde_json::from_slice::<serde_json::Value>(value).ok().filter(serde_json::Value::is_object);
+        if let Some(json) = &mut json {
+            json_text(json);
+        }
         let event_id = json.as_ref().and_then(|v| v["eventId"].as_str()).and_then(|id| Uuid::parse_str(id).ok());
         Self {
             at,
@@ -86,13 +89,13 @@ impl Entry {
             replays: idems(headers::REPLAY_COUNT).and_then(|r| r.parse().ok()).unwrap_or(0),
             envelope: idems(headers::ENVELOPE).is_some(),
             source,
-            key: parts.key.map(|k| String::from_utf8_lossy(k).chars().take(KEY_KEPT).collect()),
+            key: parts.key.map(|k| text(&String::from_utf8_lossy(k)).chars().take(KEY_KEPT).collect()),
             event_id,
             header_names: parts
                 .headers
                 .iter()
                 .filter(|(k, _)| !headers::is_idems(k))
-                .map(|(k, _)| headers::unescaped(k).to_owned())
+                .map(|(k, _)| text(headers::unescaped(k)))
                 .collect(),
             payload_bytes: i32::try_from(value.len()).unwrap_or(i32::MAX),
             payload_sha256: parts.value.map(|v| <sha2::Sha256 as sha2::Digest>::digest(v).to_vec()),
@@ -103,6 +106,31 @@ impl Entry {
     /// What the totals group this entry's reason under.
     pub(crate) fn pattern(&self) -> Option<String> {
         self.reason.as_deref().map(pattern)
+    }
+}
+
+/// `s` as the index keeps text: PostgreSQL's `text` and `jsonb` hold no
+/// NUL, and a record's key, headers, payload and a guest's reason may, so
+/// each is written as `␀` (U+2400). A search reads its text the same way,
+/// so it finds them.
+pub(crate) fn text(s: &str) -> String {
+    s.replace('\0', "\u{2400}")
+}
+
+/// Every string and name in `value` as [`text`] keeps it.
+fn json_text(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) if s.contains('\0') => *s = text(s),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(json_text),
+        serde_json::Value::Object(fields) if fields.keys().any(|k| k.contains('\0')) => {
+            let taken = std::mem::take(fields);
+            fields.extend(taken.into_iter().map(|(k, mut v)| {
+                json_text(&mut v);
+                (text(&k), v)
+            }));
+        }
+        serde_json::Value::Object(fields) => fields.values_mut().for_each(json_text),
+        _ => {}
     }
 }
 
@@ -230,7 +258,15 @@ pub(crate) fn authenticity(a: Authenticity) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::pattern;
+    use super::{json_text, pattern, text};
+
+    #[test]
+    fn nul_is_kept_as_a_visible_character_everywhere_in_a_payload() {
+        assert_eq!(text("a\0b"), "a\u{2400}b");
+        let mut v = serde_json::json!({"k\u{0}": ["x\u{0}", {"y": "\u{0}"}], "n": 1});
+        json_text(&mut v);
+        assert_eq!(v, serde_json::json!({"k\u{2400}": ["x\u{2400}", {"y": "\u{2400}"}], "n": 1}));
+    }
 
     #[test]
     fn reasons_of_one_cause_share_a_pattern() {

@@ -68,7 +68,8 @@ struct Filters {
     outcome: Option<String>,
 }
 
-/// How a page is read.
+/// How a page is read: from `after` on, or back from `before`; with both,
+/// the rows between them, read from `after` on.
 #[derive(Debug, Clone, Copy)]
 struct Paging {
     limit: usize,
@@ -78,25 +79,22 @@ struct Paging {
 }
 
 impl Search {
-    /// The search with every empty value taken as not given: `?class=&key=`
-    /// is a form left blank, not a search for empty text.
+    /// The search with every blank text filter taken as not given
+    /// (`?class=&key=` is a form left blank, not a search for empty text)
+    /// and NUL written as the index keeps it ([`index::text`]). Typed
+    /// values (a time, an id, a cursor, an order, a limit) are read as
+    /// given: an empty one is wrong, and refused naming it.
     fn given(&self) -> Search {
-        let g = |v: &Option<String>| v.clone().filter(|v| !v.is_empty());
+        let text = |v: &Option<String>| v.as_deref().filter(|v| !v.is_empty()).map(super::index::text);
         Search {
-            class: g(&self.class),
-            pattern: g(&self.pattern),
-            reason: g(&self.reason),
-            key: g(&self.key),
-            event_id: g(&self.event_id),
-            header: g(&self.header),
-            field: g(&self.field),
-            since: g(&self.since),
-            until: g(&self.until),
-            outcome: g(&self.outcome),
-            order: g(&self.order),
-            after: g(&self.after),
-            before: g(&self.before),
-            limit: g(&self.limit),
+            class: text(&self.class),
+            pattern: text(&self.pattern),
+            reason: text(&self.reason),
+            key: text(&self.key),
+            header: text(&self.header),
+            field: text(&self.field),
+            outcome: text(&self.outcome),
+            ..self.clone()
         }
     }
 
@@ -142,9 +140,6 @@ impl Search {
             .map(|id| Uuid::parse_str(id).map_err(|e| invalid("event_id", format!("`{id}` is not a UUID ({e})"))))
             .transpose()?;
         let (after, before) = (cursor("after", &s.after)?, cursor("before", &s.before)?);
-        if after.is_some() && before.is_some() {
-            return Err(invalid("after", "give `after` or `before`, not both".into()));
-        }
         let filters = Filters {
             class: s.class.clone(),
             pattern: s.pattern.clone(),
@@ -210,6 +205,11 @@ pub enum SearchError {
     Database(#[from] sqlx::Error),
 }
 
+/// The earliest time PostgreSQL's `timestamptz` holds (4713-11-24 BC),
+/// and a time past every dead letter both it and chrono hold.
+const EARLIEST_MICROS: i64 = -210_866_803_200_000_000;
+const LATEST_MICROS: i64 = 8_000_000_000_000_000_000;
+
 /// Where a page starts: the row's time, partition and offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cursor {
@@ -229,7 +229,10 @@ impl Cursor {
         };
         let mut parts = text.split('.');
         let mut field = || parts.next().ok_or_else(bad);
-        let micros = field()?.parse().map_err(|_| bad())?;
+        // A cursor's time is any i64 of microseconds; one before the
+        // earliest PostgreSQL holds (4713 BC) or after the latest chrono
+        // does names the same page as that edge: no row lies beyond it.
+        let micros = field()?.parse::<i64>().map_err(|_| bad())?.clamp(EARLIEST_MICROS, LATEST_MICROS);
         let partition = field()?.parse().map_err(|_| bad())?;
         let offset = field()?.parse().map_err(|_| bad())?;
         Ok(Self { micros, partition, offset })
@@ -259,7 +262,7 @@ pub async fn search(pool: &PgPool, handler: &str, search: &Search) -> Result<Fou
         .collect::<Result<_, sqlx::Error>>()?;
     let (rows, more) = page(pool, handler, &filters, paging).await?;
     // `more`: rows beyond this page in the direction it was read.
-    let backwards = paging.before.is_some();
+    let backwards = paging.backwards();
     let (next, previous) = match (rows.first(), rows.last()) {
         (Some(first), Some(last)) => {
             let next = if backwards { true } else { more };
@@ -305,18 +308,13 @@ async fn page(pool: &PgPool, handler: &str, filters: &Filters, paging: Paging) -
     );
     let mut q = filtered(select, handler, filters);
     // Read backwards (towards the previous page) in the opposite order.
-    let descending = paging.newest_first != paging.before.is_some();
-    if let Some(at) = paging.after.or(paging.before) {
-        let op = if descending { "<" } else { ">" };
-        let time = chrono::DateTime::from_timestamp_micros(at.micros)
-            .ok_or_else(|| SearchError::Invalid(format!("the cursor's time {} is out of range", at.micros)))?;
-        q.push(format!(" AND (failed_at, \"partition\", \"offset\") {op} ("))
-            .push_bind(time)
-            .push(", ")
-            .push_bind(at.partition)
-            .push(", ")
-            .push_bind(at.offset)
-            .push(")");
+    let descending = paging.newest_first != paging.backwards();
+    let (past, short_of) = if descending { ("<", ">") } else { (">", "<") };
+    if let Some(from) = paging.after.or(paging.before) {
+        beyond(&mut q, past, from)?;
+    }
+    if let (Some(_), Some(to)) = (paging.after, paging.before) {
+        beyond(&mut q, short_of, to)?;
     }
     let direction = if descending { "DESC" } else { "ASC" };
     q.push(format!(" ORDER BY failed_at {direction}, \"partition\" {direction}, \"offset\" {direction} LIMIT "))
@@ -324,10 +322,31 @@ async fn page(pool: &PgPool, handler: &str, filters: &Filters, paging: Paging) -
     let mut rows = q.build().fetch_all(pool).await?.iter().map(row).collect::<Result<Vec<_>, _>>()?;
     let more = rows.len() > paging.limit;
     rows.truncate(paging.limit);
-    if paging.before.is_some() {
+    if paging.backwards() {
         rows.reverse();
     }
     Ok((rows, more))
+}
+
+impl Paging {
+    /// Read back from `before` (no `after` given).
+    fn backwards(&self) -> bool {
+        self.before.is_some() && self.after.is_none()
+    }
+}
+
+/// `AND` the rows `op` (`<` or `>`) the cursor `at` in display order.
+fn beyond(q: &mut QueryBuilder<'_, Postgres>, op: &str, at: Cursor) -> Result<(), SearchError> {
+    let time = chrono::DateTime::from_timestamp_micros(at.micros)
+        .ok_or_else(|| SearchError::Invalid(format!("the cursor's time {} is out of range", at.micros)))?;
+    q.push(format!(" AND (failed_at, \"partition\", \"offset\") {op} ("))
+        .push_bind(time)
+        .push(", ")
+        .push_bind(at.partition)
+        .push(", ")
+        .push_bind(at.offset)
+        .push(")");
+    Ok(())
 }
 
 fn row(r: &sqlx::postgres::PgRow) -> Result<Row, sqlx::Error> {
@@ -420,8 +439,8 @@ mod tests {
         assert!(refused(s(|s| s.field = Some("customer.id".into()))).starts_with("field: `customer.id`"));
         assert!(refused(s(|s| s.field = Some("=42".into()))).starts_with("field:"));
         assert!(refused(s(|s| s.after = Some("1.2".into()))).starts_with("after: `1.2` is not a cursor"));
-        let both = s(|s| (s.after, s.before) = (Some("1.2.3".into()), Some("1.2.3".into())));
-        assert!(refused(both).contains("not both"));
+        assert!(refused(s(|s| s.limit = Some(String::new()))).starts_with("limit: ``"));
+        assert!(refused(s(|s| s.event_id = Some(String::new()))).starts_with("event_id: ``"));
     }
 
     #[test]
@@ -442,20 +461,36 @@ mod tests {
     }
 
     #[test]
-    fn empty_values_are_not_given() {
+    fn blank_text_filters_are_not_given_and_nul_reads_as_the_index_keeps_it() {
         let e = || Some(String::new());
         let blank = Search {
             class: e(),
+            pattern: e(),
+            reason: e(),
+            key: e(),
+            header: e(),
             field: e(),
-            event_id: e(),
-            since: e(),
-            order: e(),
-            after: e(),
-            limit: e(),
+            outcome: e(),
             ..Search::default()
         };
         let (filters, paging) = blank.read().expect("a blank form is a search for everything");
-        assert!(filters.class.is_none() && filters.field.is_none() && filters.event_id.is_none());
-        assert!(filters.since.is_none() && paging.after.is_none() && paging.newest_first && paging.limit == 100);
+        assert!(filters.class.is_none() && filters.pattern.is_none() && filters.reason.is_none());
+        assert!(filters.key.is_none() && filters.header.is_none() && filters.field.is_none());
+        assert!(filters.outcome.is_none() && paging.after.is_none() && paging.newest_first && paging.limit == 100);
+        let nul = Search { key: Some("a\0b".into()), field: Some("x=\0".into()), ..Search::default() };
+        let (filters, _) = nul.read().expect("NUL is text");
+        assert_eq!(filters.key.as_deref(), Some("a\u{2400}b"));
+        assert_eq!(filters.field.map(|f| f.1).as_deref(), Some("\u{2400}"));
+    }
+
+    #[test]
+    fn a_window_between_two_cursors_reads_forwards() {
+        let both = Search { after: Some("1.2.3".into()), before: Some("4.5.6".into()), ..Search::default() };
+        let (_, paging) = both.read().expect("a window");
+        assert!(!paging.backwards());
+        let far = Search { after: Some("-9223372036854775808.0.0".into()), ..Search::default() };
+        assert_eq!(far.read().expect("a time past every row").1.after.map(|c| c.micros), Some(EARLIEST_MICROS));
+        let (_, back) = Search { before: Some("4.5.6".into()), ..Search::default() }.read().expect("valid");
+        assert!(back.backwards());
     }
 }
