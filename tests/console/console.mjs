@@ -148,6 +148,10 @@ try {
   await page.goto(`${url}/console/#/modules/${handler}`);
   await page.locator("#module-file").setInputFiles(files.garbage);
   await page.locator("#upload button[type=submit]").click();
+  // Nothing is sent before the operator confirms what, how big, and where.
+  const confirmation = await page.locator("#outcome .confirm").textContent();
+  assert.match(confirmation, new RegExp(`Upload notes\\.wasm \\(1 KiB\\) as the next version of ${handler} and activate it on every host`), confirmation);
+  await page.locator('#outcome button[data-confirm="upload"]').click();
   const refused = page.locator("#outcome .message.error");
   await refused.waitFor();
   const refusal = await refused.textContent();
@@ -156,6 +160,7 @@ try {
   await page.locator("#module-file").setInputFiles(files.v2);
   await page.locator("#module-note").fill("v2 from the console test");
   await page.locator("#upload button[type=submit]").click();
+  await page.locator('#outcome button[data-confirm="upload"]').click();
   await page.locator("#outcome").getByText("stored as version 2 and activated").waitFor();
   await page.locator('#versions tr[data-version="2"] .pill.active').waitFor();
   await need("stream-v2");
@@ -270,6 +275,20 @@ try {
   assert.equal(await readPage.locator("button[data-action]").count(), 0, "no replay buttons for a read session");
   assert.equal((await need("active")).version, 1, "the read session changed nothing");
 
+  // ---- the audit trail: what the operator did, in the host token's name;
+  // the read session's refused change is no change ----
+  await readPage.goto(`${url}/console/#/audit`);
+  await readPage.locator("#audit tr[data-audit]").first().waitFor();
+  const trail = await readPage.locator("#audit tr[data-audit]").evaluateAll((rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
+  const upload = trail.find((cells) => cells[3].startsWith(`PUT /console/api/handlers/${handler}/module`));
+  assert.ok(upload, "the console upload is in the trail: " + JSON.stringify(trail));
+  assert.deepEqual([upload[1], upload[2], upload[4]], ["$IDEM_ADMIN_TOKEN", "console", handler], JSON.stringify(upload));
+  assert.ok(trail.some((cells) => cells[3] === "POST /console/api/login"), "logins are in the trail");
+  assert.ok(!trail.some((cells) => cells[1] === "$IDEM_ADMIN_READ_TOKEN" && cells[3].includes("/activate")), "a refused change is not a change");
+  await readPage.locator(`#audit a[href="#/audit?handler=${handler}"]`).first().click();
+  await readPage.waitForFunction((h) => location.hash === `#/audit?handler=${h}` && document.querySelector("#audit"), handler);
+  await shot(readPage, "audit");
+
   // ---- every page: axe-core finds nothing, light and dark, and at 390 px
   // nothing but a table scrolls sideways; a keyboard walk survives the
   // live page's refresh ----
@@ -311,6 +330,9 @@ try {
     await p.locator("#dead-letters button[data-open]").first().click();
     await p.locator("#payload").waitFor();
     await check("dead letters");
+    await p.goto(`${url}/console/#/audit`);
+    await p.locator("#audit").waitFor();
+    await check("audit");
     await a11y.close();
   }
   assert.deepEqual(violations, [], "accessibility:\n" + violations.join("\n"));

@@ -59,8 +59,10 @@ fn long_enough(env: &str, token: &str) -> anyhow::Result<()> {
 pub(crate) struct Tokens {
     operate: Option<Arc<str>>,
     read: Option<Arc<str>>,
-    /// `[admin] token_env`, named in refusals.
+    /// `[admin] token_env`, named in refusals and as the actor.
     operate_env: Arc<str>,
+    /// `[admin] read_token_env`.
+    read_env: Arc<str>,
 }
 
 impl Tokens {
@@ -82,6 +84,7 @@ impl Tokens {
             operate: operate.map(Arc::from),
             read: read.map(Arc::from),
             operate_env: config.token_env.as_str().into(),
+            read_env: config.read_token_env.as_str().into(),
         })
     }
 
@@ -104,6 +107,13 @@ impl Tokens {
         }
     }
 
+    /// The actor `given` is, when it is one of the host's own tokens.
+    pub(crate) fn actor_of(&self, given: &str) -> Option<Actor> {
+        let scope = self.scope_of(given)?;
+        let env = if scope == Scope::Operate { &self.operate_env } else { &self.read_env };
+        Some(Actor { name: format!("${env}").into(), scope })
+    }
+
     /// The refusal for a caller of `scope` asking for more.
     pub(crate) fn too_narrow(&self, scope: Scope) -> String {
         format!(
@@ -113,6 +123,29 @@ impl Tokens {
             self.operate_env
         )
     }
+}
+
+/// 32 random bytes, hex: a session's id, a CSRF token, an issued token.
+pub(crate) fn secret() -> String {
+    let mut bytes = [0u8; 32];
+    // The OS's generator failing is not something to serve on.
+    if let Err(e) = getrandom::fill(&mut bytes) {
+        tracing::error!("admin: no random bytes from the OS: {e}");
+        std::process::abort();
+    }
+    hex::encode(bytes)
+}
+
+/// The actor of a request when the host requires no token (loopback only).
+pub(crate) const LOCAL: &str = "local";
+
+/// Who is asking: a named operator, one of the host's own tokens (named by
+/// its variable, `$IDEM_ADMIN_TOKEN`), or `local` when the host requires
+/// no token. What the audit trail and a module's `uploaded_by` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Actor {
+    pub name: Arc<str>,
+    pub scope: Scope,
 }
 
 /// Whether `Host` names this machine's loopback (by address or as localhost).
@@ -171,7 +204,13 @@ mod tests {
 
     #[test]
     fn a_token_carries_the_scope_of_its_variable() {
-        let tokens = Tokens { operate: Some("op".into()), read: Some("rd".into()), operate_env: "X".into() };
+        let tokens = Tokens {
+            operate: Some("op".into()),
+            read: Some("rd".into()),
+            operate_env: "X".into(),
+            read_env: "R".into(),
+        };
+        assert_eq!(tokens.actor_of("rd").map(|a| a.name), Some("$R".into()));
         assert_eq!(tokens.scope_of("op"), Some(Scope::Operate));
         assert_eq!(tokens.scope_of("rd"), Some(Scope::Read));
         assert_eq!(tokens.scope_of("o"), None);

@@ -18,12 +18,15 @@
 //! limits".
 
 mod access;
+mod answer;
+mod audit;
 mod body;
 pub mod client;
 mod console;
 mod dead_letters;
 mod fleet;
 mod listener;
+mod operators;
 mod peers;
 mod routes;
 mod stall;
@@ -65,9 +68,18 @@ pub(crate) struct AdminState {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// `[admin] body_timeout`.
     pub body_timeout: Duration,
+    /// The named operators' tokens.
+    pub operators: Arc<operators::Operators>,
+    /// This host as the fleet names it (the audit trail's `host`), known
+    /// once it serves.
+    host: Arc<std::sync::OnceLock<String>>,
 }
 
 impl AdminState {
+    pub(crate) fn host(&self) -> String {
+        self.host.get().cloned().unwrap_or_default()
+    }
+
     pub(crate) fn slot(&self, name: &str) -> Option<&Arc<Slot>> {
         self.slots.iter().find(|s| s.name() == name)
     }
@@ -120,6 +132,8 @@ impl Admin {
         }
         let limits = limits(config);
         let state = AdminState {
+            operators: Arc::new(operators::Operators::new(pool.clone())),
+            host: Arc::default(),
             pool,
             slots: Arc::new(slots),
             tokens,
@@ -131,16 +145,20 @@ impl Admin {
         Ok(Some(Self { listener, state, limits }))
     }
 
-    /// Serves until `stop` turns true; the console replays dead letters
-    /// with `desks` (one per handler of this host).
-    pub async fn serve(self, stop: watch::Receiver<bool>, desks: Vec<crate::pipeline::replay::Desk>) {
+    /// Serves until `stop` turns true as `host` (the fleet's name for
+    /// it); the console replays dead letters with `desks` (one per handler
+    /// of this host).
+    pub async fn serve(self, host: String, stop: watch::Receiver<bool>, desks: Vec<crate::pipeline::replay::Desk>) {
         let telemetry = self.state.telemetry.clone();
         let state = self.state;
+        let _ = state.host.set(host);
         state.console.attach(desks);
         let sampler = tokio::spawn(state.console.clone().sample(stop.clone()));
         let app = routes::router(state.clone())
             .merge(dead_letters::router(state.clone()))
             .merge(fleet::router(state.clone()))
+            .merge(audit::router(state.clone()))
+            .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))
             .layer(axum::middleware::from_fn_with_state(state, authorize));
         listener::serve(self.listener, app, self.limits, telemetry, stop).await;
@@ -194,27 +212,47 @@ async fn authorize(State(state): State<AdminState>, request: Request, next: Next
         let message = "requests from web pages are refused (the console, at /console/, is for browsers)";
         return routes::error(StatusCode::FORBIDDEN, message).into_response();
     }
+    let actor = match actor(&state, request.headers()).await {
+        Ok(actor) => actor,
+        Err(refusal) => return refusal,
+    };
+    if actor.scope < Scope::needed_for(request.method()) {
+        return routes::error(StatusCode::FORBIDDEN, state.tokens.too_narrow(actor.scope)).into_response();
+    }
+    let mut request = request;
+    request.extensions_mut().insert(actor.clone());
+    audit::recorded(&state, &actor, audit::Via::Api, request, next).await
+}
+
+/// Who sent `request`: the operator or host token it carries, or `local`
+/// on a host that requires none (then only addressed to loopback).
+async fn actor(state: &AdminState, headers: &axum::http::HeaderMap) -> Result<access::Actor, Response> {
     if !state.tokens.any() {
-        if !access::loopback_host(request.headers().get(header::HOST)) {
+        if !access::loopback_host(headers.get(header::HOST)) {
             let message =
                 "without a token the admin API answers only requests addressed to localhost or a loopback address";
-            return routes::error(StatusCode::FORBIDDEN, message).into_response();
+            return Err(routes::error(StatusCode::FORBIDDEN, message).into_response());
         }
-        return next.run(request).await;
+        return Ok(access::Actor { name: access::LOCAL.into(), scope: Scope::Operate });
     }
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let Some(scope) = given.and_then(|g| state.tokens.scope_of(g)) else {
-        let message = if given.is_some() { "wrong bearer token" } else { "a bearer token is required" };
-        return routes::error(StatusCode::UNAUTHORIZED, message).into_response();
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let Some(given) = given else {
+        return Err(routes::error(StatusCode::UNAUTHORIZED, "a bearer token is required").into_response());
     };
-    if scope < Scope::needed_for(request.method()) {
-        return routes::error(StatusCode::FORBIDDEN, state.tokens.too_narrow(scope)).into_response();
+    if let Some(actor) = state.tokens.actor_of(given) {
+        return Ok(actor);
     }
-    next.run(request).await
+    match state.operators.lookup(given).await {
+        Ok(Some(named)) => Ok(access::Actor { name: named.name, scope: named.scope }),
+        Ok(None) => Err(routes::error(StatusCode::UNAUTHORIZED, "wrong bearer token").into_response()),
+        Err(e) => {
+            let message = format!(
+                "cannot check this operator's token: the database failed ({e}); the host's own token works meanwhile"
+            );
+            Err(routes::error(StatusCode::SERVICE_UNAVAILABLE, message).into_response())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,16 +3,19 @@
 use std::collections::BTreeMap;
 use std::num::IntErrorKind;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::access::Actor;
+pub(super) use super::answer::{database, error};
+use super::audit::Detail;
 use super::{AdminState, body};
 use crate::modules::store::{self, Stored, Version};
 use crate::modules::{Slot, UploadError, VersionCounts};
@@ -52,18 +55,8 @@ async fn readyz(State(state): State<AdminState>) -> Response {
     }
 }
 
-/// `{"error": message}` with `status`.
-pub(super) fn error(status: StatusCode, message: impl Into<String>) -> (StatusCode, Json<serde_json::Value>) {
-    (status, Json(json!({ "error": message.into() })))
-}
-
 fn unknown(name: &str) -> Response {
     error(StatusCode::NOT_FOUND, format!("no handler `{name}` runs on this host")).into_response()
-}
-
-fn database(e: &sqlx::Error) -> Response {
-    tracing::error!("admin API: the database failed: {e}");
-    error(StatusCode::SERVICE_UNAVAILABLE, format!("the database failed: {e}")).into_response()
 }
 
 /// One handler, as `GET /handlers/{name}` shows it.
@@ -127,6 +120,7 @@ pub(super) async fn upload(
     Path(name): Path<String>,
     query: Result<Query<UploadQuery>, QueryRejection>,
     headers: HeaderMap,
+    actor: Option<Extension<Actor>>,
     body: Body,
 ) -> Response {
     let Some(slot) = state.slot(&name) else { return unknown(&name) };
@@ -164,8 +158,7 @@ pub(super) async fn upload(
         Ok(handler) => handler,
         Err(e) => return refused(&e),
     };
-    let by = headers.get("x-uploaded-by").and_then(|v| v.to_str().ok()).unwrap_or("admin-api");
-    let by: String = by.chars().take(200).collect();
+    let by = uploader(actor.as_ref().map(|a| &*a.name), &headers);
     let upload =
         store::Upload { handler: &name, bytes: &body, sha256: &sha256, uploaded_by: &by, note: query.note.as_deref() };
     let stored = store::store_and_activate(&state.pool, &upload).await;
@@ -186,11 +179,25 @@ pub(super) async fn upload(
     };
     tracing::info!(handler = %name, version, %sha256, uploaded_by = %by, "module upload: {message}");
     let changed = stored != (Stored::Existing { was_active: true });
+    let detail = Detail(json!({ "version": version, "sha256": sha256, "changed": changed }));
     (
         status,
+        Extension(detail),
         Json(json!({ "handler": name, "version": version, "sha256": sha256, "changed": changed, "message": message })),
     )
         .into_response()
+}
+
+/// Who a stored version was uploaded by: the actor the request was
+/// authenticated as, and what the client says (`X-Uploaded-By`, e.g. a CI
+/// job) after it, never instead of it.
+fn uploader(actor: Option<&str>, headers: &HeaderMap) -> String {
+    let actor = actor.unwrap_or(super::access::LOCAL);
+    let says = headers.get("x-uploaded-by").and_then(|v| v.to_str().ok()).filter(|s| !s.is_empty() && *s != actor);
+    match says {
+        Some(says) => format!("{actor} (as {})", crate::text::shown(says, 100)),
+        None => actor.to_owned(),
+    }
 }
 
 /// `?version=N`, read by hand so that every wrong value is answered 400

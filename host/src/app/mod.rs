@@ -85,8 +85,9 @@ pub async fn run(
     // The services start once every handler is registered: the admin API
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
-    let mut services = services(&prepared, slots, admin.map(|a| (a, desks)), &stop_rx);
-    services.push(fleet(&prepared, &identity, telemetry.clone(), &stop_rx));
+    let host = host_name(&identity);
+    let mut services = services(&prepared, slots, admin.map(|a| (a, desks, host.clone())), &stop_rx);
+    services.push(fleet(&prepared, host, telemetry.clone(), &stop_rx));
     let (relays, relay_stats) = crate::outbox::start(&prepared.config, &prepared.pool, &stop_rx)?;
     for (producer, stats) in relay_stats {
         telemetry.register_relay(producer, stats);
@@ -118,19 +119,23 @@ pub async fn run(
     Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
 }
 
-/// This host in the fleet (`telemetry::fleet`), recorded until `stop`. Its
-/// name is its static-membership identity (stable across restarts), else
-/// the machine's name and this process's id.
+/// This host's name in the fleet and the audit trail: its
+/// static-membership identity (stable across restarts), else the machine's
+/// name and this process's id.
+fn host_name(identity: &crate::identity::Identity) -> String {
+    identity.name.clone().unwrap_or_else(|| {
+        let machine = crate::identity::hostname().unwrap_or_else(|| "unnamed".into());
+        format!("{machine}:{}", std::process::id())
+    })
+}
+
+/// This host in the fleet (`telemetry::fleet`), recorded until `stop`.
 fn fleet(
     prepared: &Prepared,
-    identity: &crate::identity::Identity,
+    host: String,
     telemetry: Arc<Telemetry>,
     stop: &watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
-    let host = identity.name.clone().unwrap_or_else(|| {
-        let machine = crate::identity::hostname().unwrap_or_else(|| "unnamed".into());
-        format!("{machine}:{}", std::process::id())
-    });
     let me = crate::telemetry::fleet::Member {
         host,
         admin: Some(prepared.config.admin.listen.clone()),
@@ -156,7 +161,7 @@ fn counting(slots: &[Arc<Slot>]) -> Vec<Arc<Stats>> {
 fn services(
     prepared: &Prepared,
     slots: Vec<Arc<Slot>>,
-    admin: Option<(crate::admin::Admin, Vec<crate::pipeline::replay::Desk>)>,
+    admin: Option<(crate::admin::Admin, Vec<crate::pipeline::replay::Desk>, String)>,
     stop: &watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut services = Vec::new();
@@ -167,8 +172,8 @@ fn services(
             stop.clone(),
         )));
     }
-    if let Some((admin, desks)) = admin {
-        services.push(tokio::spawn(admin.serve(stop.clone(), desks)));
+    if let Some((admin, desks, host)) = admin {
+        services.push(tokio::spawn(admin.serve(host, stop.clone(), desks)));
     }
     let config = prepared.config.clone();
     services.push(tokio::spawn(async move {

@@ -275,7 +275,12 @@ async fn raw_with_host(
 }
 
 /// `headers_and_body`: header lines, a blank line, the body.
-async fn request_with_body(a: std::net::SocketAddr, method: &str, path: &str, headers_and_body: &str) -> super::Answer {
+pub(super) async fn request_with_body(
+    a: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers_and_body: &str,
+) -> super::Answer {
     let mut stream = tokio::net::TcpStream::connect(a).await.expect("connect");
     let text = format!("{method} {path} HTTP/1.1\r\nhost: {a}\r\nconnection: close\r\n{headers_and_body}");
     super::exchange(&mut stream, text.as_bytes(), Duration::from_secs(30), path).await
@@ -426,7 +431,7 @@ async fn a_short_token_is_refused_at_start_up() {
 
 /// `idem` with `args`, `env` set and the admin tokens otherwise unset: its
 /// exit code, stdout and stderr.
-fn cli(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+pub(super) fn cli(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut command = std::process::Command::new(idem_tests::idem_bin());
     command.args(args).env_remove("IDEM_ADMIN_TOKEN").env_remove("IDEM_ADMIN_READ_TOKEN").envs(env.iter().copied());
     let out = command.output().expect("idem");

@@ -22,6 +22,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 mod console;
 mod flood;
+mod operators;
 mod spec;
 mod uploads;
 

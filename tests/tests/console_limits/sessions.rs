@@ -14,7 +14,7 @@ const ENDED: &str = "log in first: no session, or it ended";
 /// good for 8 hours"; "Sessions do not survive a restart". The cookie
 /// says `Max-Age=28800`; the session answers until it ends, and after a
 /// logout or a restart of the host its cookie is answered 401 (the page
-/// shows its login on a 401: "Your session ended: log in again.") while a
+/// shows its login on a 401: "Your session ended (…). Log in again…") while a
 /// new login is let in. (The end of the 8 hours: `expiry.rs`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_lasts_eight_hours_and_one_ended_by_logout_or_restart_is_refused() {
@@ -30,7 +30,7 @@ async fn a_session_lasts_eight_hours_and_one_ended_by_logout_or_restart_is_refus
     }
     let live = console.get(&operator, "/console/api/session").await;
     assert_eq!(live.status, StatusCode::OK, "{:?}", live.body);
-    assert_eq!(live.body, json!({ "scope": "operate", "csrf": operator.csrf }));
+    assert_eq!(live.body, json!({ "scope": "operate", "csrf": operator.csrf, "actor": "$IDEM_ADMIN_TOKEN" }));
 
     // Logged out: the cookie names nothing any more.
     let reader = console.session(READ_TOKEN).await;

@@ -388,6 +388,16 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/handlers/{name}/dead-letters", "get", c.get(url("/handlers/billing/dead-letters?limit=0"))),
         ("/handlers/{name}/dead-letters", "get", c.get(url("/handlers/nobody/dead-letters"))),
         ("/fleet", "get", c.get(url("/fleet"))),
+        ("/operators", "get", c.get(url("/operators"))),
+        // This host requires no token: a named one would mean nothing.
+        (
+            "/operators",
+            "post",
+            c.post(url("/operators")).json(&serde_json::json!({ "name": "alice", "scope": "read" })),
+        ),
+        ("/operators/{name}", "delete", c.delete(url("/operators/nobody"))),
+        ("/audit", "get", c.get(url("/audit?handler=billing"))),
+        ("/audit", "get", c.get(url("/audit?limit=0"))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -402,7 +412,8 @@ async fn the_openapi_document_describes_the_running_api() {
     assert!(matches!(statuses[15], 200 | 503), "{statuses:?}");
     assert_eq!(statuses[16], 200, "HEAD /healthz");
     assert!(matches!(statuses[17], 200 | 503), "{statuses:?}");
-    assert_eq!(statuses[18..], [200, 400, 404, 200], "dead letters searched, refused, unknown; the fleet");
+    assert_eq!(statuses[18..22], [200, 400, 404, 200], "dead letters searched, refused, unknown; the fleet");
+    assert_eq!(statuses[22..], [200, 409, 404, 200, 400], "operators listed, refused, unknown; the trail, refused");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()
@@ -411,6 +422,18 @@ async fn the_openapi_document_describes_the_running_api() {
         .collect();
     assert_eq!(seen, documented, "every documented operation is exercised");
     assert_eq!(api.show("billing").await["active_version"], 1, "the refused activation changed nothing");
+    // Each change is in the trail, by `local` (this host requires no token).
+    let (_, trail) = api.send(c.get(url("/audit?handler=billing"))).await;
+    let v2 = trail["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["action"] == "PUT /handlers/billing/module?note=v2");
+    let v2 = v2.unwrap_or_else(|| panic!("the upload of v2 is not in the trail: {trail}"));
+    assert_eq!(
+        (&v2["actor"], &v2["status"], &v2["detail"]["version"]),
+        (&Value::from("local"), &Value::from(201), &Value::from(2))
+    );
     host.stop().await;
     env.finish().await;
 }

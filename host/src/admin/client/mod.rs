@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde_json::Value;
 
+pub mod operators;
 pub mod status;
 
 /// The admin API could not be reached or refused the request.

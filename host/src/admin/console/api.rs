@@ -14,7 +14,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::session::{self, Session};
-use crate::admin::{AdminState, body, routes};
+use crate::admin::access::Actor;
+use crate::admin::{AdminState, audit, body, routes};
 use crate::pipeline::replay::{PageQuery, ReplayOptions, Selection, Window};
 
 /// Bytes of a JSON request body (a login, a replay's selection).
@@ -53,7 +54,20 @@ pub(super) async fn login(
         Err(refusal) => return refusal,
     };
     // The right token is let in whatever others tried (see `session`).
-    let Some(scope) = state.tokens.scope_of(&login.token) else {
+    let (actor, named) = match state.tokens.actor_of(&login.token) {
+        Some(actor) => (Some(actor), None),
+        None => match state.operators.lookup(&login.token).await {
+            Ok(named) => {
+                let digest = crate::admin::operators::digest(&login.token);
+                (named.map(|n| Actor { name: n.name, scope: n.scope }), Some(digest))
+            }
+            Err(e) => {
+                let message = format!("cannot check this operator's token: the database failed ({e})");
+                return routes::error(StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+            }
+        },
+    };
+    let Some(actor) = actor else {
         tracing::warn!(peer = ?peer, "console: a login with a wrong token");
         if console.sessions.failed(peer) {
             let message = "wrong token, and too many wrong tokens from this address: wrong tries are slowed for a \
@@ -62,15 +76,26 @@ pub(super) async fn login(
         }
         return routes::error(StatusCode::UNAUTHORIZED, "wrong token").into_response();
     };
-    let (id, session) = console.sessions.start(scope);
-    tracing::info!(scope = scope.as_str(), "console: logged in");
+    let (id, session) = console.sessions.start(actor.clone(), named);
+    tracing::info!(actor = %actor.name, scope = actor.scope.as_str(), "console: logged in");
+    let entry = audit::Entry {
+        actor: &actor,
+        via: audit::Via::Console,
+        peer: peer.map(|p| p.to_string()),
+        action: "POST /console/api/login".into(),
+        handler: None,
+        status: StatusCode::OK,
+        detail: None,
+    };
+    audit::write(&state.pool, &state.host(), &entry).await;
     let cookie = format!(
         "{}={id}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={}{}",
         session::COOKIE,
         session::LIFETIME.as_secs(),
         console.secure_attribute()
     );
-    let mut response = Json(json!({ "scope": session.scope, "csrf": session.csrf })).into_response();
+    let body = json!({ "scope": session.scope, "csrf": session.csrf, "actor": &*session.actor.name });
+    let mut response = Json(body).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -96,7 +121,7 @@ pub(super) async fn logout(State(state): State<AdminState>, headers: HeaderMap) 
 /// The session the cookie names: its scope and CSRF token (read by the
 /// page after a reload; another site's page cannot read it).
 pub(super) async fn current(axum::Extension(session): axum::Extension<Session>) -> Response {
-    Json(json!({ "scope": session.scope, "csrf": session.csrf })).into_response()
+    Json(json!({ "scope": session.scope, "csrf": session.csrf, "actor": &*session.actor.name })).into_response()
 }
 
 fn cached(bytes: axum::body::Bytes) -> Response {
@@ -260,7 +285,11 @@ pub(super) async fn replay(State(state): State<AdminState>, Path(name): Path<Str
             );
             // Stopped by an outage: what it did so far, as a 503.
             let status = if report.stopped.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
-            (status, Json(report)).into_response()
+            let detail = audit::Detail(json!({
+                "dry_run": report.dry_run, "read": report.read, "applied": report.applied,
+                "duplicates": report.duplicates, "failed_again": report.failed_again, "stopped": report.stopped,
+            }));
+            (status, axum::Extension(detail), Json(report)).into_response()
         }
         Ok(Err(e)) => routes::error(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")).into_response(),
         Err(e) => routes::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the replay failed: {e}")).into_response(),

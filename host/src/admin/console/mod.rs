@@ -39,7 +39,7 @@ use axum::routing::{get, post, put};
 use tokio::sync::{Semaphore, watch};
 
 use super::access::{self, Scope};
-use super::{AdminState, routes};
+use super::{AdminState, audit, routes};
 use crate::config::AdminConfig;
 use crate::pipeline::replay::Desk;
 use crate::telemetry::Telemetry;
@@ -147,6 +147,7 @@ pub(super) fn router(state: AdminState) -> axum::Router {
         .route("/console/api/session", get(api::current))
         .route("/console/api/overview", get(api::overview))
         .route("/console/api/fleet", get(super::fleet::fleet))
+        .route("/console/api/audit", get(audit::show))
         .route("/console/api/handlers/{name}", get(api::handler))
         .route("/console/api/handlers/{name}/modules", get(routes::show))
         .route("/console/api/handlers/{name}/module", put(routes::upload).layer(DefaultBodyLimit::disable()))
@@ -167,8 +168,18 @@ pub(super) fn router(state: AdminState) -> axum::Router {
 /// and for the API a session (and for a change its CSRF token and scope);
 /// every answer gets the security headers.
 async fn guard(State(state): State<AdminState>, mut request: Request, next: Next) -> Response {
-    let mut response = match check(&state, &mut request) {
-        Ok(()) => next.run(request).await,
+    let checked = match check(&state, &mut request) {
+        Ok(()) => still_named(&state, request.extensions().get::<session::Session>().and_then(|s| s.named)).await,
+        Err(refusal) => Err(refusal),
+    };
+    let mut response = match checked {
+        Ok(()) => match request.extensions().get::<session::Session>().map(|s| s.actor.clone()) {
+            Some(actor) => {
+                request.extensions_mut().insert(actor.clone());
+                audit::recorded(&state, &actor, audit::Via::Console, request, next).await
+            }
+            None => next.run(request).await,
+        },
         Err((status, message)) => routes::error(status, message).into_response(),
     };
     let headers = response.headers_mut();
@@ -227,10 +238,22 @@ fn check(state: &AdminState, request: &mut Request) -> Result<(), Refusal> {
             return refuse(StatusCode::FORBIDDEN, state.tokens.too_narrow(session.scope));
         }
     }
-    // The uploader the store records is the console's, whatever was sent.
-    request.headers_mut().insert("x-uploaded-by", HeaderValue::from_static("console"));
     request.extensions_mut().insert(session);
     Ok(())
+}
+
+/// A named operator's session lasts while their token does: revoked, it
+/// ends on every host within `operators::FRESH`.
+async fn still_named(state: &AdminState, named: Option<[u8; 32]>) -> Result<(), Refusal> {
+    let Some(digest) = named else { return Ok(()) };
+    match state.operators.lookup_digest(digest).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => refuse(StatusCode::UNAUTHORIZED, "log in again: this operator's token was revoked"),
+        Err(e) => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot check this operator's token: the database failed ({e})"),
+        ),
+    }
 }
 
 /// A change must come from a page of this console: browsers name the page's

@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::super::access::Scope;
+use super::super::access::{Actor, Scope, secret};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "idem_console";
@@ -36,6 +36,11 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
     pub scope: Scope,
+    /// Who logged in (the audit trail's actor for what this session does).
+    pub actor: Actor,
+    /// A named operator's token digest: the session ends when that token is
+    /// revoked (`operators`).
+    pub named: Option<[u8; 32]>,
     /// This session's number on this host (never a secret).
     pub id: u64,
     /// What the page sends back in `X-CSRF-Token` on every change.
@@ -54,26 +59,18 @@ pub(crate) struct Sessions {
     next_id: std::sync::atomic::AtomicU64,
 }
 
-/// 32 random bytes, hex.
-fn secret() -> String {
-    let mut bytes = [0u8; 32];
-    // The OS's generator failing is not something to serve on.
-    if let Err(e) = getrandom::fill(&mut bytes) {
-        tracing::error!("console: no random bytes from the OS: {e}");
-        std::process::abort();
-    }
-    hex::encode(bytes)
-}
-
 fn digest(id: &str) -> [u8; 32] {
     <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes()).into()
 }
 
 impl Sessions {
-    /// Starts a session of `scope`; returns the cookie's value and the session.
-    pub(crate) fn start(&self, scope: Scope) -> (String, Session) {
+    /// Starts a session for `actor` (`named`: its operator token's digest);
+    /// returns the cookie's value and the session.
+    pub(crate) fn start(&self, actor: Actor, named: Option<[u8; 32]>) -> (String, Session) {
         let number = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (id, session) = (secret(), Session { scope, id: number, csrf: secret(), started: Instant::now() });
+        let scope = actor.scope;
+        let session = Session { scope, actor, named, id: number, csrf: secret(), started: Instant::now() };
+        let id = secret();
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|_, s| s.started.elapsed() < LIFETIME);
         let same_scope = || live.iter().filter(|(_, s)| s.scope == scope);
@@ -152,12 +149,16 @@ pub(crate) fn cookie(headers: &axum::http::HeaderMap) -> Option<&str> {
 mod tests {
     use axum::http::{HeaderMap, HeaderValue, header};
 
-    use super::{Scope, Sessions, cookie};
+    use super::{Actor, Scope, Sessions, cookie};
+
+    fn actor(scope: Scope) -> Actor {
+        Actor { name: "$T".into(), scope }
+    }
 
     #[test]
     fn a_session_is_found_by_its_cookie_only() {
         let sessions = Sessions::default();
-        let (id, session) = sessions.start(Scope::Read);
+        let (id, session) = sessions.start(actor(Scope::Read), None);
         assert_eq!(id.len(), 64);
         assert_ne!(id, session.csrf);
         assert_eq!(sessions.get(&id).map(|s| s.scope), Some(Scope::Read));
@@ -197,9 +198,9 @@ mod tests {
     #[test]
     fn read_logins_never_end_operate_sessions() {
         let sessions = Sessions::default();
-        let (operate, _) = sessions.start(Scope::Operate);
+        let (operate, _) = sessions.start(actor(Scope::Operate), None);
         for _ in 0..super::MAX_SESSIONS * 2 {
-            sessions.start(Scope::Read);
+            sessions.start(actor(Scope::Read), None);
         }
         assert!(sessions.get(&operate).is_some());
     }

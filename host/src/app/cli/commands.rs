@@ -103,6 +103,31 @@ pub(super) enum Command {
         #[arg(long)]
         to: Option<i32>,
     },
+    /// Named operators' tokens: issued per person, revocable, each named
+    /// in the audit trail as the actor of what is done with it.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// The audit trail: every change made through the admin API or the
+    /// console (deploys, activations, replays, logins, tokens), who made it
+    /// and the answer's status, newest first.
+    Audit {
+        #[command(flatten)]
+        admin: AdminTarget,
+        /// Only changes to this handler.
+        #[arg(long)]
+        handler: Option<String>,
+        /// Only changes by this actor (an operator's name, `$IDEM_ADMIN_TOKEN`, `local`).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Entries older than this id (a page's `more: --before N`).
+        #[arg(long)]
+        before: Option<i64>,
+        /// Entries shown (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
     /// A running host's handlers and partitions from its /metrics: lag,
     /// rate, outcomes, the module running; refreshed in place on a terminal.
     Status {
@@ -219,6 +244,33 @@ pub(super) enum DlqCommand {
         /// could have written such a record; use it once, after an upgrade.
         #[arg(long)]
         trust_unsigned: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub(super) enum TokenCommand {
+    /// Issues a token for NAME (shown once; the hosts keep only its hash).
+    Create {
+        #[command(flatten)]
+        admin: AdminTarget,
+        /// Who it is for: 1 to 64 of a-z, 0-9, `.`, `_`, `-`, `@`.
+        name: String,
+        /// `read` (every page and GET) or `operate` (also deploy, roll
+        /// back, replay, issue tokens).
+        #[arg(long, value_parser = ["read", "operate"])]
+        scope: String,
+    },
+    /// Every named operator: scope, who issued it and when, revoked or not.
+    List {
+        #[command(flatten)]
+        admin: AdminTarget,
+    },
+    /// Revokes NAME's token on every host (within 2 s); its console
+    /// sessions end too. The name is never issued again.
+    Revoke {
+        #[command(flatten)]
+        admin: AdminTarget,
+        name: String,
     },
 }
 

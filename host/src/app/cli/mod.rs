@@ -1,6 +1,6 @@
 //! The command line: `idem run`, `idem check`, `idem new`, `idem test`, `idem migrate`, `idem dlq`,
 //! `idem deploy`, `idem handlers`, `idem rollback`, `idem maintenance`,
-//! `idem outbox`, `idem status`. The `idem`
+//! `idem outbox`, `idem status`, `idem token`, `idem audit`. The `idem`
 //! binary is [`main`] and nothing else.
 
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ mod commands;
 mod when;
 
 use actions::{OutboxQuery, dlq_list, dlq_replay, end_producer, maintenance, migrate, outbox};
-use commands::{Command, DlqCommand};
+use commands::{Command, DlqCommand, TokenCommand};
 
 #[derive(Parser)]
 #[command(
@@ -164,6 +164,15 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
         }
+        Command::Token { command } => token(command).await,
+        Command::Audit { admin, handler, actor, before, limit } => {
+            let mut query = vec![("limit", limit.to_string())];
+            query.extend(handler.map(|h| ("handler", h)));
+            query.extend(actor.map(|a| ("actor", a)));
+            query.extend(before.map(|b| ("before", b.to_string())));
+            let trail = crate::admin::client::operators::audit(&admin.reading(), &query).await?;
+            admin.print(&trail, crate::admin::client::operators::render_audit)
+        }
         Command::Status { url, token, once } => {
             let token = token.filter(|t| !t.is_empty()).or_else(commands::read_token);
             crate::admin::client::status::show(&url, token.as_deref(), once).await
@@ -176,6 +185,29 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             outbox(&config, OutboxQuery { producer, failed, redrive, ids, json }).await
         }
         Command::Migrate { database_url, config } => migrate(database_url, config).await,
+    }
+}
+
+/// `idem token`.
+async fn token(command: TokenCommand) -> anyhow::Result<()> {
+    use crate::admin::client::operators;
+    match command {
+        TokenCommand::Create { admin, name, scope } => {
+            let created = operators::create(&admin.target(), &name, &scope).await?;
+            admin.print(&created, operators::render_created)
+        }
+        TokenCommand::List { admin } => {
+            let listing = operators::list(&admin.reading()).await?;
+            admin.print(&listing, operators::render_list)
+        }
+        TokenCommand::Revoke { admin, name } => {
+            let answer = operators::revoke(&admin.target(), &name).await?;
+            let said = |a: &serde_json::Value| match a["revoked"].as_bool() {
+                Some(true) => format!("idem: {name}'s token is revoked (every host refuses it within 2 s)\n"),
+                _ => format!("idem: {name}'s token was already revoked\n"),
+            };
+            admin.print(&answer, said)
+        }
     }
 }
 

@@ -18,7 +18,7 @@ const PATTERNS_LISTED: i64 = 20;
 const PAYLOAD_SHOWN: usize = 2_000;
 
 /// What to find, as the query string says it: every field optional,
-/// together they narrow. Each is read and checked by [`Search::filters`],
+/// together they narrow. Each is read and checked by `Search::read`,
 /// which names the field a value is wrong for.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -81,7 +81,7 @@ struct Paging {
 impl Search {
     /// The search with every blank text filter taken as not given
     /// (`?class=&key=` is a form left blank, not a search for empty text)
-    /// and NUL written as the index keeps it ([`index::text`]). Typed
+    /// and NUL written as the index keeps it ([`super::index::text`]). Typed
     /// values (a time, an id, a cursor, an order, a limit) are read as
     /// given: an empty one is wrong, and refused naming it.
     fn given(&self) -> Search {

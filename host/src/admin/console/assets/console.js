@@ -6,7 +6,7 @@
 "use strict";
 
 const main = document.getElementById("main");
-const session = { scope: null, csrf: null };
+const session = { scope: null, csrf: null, actor: null };
 let refresh = null; // the live page's refresher, called every second
 let refreshing = false;
 let generation = 0; // one more at every navigation: an answer for an older page is dropped
@@ -117,12 +117,21 @@ async function api(path, options) {
   const headers = {};
   if (opts.method !== "GET") headers["X-CSRF-Token"] = session.csrf || "";
   if (opts.json !== undefined) { headers["Content-Type"] = "application/json"; opts.body = JSON.stringify(opts.json); }
-  const response = await fetch("/console/api" + path, { method: opts.method, headers, body: opts.body, credentials: "same-origin", cache: "no-store" });
+  let response;
+  try {
+    response = await fetch("/console/api" + path, { method: opts.method, headers, body: opts.body, credentials: "same-origin", cache: "no-store" });
+  } catch (e) {
+    // No answer at all: the host is down or restarting (a restart also ends
+    // every session, which the next answer will say).
+    throw new Refused(0, "The host does not answer (" + e.message + "): it may be restarting. Live pages retry every second; reload this page once it is back.");
+  }
   const text = await response.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = { error: text }; }
   if (!response.ok) {
-    if (response.status === 401 && !path.startsWith("/login")) { loginPage("Your session ended: log in again."); }
+    if (response.status === 401 && !path.startsWith("/login")) {
+      loginPage("Your session ended (" + ((body && body.error) || "401") + "). Log in again; a host restart ends every session.");
+    }
     throw new Refused(response.status, (body && body.error) || response.status + " " + response.statusText);
   }
   return body;
@@ -156,6 +165,7 @@ function loginPage(notice) {
       const answer = await api("/login", { method: "POST", json: { token: token.value } });
       session.scope = answer.scope;
       session.csrf = answer.csrf;
+      session.actor = answer.actor;
       loggedIn();
     } catch (e) {
       error.replaceChildren(message(e.message, true));
@@ -166,7 +176,7 @@ function loginPage(notice) {
 }
 
 function loggedIn() {
-  document.getElementById("who").textContent = "scope: " + session.scope;
+  document.getElementById("who").textContent = (session.actor || "") + " · scope: " + session.scope;
   document.getElementById("logout").hidden = false;
   route();
 }
@@ -174,7 +184,7 @@ function loggedIn() {
 function navFor(name) {
   const here = location.hash.split("?")[0];
   const link = (href, text) => el("a", { href, class: here === href ? "here" : null }, text);
-  const items = [link("#/", "Overview")];
+  const items = [link("#/", "Overview"), link("#/audit", "Audit")];
   if (name) {
     items.push(link("#/handler/" + enc(name), name), link("#/modules/" + enc(name), "Modules"), link("#/dead-letters/" + enc(name), "Dead letters"));
   }
@@ -236,6 +246,35 @@ async function overviewPage(gen) {
     table(["Handler", "Topic", "Partition", "lag", "lag, 2 min", "State"], partitions, { id: "partitions" }),
     fleet ? fleetSection(fleet) : message("The fleet is not available (the database did not answer).", true),
     el("p", { class: "muted", id: "updated" }, "Updated " + new Date(data.at || Date.now()).toLocaleTimeString()));
+}
+
+// The audit trail: every change through the API or the console, newest
+// first, with who made it and how it was answered.
+async function auditPage(gen, query) {
+  const params = new URLSearchParams(query || "");
+  const asked = new URLSearchParams();
+  for (const k of ["handler", "actor", "before"]) if (params.get(k)) asked.set(k, params.get(k));
+  const trail = await api("/audit?" + asked.toString());
+  if (gen !== generation) return;
+  navFor(null);
+  const filter = (k, v) => { const p = new URLSearchParams(); p.set(k, v); return "#/audit?" + p.toString(); };
+  const rows = trail.entries.map((e) => el("tr", { "data-audit": String(e.id) },
+    el("td", {}, new Date(e.at).toLocaleString()),
+    el("td", {}, el("a", { href: filter("actor", e.actor) }, e.actor)),
+    el("td", {}, e.via),
+    el("td", { class: "wrap" }, e.action),
+    el("td", {}, e.handler ? el("a", { href: filter("handler", e.handler) }, e.handler) : "–"),
+    el("td", { class: "num" + (e.status >= 400 ? " bad" : "") }, String(e.status)),
+    el("td", { class: "wrap" }, e.detail === null ? "" : JSON.stringify(e.detail)),
+    el("td", {}, e.host), el("td", {}, e.peer || "–")));
+  const narrowed = [...asked.entries()].filter(([k]) => k !== "before").map(([k, v]) => k + " = " + v).join(", ");
+  const older = trail.next === null ? null : (() => { const p = new URLSearchParams(asked); p.set("before", String(trail.next)); return el("a", { href: "#/audit?" + p.toString(), id: "audit-older" }, "Older changes"); })();
+  show(gen,
+    el("h1", {}, "Audit trail"),
+    el("p", { class: "muted" }, "Every change made through the admin API or this console — deploys, activations, replays, logins, tokens issued and revoked — with who made it. Reads are not recorded." + (narrowed ? " Showing " + narrowed + "." : "")),
+    narrowed ? el("p", {}, el("a", { href: "#/audit" }, "Show every change")) : null,
+    rows.length ? table(["When", "Who", "Via", "Action", "Handler", "Status", "Detail", "Host", "From"], rows, { id: "audit" }) : message("No changes recorded" + (narrowed ? " that match." : " yet.")),
+    older);
 }
 
 function card(label, value, attrs) {
@@ -334,10 +373,9 @@ function uploadForm(name, gen, out) {
   const form = el("form", { class: "inline", id: "upload" },
     el("label", {}, "Component (.wasm)", file), el("label", {}, "Note", note),
     el("button", { class: "primary", type: "submit" }, "Upload and activate"));
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const chosen = file.files[0];
-    if (!chosen) return;
+  // An upload activates on every host: it runs after a confirmation naming
+  // the file, its size and the handler.
+  const upload = async (chosen) => {
     out.replaceChildren(message("Uploading and validating " + chosen.name + "…"));
     try {
       const query = note.value ? "?note=" + enc(note.value) : "";
@@ -346,6 +384,19 @@ function uploadForm(name, gen, out) {
     } catch (e) {
       out.replaceChildren(message("Refused (" + e.status + "): " + e.message, true));
     }
+  };
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const chosen = file.files[0];
+    if (!chosen) return;
+    const yes = el("button", { type: "button", class: "danger", "data-confirm": "upload" }, "Confirm upload");
+    const no = el("button", { type: "button" }, "Cancel");
+    no.addEventListener("click", () => out.replaceChildren());
+    yes.addEventListener("click", () => { yes.disabled = true; upload(chosen); });
+    out.replaceChildren(el("p", { class: "confirm", role: "alert" },
+      "Upload " + chosen.name + " (" + fmt(Math.ceil(chosen.size / 1024)) + " KiB) as the next version of " + name +
+      " and activate it on every host? ", yes, " ", no));
+    yes.focus();
   });
   return el("div", {}, el("h2", {}, "Deploy a version"), form);
 }
@@ -592,6 +643,7 @@ function route() {
   const fail = (e) => failed(e, gen);
   if (page === "modules" && name) { modulesPage(name, gen).catch(fail); return; }
   if (page === "dead-letters" && name) { deadLettersPage(name, gen, query).catch(fail); return; }
+  if (page === "audit") { auditPage(gen, query).catch(fail); return; }
   const run = page === "handler" && name ? () => handlerPage(name, gen) : () => overviewPage(gen);
   refresh = run;
   run().catch(fail);
@@ -617,6 +669,7 @@ document.getElementById("logout").addEventListener("click", async () => {
     const answer = await s.json();
     session.scope = answer.scope;
     session.csrf = answer.csrf;
+    session.actor = answer.actor;
     loggedIn();
   } catch (e) {
     loginPage();

@@ -1,0 +1,192 @@
+//! The audit trail (`idem.audit`): every change made through the admin API
+//! or the console — deploys, activations, rollbacks, replays, logins,
+//! tokens issued and revoked — with who made it (`access::Actor`), from
+//! where, on which host, and the status it was answered with. Reads are not
+//! recorded, and neither are requests refused before anyone was known
+//! (those are logged): nobody can fill the table without a token.
+//!
+//! The middleware records every change, so a route added later is in the
+//! trail without a line of its own; a route adds what only it knows (the
+//! version it stored, the records it replayed) as a [`Detail`] on its
+//! answer. The row is written after the change and before the answer is
+//! sent; when the database refuses it, the host logs the entry at ERROR
+//! with the same fields.
+
+use axum::extract::{Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router, routing::get};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use super::access::{Actor, Scope};
+use super::{AdminState, Peer, answer};
+
+/// What a route adds to its entry (as a response extension).
+#[derive(Debug, Clone)]
+pub(crate) struct Detail(pub serde_json::Value);
+
+/// How a change arrived.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Via {
+    Api,
+    Console,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Console => "console",
+        }
+    }
+}
+
+/// One change, as recorded.
+#[derive(Debug)]
+pub(crate) struct Entry<'a> {
+    pub actor: &'a Actor,
+    pub via: Via,
+    pub peer: Option<String>,
+    /// Method, path and query: `POST /handlers/billing/activate?version=3`.
+    pub action: String,
+    pub handler: Option<String>,
+    pub status: StatusCode,
+    pub detail: Option<serde_json::Value>,
+}
+
+/// Characters of an action kept (its query can be anything a client sent).
+const ACTION_KEPT: usize = 500;
+
+/// Runs `request` for `actor` and records it when it changes something.
+pub(crate) async fn recorded(state: &AdminState, actor: &Actor, via: Via, request: Request, next: Next) -> Response {
+    if Scope::needed_for(request.method()) == Scope::Read {
+        return next.run(request).await;
+    }
+    let peer = request.extensions().get::<Peer>().map(|p| p.0.to_string());
+    let uri = request.uri();
+    let action = crate::text::shown(&format!("{} {uri}", request.method()), ACTION_KEPT);
+    let handler = handler_of(uri.path());
+    let response = next.run(request).await;
+    let detail = response.extensions().get::<Detail>().map(|d| d.0.clone());
+    let entry = Entry { actor, via, peer, action, handler, status: response.status(), detail };
+    write(&state.pool, &state.host(), &entry).await;
+    response
+}
+
+/// The handler a path names (`/handlers/{name}/…`, as the console's too).
+fn handler_of(path: &str) -> Option<String> {
+    let rest = path.strip_prefix("/console/api").unwrap_or(path);
+    let name = rest.strip_prefix("/handlers/")?.split('/').next()?;
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// Records `entry` as served by `host`; logs it when the database refuses.
+pub(crate) async fn write(pool: &PgPool, host: &str, entry: &Entry<'_>) {
+    let written = sqlx::query(
+        "INSERT INTO idem.audit (actor, scope, via, peer, host, action, handler, status, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(&*entry.actor.name)
+    .bind(entry.actor.scope.as_str())
+    .bind(entry.via.as_str())
+    .bind(&entry.peer)
+    .bind(host)
+    .bind(&entry.action)
+    .bind(&entry.handler)
+    .bind(i16::try_from(entry.status.as_u16()).unwrap_or(i16::MAX))
+    .bind(&entry.detail)
+    .execute(pool)
+    .await;
+    if let Err(e) = written {
+        tracing::error!(
+            actor = %entry.actor.name, via = entry.via.as_str(), action = %entry.action, status = entry.status.as_u16(),
+            detail = ?entry.detail, "audit: this change is not in idem.audit ({e})"
+        );
+    }
+}
+
+/// `GET /audit`'s filters: newest first, `before` an entry's id to page.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Filter {
+    handler: Option<String>,
+    actor: Option<String>,
+    before: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// One entry as `GET /audit` answers it.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub(crate) struct Row {
+    pub id: i64,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub actor: String,
+    pub scope: String,
+    pub via: String,
+    pub peer: Option<String>,
+    pub host: String,
+    pub action: String,
+    pub handler: Option<String>,
+    pub status: i16,
+    pub detail: Option<serde_json::Value>,
+}
+
+/// Entries at most in one answer, and when not asked.
+const MAX_LISTED: i64 = 500;
+const DEFAULT_LISTED: i64 = 100;
+
+pub(crate) async fn list(pool: &PgPool, filter: &Filter) -> Result<Vec<Row>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, at, actor, scope, via, peer, host, action, handler, status, detail FROM idem.audit \
+         WHERE ($1::text IS NULL OR handler = $1) AND ($2::text IS NULL OR actor = $2) \
+         AND ($3::bigint IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
+    )
+    .bind(filter.handler.as_deref().filter(|h| !h.is_empty()))
+    .bind(filter.actor.as_deref().filter(|a| !a.is_empty()))
+    .bind(filter.before)
+    .bind(filter.limit.unwrap_or(DEFAULT_LISTED).clamp(1, MAX_LISTED))
+    .fetch_all(pool)
+    .await
+}
+
+/// `GET /audit` (and the console's `/console/api/audit`).
+pub(crate) async fn show(
+    State(state): State<AdminState>,
+    query: Result<Query<Filter>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let filter = match query {
+        Ok(Query(filter)) if filter.limit.is_none_or(|n| (1..=MAX_LISTED).contains(&n)) => filter,
+        Ok(_) => {
+            let message = format!("limit: an answer lists 1 to {MAX_LISTED} entries");
+            return answer::error(StatusCode::BAD_REQUEST, message).into_response();
+        }
+        Err(e) => return answer::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
+    };
+    match list(&state.pool, &filter).await {
+        Ok(rows) => {
+            let full = i64::try_from(rows.len()).is_ok_and(|n| n == filter.limit.unwrap_or(DEFAULT_LISTED));
+            let next = rows.last().filter(|_| full).map(|r| r.id);
+            Json(serde_json::json!({ "entries": rows, "next": next })).into_response()
+        }
+        Err(e) => answer::database(&e),
+    }
+}
+
+pub(super) fn router(state: AdminState) -> Router {
+    Router::new().route("/audit", get(show)).with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handler_of;
+
+    #[test]
+    fn the_handler_is_read_from_the_api_and_console_paths() {
+        assert_eq!(handler_of("/handlers/billing/activate").as_deref(), Some("billing"));
+        assert_eq!(handler_of("/console/api/handlers/payments/dead-letters/replay").as_deref(), Some("payments"));
+        assert_eq!(handler_of("/operators"), None);
+        assert_eq!(handler_of("/handlers/"), None);
+    }
+}

@@ -1,0 +1,159 @@
+//! Named operators and the audit trail (issue 41, "Identity and a trail"),
+//! through two real hosts of one group: a token issued on one host works
+//! on the other at once, acts in its operator's name (the module's
+//! `uploaded_by`, the trail's actor, via the API and the console), is kept
+//! only as a hash, and once revoked on one host is refused by the other
+//! within seconds, ending its console sessions there too.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::console::{cli, request_with_body};
+use super::{Env, Host, READ_TOKEN, TOKEN, request};
+
+/// `idem ARGS --url URL --json` with the host's operate token; its JSON.
+fn idem_json(args: &[&str], url: &str, token: &str) -> (Option<i32>, Value, String) {
+    let mut all = args.to_vec();
+    all.extend(["--url", url, "--json"]);
+    let (code, out, err) = cli(&all, &[("IDEM_ADMIN_TOKEN", token)]);
+    (code, serde_json::from_str(out.trim()).unwrap_or(Value::Null), err)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_named_token_acts_in_its_operators_name_on_every_host_until_revoked_on_one() {
+    let env = Env::new().await;
+    let (one, two) = (env.config(&env.billing(), ""), env.config(&env.billing(), ""));
+    let (one, two) = (Host::start(&one, None).await, Host::start(&two, None).await);
+
+    // Issued on one host, by the host's own token.
+    let (code, alice, err) = idem_json(&["token", "create", "alice", "--scope", "operate"], &one.url, TOKEN);
+    assert_eq!(code, Some(0), "{err}");
+    let alice_token = alice["token"].as_str().expect("the token, once").to_owned();
+    let (_, reader, _) = idem_json(&["token", "create", "rita", "--scope", "read"], &one.url, TOKEN);
+    let reader_token = reader["token"].as_str().expect("token").to_owned();
+    let (code, _, err) = idem_json(&["token", "create", "alice", "--scope", "read"], &one.url, TOKEN);
+    assert_eq!(code, Some(8), "a name is issued once: {err}");
+    let (code, _, err) = idem_json(&["token", "create", "rita2", "--scope", "operate"], &one.url, &reader_token);
+    assert_eq!(code, Some(5), "a read operator issues nothing: {err}");
+    let kept = env
+        .db
+        .count(&format!(
+            "SELECT count(*) FROM idem.operator o WHERE row_to_json(o)::text LIKE '%{}%' \
+             OR encode(token_sha256, 'escape') LIKE '%{}%'",
+            &alice_token[5..],
+            &alice_token[5..]
+        ))
+        .await;
+    assert_eq!(kept, 0, "the token is kept only as its hash");
+
+    // Used on the other host at once: a deploy in alice's name.
+    let v1 = std::fs::read(idem_tests::guests::component("billing")).expect("billing component");
+    let v2 = std::env::temp_dir().join(format!("{}.wasm", idem_tests::unique_name("alice_v2")));
+    std::fs::write(&v2, idem_tests::guests::with_marker(&v1, "alice-v2")).expect("v2");
+    let deployed = std::process::Command::new(idem_tests::idem_bin())
+        .args(["deploy", "--url", &two.url, "--handler", "billing"])
+        .arg(&v2)
+        .env("IDEM_ADMIN_TOKEN", &alice_token)
+        .output()
+        .expect("idem deploy");
+    assert!(deployed.status.success(), "{}", String::from_utf8_lossy(&deployed.stderr));
+    let (_, listing, _) = idem_json(&["handlers"], &two.url, &reader_token);
+    let versions = listing["handlers"][0]["versions"].as_array().cloned().unwrap_or_default();
+    let v2_row = versions.iter().find(|v| v["version"] == 2).unwrap_or_else(|| panic!("{listing}"));
+    let by = v2_row["uploaded_by"].as_str().unwrap_or("").to_owned();
+    assert!(by.starts_with("alice (as "), "the actor first, what the client claims after: {by}");
+    let put =
+        request(two.address, "PUT", "/handlers/billing/module", &bearer(&reader_token, "content-length: 0\r\n")).await;
+    assert_eq!(put.status, 403, "{}", put.body);
+
+    // In the console too: the session is alice's.
+    let ours = format!("http://{}", two.address);
+    let login = serde_json::json!({ "token": alice_token }).to_string();
+    let login =
+        format!("content-type: application/json\r\ncontent-length: {}\r\norigin: {ours}\r\n\r\n{login}", login.len());
+    let session = request_with_body(two.address, "POST", "/console/api/login", &login).await;
+    assert_eq!(session.status, 200, "{}", session.body);
+    let body: Value = serde_json::from_str(&session.body).expect("json");
+    assert_eq!(body["actor"], "alice");
+    let cookie = session
+        .head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie:")
+                .then(|| l[11..].trim().split(';').next().unwrap_or("").to_owned())
+        })
+        .expect("cookie");
+    let change = format!(
+        "cookie: {cookie}\r\norigin: {ours}\r\nx-csrf-token: {}\r\ncontent-length: 0\r\n",
+        body["csrf"].as_str().expect("csrf")
+    );
+    let activated = request(two.address, "POST", "/console/api/handlers/billing/activate?version=1", &change).await;
+    assert_eq!(activated.status, 200, "{}", activated.body);
+
+    // The trail names who did what, where, and how it was answered; the
+    // refused change by a read operator is not a change, and no token is in it.
+    let (_, trail, err) = idem_json(&["audit", "--handler", "billing"], &one.url, &reader_token);
+    let entries = trail["entries"].as_array().unwrap_or_else(|| panic!("{trail} {err}")).clone();
+    let seen: Vec<(String, String, String, i64)> = entries
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+            (s("actor"), s("via"), s("action"), e["status"].as_i64().unwrap_or(0))
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            ("alice".into(), "console".into(), "POST /console/api/handlers/billing/activate?version=1".into(), 200),
+            ("alice".into(), "api".into(), "PUT /handlers/billing/module".into(), 201),
+        ],
+        "newest first: {trail}"
+    );
+    assert_eq!(entries[1]["detail"]["version"], 2, "{trail}");
+    assert!(entries[0]["host"].as_str().is_some_and(|h| !h.is_empty()), "{trail}");
+    let (_, all, _) = idem_json(&["audit"], &two.url, TOKEN);
+    let issued =
+        all["entries"].as_array().expect("entries").iter().filter(|e| e["action"] == "POST /operators").count();
+    assert_eq!(issued, 3, "two issued, one refused as taken (409); one refused for its scope is no change: {all}");
+    assert!(!all.to_string().contains(&alice_token[5..]), "no token in the trail");
+    let logins =
+        all["entries"].as_array().expect("entries").iter().filter(|e| e["action"] == "POST /console/api/login");
+    assert_eq!(logins.map(|e| e["actor"].clone()).collect::<Vec<_>>(), vec![Value::from("alice")]);
+
+    // Revoked on one host: the other refuses the token, and ends its
+    // console session, within seconds.
+    let (code, revoked, err) = idem_json(&["token", "revoke", "alice"], &one.url, TOKEN);
+    assert_eq!((code, &revoked["revoked"]), (Some(0), &Value::Bool(true)), "{err}");
+    let start = Instant::now();
+    loop {
+        let api = request(two.address, "GET", "/handlers", &bearer(&alice_token, "")).await;
+        let console = request(two.address, "GET", "/console/api/overview", &format!("cookie: {cookie}\r\n")).await;
+        if api.status == 401 && console.status == 401 {
+            assert!(console.body.contains("revoked"), "{}", console.body);
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "still let in: API {}, console {}",
+            api.status,
+            console.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("a revoked token was refused by the other host after {:?}", start.elapsed());
+    let (_, listed, _) = idem_json(&["token", "list"], &two.url, READ_TOKEN);
+    let alice = listed["operators"].as_array().expect("operators").iter().find(|o| o["name"] == "alice").cloned();
+    assert!(alice.is_some_and(|a| a["revoked_by"] == "$IDEM_ADMIN_TOKEN"), "{listed}");
+    let (code, _, err) = idem_json(&["token", "revoke", "nobody"], &one.url, TOKEN);
+    assert_eq!(code, Some(6), "{err}");
+
+    one.stop().await;
+    two.stop().await;
+    env.finish().await;
+}
+
+fn bearer(token: &str, more: &str) -> String {
+    format!("authorization: Bearer {token}\r\n{more}")
+}
