@@ -141,6 +141,33 @@ try {
   await page.goto(`${url}/console/#/handler/${handler}`);
   await page.locator("#failures").getByText("HTTP 422").first().waitFor({ timeout: 30000 });
   await page.locator("#http").getByText("2xx").waitFor();
+
+  // ---- history: axes, a value under the pointer, ranges, time to drain ----
+  const lagChart = page.locator('#history svg[data-chart="lag"]');
+  await lagChart.waitFor();
+  assert.equal(await lagChart.locator('text[data-axis="y"]').count(), 3, "0, half and the top on the y axis");
+  assert.equal(await lagChart.locator('text[data-axis="x"]').count(), 3, "first, middle and last time on the x axis");
+  const history = await page.evaluate(async (h) => (await fetch(`/console/api/handlers/${h}/history?range=10m`)).json(), handler);
+  const lagPeak = Math.max(...history.points.map((p) => p.lag || 0));
+  assert.ok(lagPeak > 0, "the drain of 6,000 orders is in the lag's history: " + JSON.stringify(history.points.slice(-5)));
+  const box = await lagChart.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
+  const read = await page.locator('[data-readout="lag"]').textContent();
+  assert.match(read, /— lag \(records\): [0-9,]+$/, read);
+  const readValue = Number(read.split(": ").pop().replace(/,/g, ""));
+  assert.ok(readValue <= lagPeak, `${readValue} is a point of the chart (peak ${lagPeak})`);
+  await lagChart.focus();
+  await page.keyboard.press("ArrowLeft");
+  assert.match(await page.locator('[data-readout="lag"]').textContent(), /— lag \(records\): /, "the arrows read points too");
+  assert.match(await page.locator("#drain").textContent(), /Caught up|drains in about|Not draining|not known yet/);
+  await page.locator('#history button[data-range="1h"]').click();
+  await page.locator('#history svg[data-chart="lag"][data-range="1h"]').waitFor();
+  assert.equal(await page.locator('#history button[data-range="1h"]').getAttribute("aria-pressed"), "true");
+  const ranged = await page.evaluate(async (h) => (await fetch(`/console/api/handlers/${h}/history?range=9y`)).status, handler);
+  assert.equal(ranged, 400, "an unknown range is refused");
+  await page.locator('#history button[data-range="10m"]').click();
+  await page.locator('#history svg[data-chart="lag"][data-range="10m"]').waitFor();
+  await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
   await shot(page, "handler");
 
   // ---- modules: a refused upload, a v2, events moving to it, a rollback ----

@@ -111,7 +111,7 @@ impl Tokens {
     pub(crate) fn actor_of(&self, given: &str) -> Option<Actor> {
         let scope = self.scope_of(given)?;
         let env = if scope == Scope::Operate { &self.operate_env } else { &self.read_env };
-        Some(Actor { name: format!("${env}").into(), scope })
+        Some(Actor { name: format!("${env}").into(), scope, named: false })
     }
 
     /// The refusal for a caller of `scope` asking for more.
@@ -146,6 +146,8 @@ pub(crate) const LOCAL: &str = "local";
 pub(crate) struct Actor {
     pub name: Arc<str>,
     pub scope: Scope,
+    /// A named operator (`operators`), not one of the host's own tokens.
+    pub named: bool,
 }
 
 /// Whether `Host` names this machine's loopback (by address or as localhost).

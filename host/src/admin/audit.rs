@@ -60,27 +60,66 @@ pub(crate) struct Entry<'a> {
 const ACTION_KEPT: usize = 500;
 
 /// Runs `request` for `actor` and records it when it changes something.
+/// The change and its record run as one task of their own: a client that
+/// hangs up mid-change stops neither, so nothing is done unrecorded.
 pub(crate) async fn recorded(state: &AdminState, actor: &Actor, via: Via, request: Request, next: Next) -> Response {
     if Scope::needed_for(request.method()) == Scope::Read {
         return next.run(request).await;
     }
     let peer = request.extensions().get::<Peer>().map(|p| p.0.to_string());
-    let uri = request.uri();
-    let action = crate::text::shown(&format!("{} {uri}", request.method()), ACTION_KEPT);
-    let handler = handler_of(uri.path());
-    let response = next.run(request).await;
-    let detail = response.extensions().get::<Detail>().map(|d| d.0.clone());
-    let entry = Entry { actor, via, peer, action, handler, status: response.status(), detail };
-    write(&state.pool, &state.host(), &entry).await;
-    response
+    // The path and query as sent (never an absolute URI's authority).
+    let target = request.uri().path_and_query().map_or("", |p| p.as_str());
+    let action = crate::text::shown(&format!("{} {target}", request.method()), ACTION_KEPT);
+    let handler = handler_of(request.uri().path());
+    let (state, actor) = (state.clone(), actor.clone());
+    let change = tokio::spawn(async move {
+        let response = next.run(request).await;
+        let detail = response.extensions().get::<Detail>().map(|d| d.0.clone());
+        let entry = Entry { actor: &actor, via, peer, action, handler, status: response.status(), detail };
+        write(&state.pool, &state.host(), &entry).await;
+        response
+    });
+    match change.await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::error!("admin: a change failed: {e}");
+            answer::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the change failed: {e}")).into_response()
+        }
+    }
 }
 
-/// The handler a path names (`/handlers/{name}/…`, as the console's too).
+/// The handler a path names (`/handlers/{name}/…`, as the console's too),
+/// decoded as the router decodes it: `bil%6Cing` is `billing`.
 fn handler_of(path: &str) -> Option<String> {
     let rest = path.strip_prefix("/console/api").unwrap_or(path);
     let name = rest.strip_prefix("/handlers/")?.split('/').next()?;
-    (!name.is_empty()).then(|| name.to_owned())
+    let decoded = percent_decoded(name);
+    (!decoded.is_empty()).then(|| crate::text::shown(&decoded, 200))
 }
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// How long a record may take to write: a database that stopped answering
+/// delays a change's answer by this much at most (the entry is then logged).
+const WRITE_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Records `entry` as served by `host`; logs it when the database refuses.
 pub(crate) async fn write(pool: &PgPool, host: &str, entry: &Entry<'_>) {
@@ -97,8 +136,11 @@ pub(crate) async fn write(pool: &PgPool, host: &str, entry: &Entry<'_>) {
     .bind(&entry.handler)
     .bind(i16::try_from(entry.status.as_u16()).unwrap_or(i16::MAX))
     .bind(&entry.detail)
-    .execute(pool)
-    .await;
+    .execute(pool);
+    let written = match tokio::time::timeout(WRITE_WITHIN, written).await {
+        Ok(written) => written.map(|_| ()).map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {WRITE_WITHIN:?}")),
+    };
     if let Err(e) = written {
         tracing::error!(
             actor = %entry.actor.name, via = entry.via.as_str(), action = %entry.action, status = entry.status.as_u16(),

@@ -212,11 +212,13 @@ async fn authorize(State(state): State<AdminState>, request: Request, next: Next
         let message = "requests from web pages are refused (the console, at /console/, is for browsers)";
         return routes::error(StatusCode::FORBIDDEN, message).into_response();
     }
-    let actor = match actor(&state, request.headers()).await {
+    let peer = request.extensions().get::<Peer>().map(|p| p.0);
+    let actor = match actor(&state, request.headers(), peer).await {
         Ok(actor) => actor,
         Err(refusal) => return refusal,
     };
     if actor.scope < Scope::needed_for(request.method()) {
+        tracing::warn!(actor = %actor.name, ?peer, path = %request.uri().path(), "admin API: a change refused for scope");
         return routes::error(StatusCode::FORBIDDEN, state.tokens.too_narrow(actor.scope)).into_response();
     }
     let mut request = request;
@@ -226,14 +228,18 @@ async fn authorize(State(state): State<AdminState>, request: Request, next: Next
 
 /// Who sent `request`: the operator or host token it carries, or `local`
 /// on a host that requires none (then only addressed to loopback).
-async fn actor(state: &AdminState, headers: &axum::http::HeaderMap) -> Result<access::Actor, Response> {
+async fn actor(
+    state: &AdminState,
+    headers: &axum::http::HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Result<access::Actor, Response> {
     if !state.tokens.any() {
         if !access::loopback_host(headers.get(header::HOST)) {
             let message =
                 "without a token the admin API answers only requests addressed to localhost or a loopback address";
             return Err(routes::error(StatusCode::FORBIDDEN, message).into_response());
         }
-        return Ok(access::Actor { name: access::LOCAL.into(), scope: Scope::Operate });
+        return Ok(access::Actor { name: access::LOCAL.into(), scope: Scope::Operate, named: false });
     }
     let given =
         headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
@@ -244,12 +250,15 @@ async fn actor(state: &AdminState, headers: &axum::http::HeaderMap) -> Result<ac
         return Ok(actor);
     }
     match state.operators.lookup(given).await {
-        Ok(Some(named)) => Ok(access::Actor { name: named.name, scope: named.scope }),
-        Ok(None) => Err(routes::error(StatusCode::UNAUTHORIZED, "wrong bearer token").into_response()),
+        Ok(Some(named)) => Ok(named),
+        Ok(None) => {
+            // Info, not warn: anyone can send these, as fast as they like.
+            tracing::info!(?peer, "admin API: a wrong bearer token");
+            Err(routes::error(StatusCode::UNAUTHORIZED, "wrong bearer token").into_response())
+        }
         Err(e) => {
-            let message = format!(
-                "cannot check this operator's token: the database failed ({e}); the host's own token works meanwhile"
-            );
+            tracing::warn!(?peer, "admin API: an operator's token could not be checked: {e:#}");
+            let message = format!("cannot check this token now: {e}");
             Err(routes::error(StatusCode::SERVICE_UNAVAILABLE, message).into_response())
         }
     }

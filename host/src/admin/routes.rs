@@ -120,7 +120,7 @@ pub(super) async fn upload(
     Path(name): Path<String>,
     query: Result<Query<UploadQuery>, QueryRejection>,
     headers: HeaderMap,
-    actor: Option<Extension<Actor>>,
+    Extension(actor): Extension<Actor>,
     body: Body,
 ) -> Response {
     let Some(slot) = state.slot(&name) else { return unknown(&name) };
@@ -158,7 +158,7 @@ pub(super) async fn upload(
         Ok(handler) => handler,
         Err(e) => return refused(&e),
     };
-    let by = uploader(actor.as_ref().map(|a| &*a.name), &headers);
+    let by = uploader(&actor.name, &headers);
     let upload =
         store::Upload { handler: &name, bytes: &body, sha256: &sha256, uploaded_by: &by, note: query.note.as_deref() };
     let stored = store::store_and_activate(&state.pool, &upload).await;
@@ -191,8 +191,7 @@ pub(super) async fn upload(
 /// Who a stored version was uploaded by: the actor the request was
 /// authenticated as, and what the client says (`X-Uploaded-By`, e.g. a CI
 /// job) after it, never instead of it.
-fn uploader(actor: Option<&str>, headers: &HeaderMap) -> String {
-    let actor = actor.unwrap_or(super::access::LOCAL);
+fn uploader(actor: &str, headers: &HeaderMap) -> String {
     let says = headers.get("x-uploaded-by").and_then(|v| v.to_str().ok()).filter(|s| !s.is_empty() && *s != actor);
     match says {
         Some(says) => format!("{actor} (as {})", crate::text::shown(says, 100)),
@@ -256,8 +255,8 @@ pub(super) async fn activate(
     }
     slot.install(handler.with_version(version)).await;
     tracing::info!(handler = %name, version, "module version activated");
-    Json(json!({ "handler": name, "version": version, "message": format!("version {version} is active") }))
-        .into_response()
+    let body = json!({ "handler": name, "version": version, "message": format!("version {version} is active") });
+    (Extension(Detail(json!({ "version": version }))), Json(body)).into_response()
 }
 
 /// `idem_admin_uploads` while an upload holds its slot.

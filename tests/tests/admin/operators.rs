@@ -36,6 +36,13 @@ async fn a_named_token_acts_in_its_operators_name_on_every_host_until_revoked_on
     assert_eq!(code, Some(8), "a name is issued once: {err}");
     let (code, _, err) = idem_json(&["token", "create", "rita2", "--scope", "operate"], &one.url, &reader_token);
     assert_eq!(code, Some(5), "a read operator issues nothing: {err}");
+    // Nor does an operate one: no identity outlives its maker's revocation,
+    // and no operator ends another's.
+    let (code, _, err) = idem_json(&["token", "create", "alice-ci", "--scope", "operate"], &two.url, &alice_token);
+    assert_eq!(code, Some(5), "a named operator issues nothing: {err}");
+    assert!(err.contains("host's own operate token"), "{err}");
+    let (code, _, err) = idem_json(&["token", "revoke", "rita"], &two.url, &alice_token);
+    assert_eq!(code, Some(5), "a named operator revokes no one: {err}");
     let kept = env
         .db
         .count(&format!(
@@ -116,7 +123,11 @@ async fn a_named_token_acts_in_its_operators_name_on_every_host_until_revoked_on
     let (_, all, _) = idem_json(&["audit"], &two.url, TOKEN);
     let issued =
         all["entries"].as_array().expect("entries").iter().filter(|e| e["action"] == "POST /operators").count();
-    assert_eq!(issued, 3, "two issued, one refused as taken (409); one refused for its scope is no change: {all}");
+    assert_eq!(
+        issued, 4,
+        "two issued, one refused as taken (409), one by alice refused (403); the read token's, refused for its \
+         scope before any route, is no change: {all}"
+    );
     assert!(!all.to_string().contains(&alice_token[5..]), "no token in the trail");
     let logins =
         all["entries"].as_array().expect("entries").iter().filter(|e| e["action"] == "POST /console/api/login");

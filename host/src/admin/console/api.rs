@@ -14,7 +14,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::session::{self, Session};
-use crate::admin::access::Actor;
 use crate::admin::{AdminState, audit, body, routes};
 use crate::pipeline::replay::{PageQuery, ReplayOptions, Selection, Window};
 
@@ -59,10 +58,11 @@ pub(super) async fn login(
         None => match state.operators.lookup(&login.token).await {
             Ok(named) => {
                 let digest = crate::admin::operators::digest(&login.token);
-                (named.map(|n| Actor { name: n.name, scope: n.scope }), Some(digest))
+                (named, Some(digest))
             }
             Err(e) => {
-                let message = format!("cannot check this operator's token: the database failed ({e})");
+                tracing::warn!(peer = ?peer, "console: an operator's token could not be checked: {e:#}");
+                let message = format!("cannot check this token now: {e}");
                 return routes::error(StatusCode::SERVICE_UNAVAILABLE, message).into_response();
             }
         },
@@ -134,6 +134,40 @@ pub(super) async fn overview(State(state): State<AdminState>) -> Response {
         return cached(axum::body::Bytes::from_static(b"{\"handlers\":[]}"));
     }
     cached(rendered.overview)
+}
+
+/// `?range=`: `10m` (the default), `1h` or `24h`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ChartQuery {
+    range: Option<String>,
+}
+
+/// A handler's lag and throughput over `range`, and when its lag drains.
+pub(super) async fn history(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    query: Result<Query<ChartQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let asked = match &query {
+        Ok(Query(q)) => q.range.as_deref().unwrap_or("10m"),
+        Err(e) => return routes::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
+    };
+    let Some(i) = super::series::Range::ALL.iter().position(|r| r.name() == asked) else {
+        let message = format!("range: `{}` is not one: 10m, 1h or 24h", crate::text::shown(asked, 40));
+        return routes::error(StatusCode::BAD_REQUEST, message).into_response();
+    };
+    match state.console.rendered().charts.remove(&name) {
+        Some(mut charts) if i < charts.len() => cached(charts.swap_remove(i)),
+        _ if state.slot(&name).is_some() => {
+            routes::error(StatusCode::SERVICE_UNAVAILABLE, "not sampled yet").into_response()
+        }
+        _ => routes::error(
+            StatusCode::NOT_FOUND,
+            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
+        )
+        .into_response(),
+    }
 }
 
 pub(super) async fn handler(State(state): State<AdminState>, Path(name): Path<String>) -> Response {

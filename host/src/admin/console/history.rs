@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use super::series::{Point, Series};
 use crate::stats::Stats;
 use crate::telemetry::{HandlerTelemetry, PartitionView};
 
@@ -77,14 +78,20 @@ impl Sample {
     }
 }
 
-/// One handler's samples, oldest first.
+/// One handler's samples, oldest first, and its lag and throughput over a
+/// day for the charts (`series`).
 #[derive(Debug, Default)]
 pub(super) struct History {
     pub samples: VecDeque<Sample>,
+    pub series: Series,
 }
 
 impl History {
     pub(super) fn push(&mut self, sample: Sample) {
+        let known = sample.partitions.iter().any(|p| Sample::lag(p).is_some());
+        let point =
+            Point { at_ms: sample.at_ms, lag: known.then(|| sample.total_lag()), processed: sample.counts.processed };
+        self.series.push(point);
         if self.samples.len() == KEPT {
             self.samples.pop_front();
         }

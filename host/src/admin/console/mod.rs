@@ -24,6 +24,7 @@ mod api;
 mod assets;
 mod explorer;
 mod history;
+mod series;
 mod session;
 mod shares;
 mod views;
@@ -149,6 +150,7 @@ pub(super) fn router(state: AdminState) -> axum::Router {
         .route("/console/api/fleet", get(super::fleet::fleet))
         .route("/console/api/audit", get(audit::show))
         .route("/console/api/handlers/{name}", get(api::handler))
+        .route("/console/api/handlers/{name}/history", get(api::history))
         .route("/console/api/handlers/{name}/modules", get(routes::show))
         .route("/console/api/handlers/{name}/module", put(routes::upload).layer(DefaultBodyLimit::disable()))
         .route("/console/api/handlers/{name}/activate", post(routes::activate))
@@ -249,10 +251,10 @@ async fn still_named(state: &AdminState, named: Option<[u8; 32]>) -> Result<(), 
     match state.operators.lookup_digest(digest).await {
         Ok(Some(_)) => Ok(()),
         Ok(None) => refuse(StatusCode::UNAUTHORIZED, "log in again: this operator's token was revoked"),
-        Err(e) => refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("cannot check this operator's token: the database failed ({e})"),
-        ),
+        Err(e) => {
+            tracing::warn!("console: a session's operator token could not be checked: {e:#}");
+            refuse(StatusCode::SERVICE_UNAVAILABLE, format!("cannot check this session's token now: {e}"))
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //!
 //! Sessions live in memory: a restart logs everyone out, and each host of a
 //! fleet has its own. They end [`LIFETIME`] after login; at most
-//! [`MAX_SESSIONS`] of each scope are kept (the oldest of that scope goes
-//! first, so `read` logins never end `operate` sessions).
+//! [`MAX_SESSIONS`] of each actor are kept (the oldest of that actor goes
+//! first, so no one's logins end anyone else's sessions: a shared `read`
+//! token's never end an operator's).
 //!
 //! The right token is always let in. Wrong ones are slowed: past
 //! [`MAX_FAILURES`] a minute from an address (an IPv4 address, an IPv6 /64)
@@ -73,9 +74,9 @@ impl Sessions {
         let id = secret();
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.retain(|_, s| s.started.elapsed() < LIFETIME);
-        let same_scope = || live.iter().filter(|(_, s)| s.scope == scope);
-        if same_scope().count() >= MAX_SESSIONS
-            && let Some(oldest) = same_scope().min_by_key(|(_, s)| s.started).map(|(k, _)| *k)
+        let same_actor = || live.iter().filter(|(_, s)| s.actor.name == session.actor.name);
+        if same_actor().count() >= MAX_SESSIONS
+            && let Some(oldest) = same_actor().min_by_key(|(_, s)| s.started).map(|(k, _)| *k)
         {
             live.remove(&oldest);
         }
@@ -152,7 +153,7 @@ mod tests {
     use super::{Actor, Scope, Sessions, cookie};
 
     fn actor(scope: Scope) -> Actor {
-        Actor { name: "$T".into(), scope }
+        Actor { name: format!("${}", scope.as_str()).into(), scope, named: false }
     }
 
     #[test]
@@ -196,13 +197,17 @@ mod tests {
     }
 
     #[test]
-    fn read_logins_never_end_operate_sessions() {
+    fn no_ones_logins_end_anyone_elses_sessions() {
         let sessions = Sessions::default();
         let (operate, _) = sessions.start(actor(Scope::Operate), None);
+        let bob = Actor { name: "bob".into(), scope: Scope::Operate, named: true };
+        let (first_of_bob, _) = sessions.start(bob.clone(), None);
         for _ in 0..super::MAX_SESSIONS * 2 {
             sessions.start(actor(Scope::Read), None);
+            sessions.start(bob.clone(), None);
         }
-        assert!(sessions.get(&operate).is_some());
+        assert!(sessions.get(&operate).is_some(), "neither a read token's logins nor bob's end it");
+        assert!(sessions.get(&first_of_bob).is_none(), "bob's own oldest went");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The live pages' JSON, rendered once per sample from the histories (see
-//! `history`): the overview, and each handler's own page.
+//! `history`): the overview, each handler's own page, and its charts.
 
 use std::collections::HashMap;
 
@@ -7,6 +7,7 @@ use axum::body::Bytes;
 use serde_json::{Value, json};
 
 use super::history::{History, Sample};
+use super::series::Range;
 use crate::telemetry::HandlerTelemetry;
 
 /// Samples a rate is taken over (seconds, at one sample a second).
@@ -19,6 +20,8 @@ const LATENCY_OVER: usize = 10;
 pub(super) struct Rendered {
     pub overview: Bytes,
     pub handlers: HashMap<String, Bytes>,
+    /// Each handler's charts, one per `series::Range::ALL`.
+    pub charts: HashMap<String, Vec<Bytes>>,
 }
 
 pub(super) fn render(histories: &[(std::sync::Arc<HandlerTelemetry>, History)]) -> Rendered {
@@ -33,7 +36,18 @@ pub(super) fn render(histories: &[(std::sync::Arc<HandlerTelemetry>, History)]) 
             (h.name.clone(), Bytes::from(page.to_string()))
         })
         .collect();
-    Rendered { overview: Bytes::from(overview.to_string()), handlers }
+    let charts = histories
+        .iter()
+        .map(|(h, history)| {
+            let charts = Range::ALL.iter().map(|r| chart_bytes(&history.series.chart(*r))).collect();
+            (h.name.clone(), charts)
+        })
+        .collect();
+    Rendered { overview: Bytes::from(overview.to_string()), handlers, charts }
+}
+
+fn chart_bytes(chart: &super::series::Chart) -> Bytes {
+    Bytes::from(serde_json::to_vec(chart).unwrap_or_default())
 }
 
 /// A handler as the overview shows it.

@@ -100,7 +100,7 @@ function show(gen, ...nodes) {
 // name that survives one.
 function focusKey(node) {
   if (!node || !main.contains(node) || node === main) return null;
-  const names = ["id", "href", "name", "data-select", "data-open", "data-activate", "data-confirm", "data-action"]
+  const names = ["id", "href", "name", "data-select", "data-open", "data-activate", "data-confirm", "data-action", "data-chart", "data-range"]
     .filter((a) => node.hasAttribute(a))
     .map((a) => "[" + a + '="' + CSS.escape(node.getAttribute(a)) + '"]');
   return names.length ? node.tagName.toLowerCase() + names.join("") : null;
@@ -248,6 +248,115 @@ async function overviewPage(gen) {
     el("p", { class: "muted", id: "updated" }, "Updated " + new Date(data.at || Date.now()).toLocaleTimeString()));
 }
 
+// ---- charts --------------------------------------------------------------
+
+// The range the handler page's charts show, and the point a pointer or the
+// arrow keys picked on each (by its time, so a refresh keeps it).
+const charts = { range: "10m", picked: {} };
+const RANGES = [["10m", "10 min"], ["1h", "1 hour"], ["24h", "24 hours"]];
+
+function svgEl(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
+  for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  return node;
+}
+
+function clock(ms, range) {
+  const d = new Date(ms);
+  return range === "24h" ? d.toLocaleString([], { weekday: "short", hour: "2-digit", minute: "2-digit" }) : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: range === "10m" ? "2-digit" : undefined });
+}
+
+// A line chart of `key` ("lag" or "rate") of `points`, with a y axis
+// (0, half, top), an x axis (first, middle, last time) and a readout of
+// the picked point; the chart takes the keyboard's arrows too.
+function lineChart(kind, title, points, range) {
+  const W = 640, H = 180, L = 64, R = 12, T = 10, B = 26;
+  const key = kind === "lag" ? "lag" : "rate";
+  const known = points.filter((p) => typeof p[key] === "number");
+  const top = Math.max(1, ...known.map((p) => p[key]));
+  const t0 = points.length ? points[0].at : 0, t1 = points.length ? points[points.length - 1].at : 1;
+  const x = (t) => L + ((t - t0) / Math.max(1, t1 - t0)) * (W - L - R);
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const svg = svgEl("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart " + kind, "data-chart": kind, "data-range": range, tabindex: 0, role: "img",
+    "aria-label": title + " over the last " + RANGES.find(([r]) => r === range)[1] + ": " + (known.length ? "highest " + fmt(top) + ", latest " + fmt(known[known.length - 1][key]) : "no data yet") + ". Arrow keys read the points." });
+  for (const v of [0, top / 2, top]) {
+    svg.append(svgEl("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }),
+      svgEl("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "axis", "data-axis": "y" }, fmt(Math.round(v * 10) / 10)));
+  }
+  if (points.length) {
+    for (const [t, anchor] of [[t0, "start"], [(t0 + t1) / 2, "middle"], [t1, "end"]]) {
+      svg.append(svgEl("text", { x: x(t), y: H - 8, "text-anchor": anchor, class: "axis", "data-axis": "x" }, clock(t, range)));
+    }
+  }
+  // A gap where the value was not known, not a line across it.
+  let d = "";
+  let pen = false;
+  for (const p of points) {
+    if (typeof p[key] !== "number") { pen = false; continue; }
+    d += (pen ? "L" : "M") + x(p.at).toFixed(1) + "," + y(p[key]).toFixed(1);
+    pen = true;
+  }
+  svg.append(svgEl("path", { d, class: "line" }));
+  const marker = svgEl("line", { y1: T, y2: H - B, class: "marker", visibility: "hidden" });
+  const dot = svgEl("circle", { r: 4, class: "dot", visibility: "hidden" });
+  svg.append(marker, dot);
+  const readout = el("p", { class: "readout", "data-readout": kind }, known.length ? "Point at a time to read its value." : "No data yet: the host keeps a point a second from its start.");
+  const pick = (i) => {
+    const p = points[i];
+    if (!p) return;
+    charts.picked[kind] = p.at;
+    marker.setAttribute("x1", x(p.at)); marker.setAttribute("x2", x(p.at)); marker.setAttribute("visibility", "visible");
+    const value = typeof p[key] === "number" ? p[key] : null;
+    if (value !== null) { dot.setAttribute("cx", x(p.at)); dot.setAttribute("cy", y(value)); dot.setAttribute("visibility", "visible"); } else dot.setAttribute("visibility", "hidden");
+    readout.textContent = clock(p.at, range) + " — " + title + ": " + (value === null ? "not known" : fmt(value));
+  };
+  const nearest = (t) => points.reduce((best, p, i) => (Math.abs(p.at - t) < Math.abs(points[best].at - t) ? i : best), 0);
+  svg.addEventListener("pointermove", (event) => {
+    const box = svg.getBoundingClientRect();
+    const vx = ((event.clientX - box.left) / box.width) * W;
+    if (points.length) pick(nearest(t0 + ((vx - L) / (W - L - R)) * (t1 - t0)));
+  });
+  svg.addEventListener("keydown", (event) => {
+    if (!points.length || (event.key !== "ArrowLeft" && event.key !== "ArrowRight")) return;
+    event.preventDefault();
+    const at = charts.picked[kind];
+    const i = at === undefined ? points.length - 1 : nearest(at) + (event.key === "ArrowLeft" ? -1 : 1);
+    pick(Math.max(0, Math.min(points.length - 1, i)));
+  });
+  if (charts.picked[kind] !== undefined && points.length) pick(nearest(charts.picked[kind]));
+  return el("figure", { class: "chart" }, el("figcaption", {}, title), svg, readout);
+}
+
+function drainText(drain) {
+  const span = (s) => (s < 90 ? s + " s" : s < 5400 ? Math.round(s / 60) + " min" : (s / 3600).toFixed(1) + " h");
+  switch (drain.state) {
+    case "caught_up": return "Caught up: no lag.";
+    case "draining": return "The lag drains in about " + span(drain.seconds) + " at the last minute's pace (" + fmt(drain.per_second) + " records/s less each second).";
+    case "not_draining": return "Not draining: the lag " + (drain.growing_per_second > 0 ? "grows by " + fmt(drain.growing_per_second) + " records/s" : "holds steady") + " over the last minute.";
+    default: return "Time to drain: not known yet (a minute of lag is needed).";
+  }
+}
+
+// The handler page's history: range buttons, when the lag drains, and the
+// lag and throughput charts.
+async function historySection(name) {
+  const chart = await api("/handlers/" + enc(name) + "/history?range=" + charts.range);
+  const buttons = RANGES.map(([r, label]) => {
+    const b = el("button", { type: "button", "data-range": r, "aria-pressed": r === charts.range ? "true" : "false" }, label);
+    b.addEventListener("click", () => { charts.range = r; charts.picked = {}; route(); });
+    return b;
+  });
+  return el("section", { id: "history", "aria-label": "History" },
+    el("h2", {}, "History"),
+    el("div", { class: "ranges", role: "group", "aria-label": "Range" }, buttons),
+    el("p", { id: "drain", "data-state": chart.drain.state }, drainText(chart.drain)),
+    el("div", { class: "charts" },
+      lineChart("lag", "lag (records)", chart.points, chart.range),
+      lineChart("rate", "processed/s", chart.points, chart.range)),
+    el("p", { class: "muted" }, "Kept by this host since it started: a point a second for 10 minutes, one every 10 s for 24 hours; each point drawn is the highest lag and the mean rate of its " + (chart.step_s || 1) + " s."));
+}
+
 // The audit trail: every change through the API or the console, newest
 // first, with who made it and how it was answered.
 async function auditPage(gen, query) {
@@ -282,7 +391,7 @@ function card(label, value, attrs) {
 }
 
 async function handlerPage(name, gen) {
-  const data = await api("/handlers/" + enc(name));
+  const [data, history] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true))]);
   if (gen !== generation) return;
   navFor(name);
   const s = data.summary;
@@ -306,6 +415,7 @@ async function handlerPage(name, gen) {
       card("latency p50 / p99", latency(s.latency_ms)),
       card("failures (total)", failuresText(s.failures)),
       card("mean batch", fmt(d.batches.mean) + " events")),
+    history,
     el("h2", {}, "Partitions"),
     table(["Topic", "Partition", "Assigned", "Paused", "Committed offset", "End", "lag", "Queued", "lag, 2 min"], partitions, { id: "partitions" }),
     el("h2", {}, "Recent failures"),

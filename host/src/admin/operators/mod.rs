@@ -10,40 +10,29 @@
 //! of a fleet knows it at once; an answer is kept for [`FRESH`], so a
 //! revoked token stops working everywhere within that.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod cache;
+mod routes;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
-use axum::{Extension, Json, Router};
+use std::time::Duration;
+
 use serde::Serialize;
-use serde_json::json;
 use sqlx::PgPool;
 
 use super::access::{Actor, LOCAL, Scope};
-use super::audit::Detail;
-use super::{AdminState, answer};
+pub(super) use routes::router;
 
 /// How long a lookup's answer is reused: a revocation takes this long to
 /// reach every host.
 pub(crate) const FRESH: Duration = Duration::from_secs(2);
-/// Answers kept at most (past it the cache starts over): a client trying
-/// random tokens costs one indexed lookup each, never memory.
-const CACHED: usize = 4096;
+/// Lookups in flight at most, and how long one may take: a client sending
+/// random tokens, or a database that stopped answering, costs a few
+/// connections for a second, and the host's own tokens (which need no
+/// lookup) keep working.
+const LOOKUPS: usize = 4;
+const LOOKUP_WITHIN: Duration = Duration::from_secs(1);
 /// What every issued token starts with: secret scanners and people can
 /// tell an idem token from other secrets.
 const PREFIX: &str = "idem_";
-
-/// An operator a token names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Named {
-    pub name: Arc<str>,
-    pub scope: Scope,
-}
 
 /// One operator as `GET /operators` lists them (never the token).
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -71,23 +60,33 @@ pub(crate) enum OperatorError {
     Database(#[from] sqlx::Error),
 }
 
+/// Why a token could not be checked (said to whoever sent it without the
+/// database's own words: they are not known to be anyone yet).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LookupError {
+    #[error("too many operator tokens are being checked at once; try again")]
+    Busy,
+    #[error("the database did not answer within {LOOKUP_WITHIN:?}")]
+    TimedOut,
+    #[error("the database failed")]
+    Database(#[source] sqlx::Error),
+}
+
 /// The named operators, through the database, with a short cache.
 #[derive(Debug)]
 pub(crate) struct Operators {
     pool: PgPool,
-    cache: Mutex<HashMap<[u8; 32], Looked>>,
+    cache: cache::Cache,
+    lookups: tokio::sync::Semaphore,
 }
-
-/// A lookup's answer (`None`: no live operator) and when it was had.
-type Looked = (Option<Named>, Instant);
 
 impl Operators {
     pub(crate) fn new(pool: PgPool) -> Self {
-        Self { pool, cache: Mutex::default() }
+        Self { pool, cache: cache::Cache::default(), lookups: tokio::sync::Semaphore::new(LOOKUPS) }
     }
 
     /// The live operator `token` names (`None`: no such token, or revoked).
-    pub(crate) async fn lookup(&self, token: &str) -> Result<Option<Named>, sqlx::Error> {
+    pub(crate) async fn lookup(&self, token: &str) -> Result<Option<Actor>, LookupError> {
         // Only issued tokens are looked up: anything else is no operator's.
         if !token.starts_with(PREFIX) {
             return Ok(None);
@@ -97,27 +96,23 @@ impl Operators {
 
     /// As [`Operators::lookup`], by the token's digest (what a console
     /// session keeps, to end when the token is revoked).
-    pub(crate) async fn lookup_digest(&self, digest: [u8; 32]) -> Result<Option<Named>, sqlx::Error> {
-        if let Some(cached) = self.cached(&digest) {
+    pub(crate) async fn lookup_digest(&self, digest: [u8; 32]) -> Result<Option<Actor>, LookupError> {
+        if let Some(cached) = self.cache.get(&digest) {
             return Ok(cached);
         }
-        let row: Option<(String, String)> =
+        let _turn = self.lookups.try_acquire().map_err(|_| LookupError::Busy)?;
+        let generation = self.cache.generation();
+        let query =
             sqlx::query_as("SELECT name, scope FROM idem.operator WHERE token_sha256 = $1 AND revoked_at IS NULL")
                 .bind(digest.as_slice())
-                .fetch_optional(&self.pool)
-                .await?;
-        let named = row.map(|(name, scope)| Named { name: name.into(), scope: scope_named(&scope) });
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= CACHED {
-            cache.clear();
-        }
-        cache.insert(digest, (named.clone(), Instant::now()));
+                .fetch_optional(&self.pool);
+        let row: Option<(String, String)> = tokio::time::timeout(LOOKUP_WITHIN, query)
+            .await
+            .map_err(|_| LookupError::TimedOut)?
+            .map_err(LookupError::Database)?;
+        let named = row.map(|(name, scope)| Actor { name: name.into(), scope: scope_named(&scope), named: true });
+        self.cache.put(digest, named.clone(), generation);
         Ok(named)
-    }
-
-    fn cached(&self, digest: &[u8; 32]) -> Option<Option<Named>> {
-        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        cache.get(digest).filter(|(_, at)| at.elapsed() < FRESH).map(|(named, _)| named.clone())
     }
 
     /// Issues a token for `name` of `scope`, created `by` an actor; the
@@ -155,8 +150,9 @@ impl Operators {
         .execute(&self.pool)
         .await?;
         if revoked.rows_affected() == 1 {
-            // This host forgets at once; the others within FRESH.
-            self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            // This host forgets at once (a lookup already under way keeps
+            // its answer to itself); the others within FRESH.
+            self.cache.forget_all();
             return Ok(true);
         }
         let known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM idem.operator WHERE name = $1")
@@ -183,6 +179,7 @@ pub(crate) fn digest(token: &str) -> [u8; 32] {
     <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into()
 }
 
+/// The scope the table names (its CHECK allows only these two).
 fn scope_named(scope: &str) -> Scope {
     if scope == "operate" { Scope::Operate } else { Scope::Read }
 }
@@ -203,84 +200,6 @@ pub(crate) fn valid_name(name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `POST /operators`'s body.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NewOperator {
-    name: String,
-    scope: String,
-}
-
-/// `POST /operators`: issues a token (shown in this answer only).
-pub(crate) async fn create(
-    State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    body: Result<Json<NewOperator>, JsonRejection>,
-) -> Response {
-    let Json(new) = match body {
-        Ok(body) => body,
-        Err(e) => return answer::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
-    };
-    if !state.tokens.any() {
-        let message = "this host requires no token (none in $IDEM_ADMIN_TOKEN): set the host's own token first, \
-                       so that a named token is needed and means who it names";
-        return answer::error(StatusCode::CONFLICT, message).into_response();
-    }
-    let scope = match new.scope.as_str() {
-        "read" => Scope::Read,
-        "operate" => Scope::Operate,
-        other => {
-            let message = format!("scope: `{}` is not a scope: read or operate", crate::text::shown(other, 40));
-            return answer::error(StatusCode::BAD_REQUEST, message).into_response();
-        }
-    };
-    match state.operators.create(&new.name, scope, &actor.name).await {
-        Ok(token) => {
-            let detail = Detail(json!({ "operator": new.name, "scope": scope }));
-            let body = json!({ "name": new.name, "scope": scope, "token": token });
-            (StatusCode::CREATED, Extension(detail), Json(body)).into_response()
-        }
-        Err(e) => refused(&e),
-    }
-}
-
-/// `DELETE /operators/{name}`.
-pub(crate) async fn revoke(
-    State(state): State<AdminState>,
-    Extension(actor): Extension<Actor>,
-    Path(name): Path<String>,
-) -> Response {
-    match state.operators.revoke(&name, &actor.name).await {
-        Ok(revoked) => Json(json!({ "name": name, "revoked": revoked })).into_response(),
-        Err(e) => refused(&e),
-    }
-}
-
-/// `GET /operators`.
-pub(crate) async fn list(State(state): State<AdminState>) -> Response {
-    match state.operators.list().await {
-        Ok(operators) => Json(json!({ "operators": operators })).into_response(),
-        Err(e) => refused(&OperatorError::Database(e)),
-    }
-}
-
-fn refused(e: &OperatorError) -> Response {
-    let status = match e {
-        OperatorError::Invalid(_) => StatusCode::BAD_REQUEST,
-        OperatorError::Taken(_) | OperatorError::Reserved => StatusCode::CONFLICT,
-        OperatorError::Unknown(_) => StatusCode::NOT_FOUND,
-        OperatorError::Database(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    answer::error(status, e.to_string()).into_response()
-}
-
-pub(super) fn router(state: AdminState) -> Router {
-    Router::new()
-        .route("/operators", get(list).post(create))
-        .route("/operators/{name}", delete(revoke))
-        .with_state(state)
 }
 
 #[cfg(test)]
