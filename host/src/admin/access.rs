@@ -165,8 +165,13 @@ pub(crate) fn loopback_host(host: Option<&HeaderValue>) -> bool {
 /// an early exit, so the time taken tells neither where they differ nor
 /// how long the secret is.
 pub(crate) fn same_secret(a: &str, b: &str) -> bool {
-    let digest = |s: &str| -> [u8; 32] { <sha2::Sha256 as sha2::Digest>::digest(s.as_bytes()).into() };
-    constant_time_eq(&digest(a), &digest(b))
+    constant_time_eq(&sha256(a), &sha256(b))
+}
+
+/// The SHA-256 of `secret`: what is compared, and what a map or the
+/// database keeps instead of the secret itself.
+pub(crate) fn sha256(secret: &str) -> [u8; 32] {
+    <sha2::Sha256 as sha2::Digest>::digest(secret.as_bytes()).into()
 }
 
 /// Compares without an early exit, so timing does not leak the token.

@@ -198,15 +198,7 @@ async fn the_console_and_the_api_refuse_what_a_session_or_token_may_not_do() {
         "{head}"
     );
     assert!(!head.contains("; secure"), "plain HTTP without console_behind_tls: no Secure, or no browser keeps it");
-    let cookie = read
-        .head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .starts_with("set-cookie:")
-                .then(|| l[11..].trim().split(';').next().unwrap_or("").to_owned())
-        })
-        .expect("cookie");
+    let cookie = session_cookie(&read.head);
     let csrf =
         serde_json::from_str::<serde_json::Value>(&read.body).expect("json")["csrf"].as_str().expect("csrf").to_owned();
     // Without a session the console's API answers nothing.
@@ -272,6 +264,17 @@ async fn raw_with_host(
     let mut stream = tokio::net::TcpStream::connect(a).await.expect("connect");
     let text = format!("{method} {path} HTTP/1.1\r\nhost: {host_name}\r\n{headers}connection: close\r\n\r\n");
     super::exchange(&mut stream, text.as_bytes(), Duration::from_secs(30), path).await
+}
+
+/// The `name=value` of the session cookie a login's answer sets.
+pub(super) fn session_cookie(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie:")
+                .then(|| l[11..].trim().split(';').next().unwrap_or("").to_owned())
+        })
+        .expect("cookie")
 }
 
 /// `headers_and_body`: header lines, a blank line, the body.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::console::{cli, request_with_body};
+use super::console::{cli, request_with_body, session_cookie};
 use super::{Env, Host, READ_TOKEN, TOKEN, request};
 
 /// `idem ARGS --url URL --json` with the host's operate token; its JSON.
@@ -83,15 +83,7 @@ async fn a_named_token_acts_in_its_operators_name_on_every_host_until_revoked_on
     assert_eq!(session.status, 200, "{}", session.body);
     let body: Value = serde_json::from_str(&session.body).expect("json");
     assert_eq!(body["actor"], "alice");
-    let cookie = session
-        .head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .starts_with("set-cookie:")
-                .then(|| l[11..].trim().split(';').next().unwrap_or("").to_owned())
-        })
-        .expect("cookie");
+    let cookie = session_cookie(&session.head);
     let change = format!(
         "cookie: {cookie}\r\norigin: {ours}\r\nx-csrf-token: {}\r\ncontent-length: 0\r\n",
         body["csrf"].as_str().expect("csrf")

@@ -57,7 +57,7 @@ pub(super) async fn login(
         Some(actor) => (Some(actor), None),
         None => match state.operators.lookup(&login.token).await {
             Ok(named) => {
-                let digest = crate::admin::operators::digest(&login.token);
+                let digest = crate::admin::access::sha256(&login.token);
                 (named, Some(digest))
             }
             Err(e) => {
@@ -159,29 +159,24 @@ pub(super) async fn history(
     };
     match state.console.rendered().charts.remove(&name) {
         Some(mut charts) if i < charts.len() => cached(charts.swap_remove(i)),
-        _ if state.slot(&name).is_some() => {
-            routes::error(StatusCode::SERVICE_UNAVAILABLE, "not sampled yet").into_response()
-        }
-        _ => routes::error(
-            StatusCode::NOT_FOUND,
-            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
-        )
-        .into_response(),
+        _ => not_rendered(&state, &name),
     }
 }
 
 pub(super) async fn handler(State(state): State<AdminState>, Path(name): Path<String>) -> Response {
     match state.console.rendered().handlers.remove(&name) {
         Some(page) => cached(page),
-        None if state.slot(&name).is_some() => {
-            routes::error(StatusCode::SERVICE_UNAVAILABLE, "not sampled yet").into_response()
-        }
-        None => routes::error(
-            StatusCode::NOT_FOUND,
-            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
-        )
-        .into_response(),
+        None => not_rendered(&state, &name),
     }
+}
+
+/// Why nothing is rendered for `name`: not sampled yet, or no such handler.
+fn not_rendered(state: &AdminState, name: &str) -> Response {
+    if state.slot(name).is_some() {
+        return routes::error(StatusCode::SERVICE_UNAVAILABLE, "not sampled yet").into_response();
+    }
+    let message = format!("no handler `{}` runs on this host", crate::text::shown(name, 100));
+    routes::error(StatusCode::NOT_FOUND, message).into_response()
 }
 
 /// `?before=0:123,1:456&since=…&until=…&class=…&limit=…`.

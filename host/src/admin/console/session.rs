@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::super::access::{Actor, Scope, secret};
+use super::super::access::{Actor, Scope, secret, sha256 as digest};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "idem_console";
@@ -58,10 +58,6 @@ pub(crate) struct Sessions {
     failures: Mutex<HashMap<Option<IpAddr>, VecDeque<Instant>>>,
     /// Numbers sessions (their fair share of reads: `shares`).
     next_id: std::sync::atomic::AtomicU64,
-}
-
-fn digest(id: &str) -> [u8; 32] {
-    <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes()).into()
 }
 
 impl Sessions {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use super::access::{Actor, LOCAL, Scope};
+use super::access::{Actor, LOCAL, Scope, sha256 as digest};
 pub(super) use routes::router;
 
 /// How long a lookup's answer is reused: a revocation takes this long to
@@ -173,10 +173,6 @@ impl Operators {
         .fetch_all(&self.pool)
         .await
     }
-}
-
-pub(crate) fn digest(token: &str) -> [u8; 32] {
-    <sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()).into()
 }
 
 /// The scope the table names (its CHECK allows only these two).
