@@ -255,6 +255,15 @@ try {
   await page.locator("button[data-action=selected]").click();
   await until("the second replay's outcome", async () => (await outcome.count()) && (await outcome.textContent()) === "duplicate");
   assert.equal((await need("charges")).charges, 1, "replayed twice, charged once");
+  // Discarded, a record is never replayed again (the topic keeps it).
+  await row.locator("input[data-select]").check();
+  await page.locator("button[data-action=discard-selected]").click();
+  await until("the original marked discarded", async () => (await row.locator("td[data-field=replayed]").textContent()) === "discarded");
+  await page.locator("#discard-outcome").getByText("1 discarded").waitFor();
+  await row.locator("input[data-select]").check();
+  await page.locator("button[data-action=selected]").click();
+  await until("the replay leaves it alone", async () => (await outcome.count()) && (await outcome.textContent()) === "discarded");
+  assert.equal((await need("charges")).charges, 1, "a discarded record is not run");
   assert.equal(await page.evaluate(() => window.__pwned), undefined, "the payload's script never ran");
 
   // ---- attacks ----
@@ -360,6 +369,9 @@ try {
     await p.goto(`${url}/console/#/audit`);
     await p.locator("#audit").waitFor();
     await check("audit");
+    await p.goto(`${url}/console/#/outbox`);
+    await p.locator("#outbox-reload").waitFor();
+    await check("outbox");
     await a11y.close();
   }
   assert.deepEqual(violations, [], "accessibility:\n" + violations.join("\n"));

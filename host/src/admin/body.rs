@@ -1,21 +1,27 @@
-//! An upload's body, read against its handler's limit and the listener's
-//! `body_timeout`: a client that never finishes its body (a slow chunked
-//! upload, a `Content-Length` it never fills) is answered 408 and loses its
-//! upload slot, and a body declared or found larger than the limit is
-//! answered 413 without reading the rest.
+//! A request's body (an upload, a small JSON request), read against its
+//! limit and the listener's `body_timeout`: a client that never finishes
+//! its body (a slow chunked upload, a `Content-Length` it never fills) is
+//! answered 408 and loses its slot, and a body declared or found larger
+//! than the limit is answered 413 without reading the rest.
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
 use futures::StreamExt as _;
+
+use super::answer::error;
+
+/// Bytes of a small JSON request body (a login, a replay's selection).
+const JSON_LIMIT: usize = 64 * 1024;
 
 /// Why a body was not read.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum BodyError {
-    #[error("the module is {declared} bytes (Content-Length), larger than {limit} bytes, the limit of {what}")]
+    #[error("the body is {declared} bytes (Content-Length), larger than {limit} bytes, the limit of {what}")]
     Declared { declared: u64, limit: usize, what: String },
-    #[error("the module is larger than {limit} bytes, the limit of {what}")]
+    #[error("the body is larger than {limit} bytes, the limit of {what}")]
     TooLarge { limit: usize, what: String },
     #[error("the body did not arrive within {0:?} ([admin] body_timeout)")]
     TimedOut(Duration),
@@ -61,6 +67,16 @@ pub(super) async fn read(body: Body, limit: usize, timeout: Duration, what: &str
         Ok(bytes)
     };
     tokio::time::timeout(timeout, read).await.unwrap_or(Err(BodyError::TimedOut(timeout)))
+}
+
+/// A small JSON request's body (at most 64 KiB), read within `timeout`
+/// and parsed, or the answer that names what was wrong with it.
+pub(super) async fn json<T: serde::de::DeserializeOwned>(body: Body, timeout: Duration) -> Result<T, Response> {
+    let bytes = read(body, JSON_LIMIT, timeout, "a JSON request (64 KiB)")
+        .await
+        .map_err(|e| error(e.status(), e.to_string()).into_response())?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response())
 }
 
 #[cfg(test)]

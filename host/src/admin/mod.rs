@@ -27,6 +27,7 @@ mod dead_letters;
 mod fleet;
 mod listener;
 mod operators;
+mod outbox;
 mod peers;
 mod routes;
 mod stall;
@@ -62,6 +63,10 @@ pub(crate) struct AdminState {
     tokens: access::Tokens,
     /// The console's sessions, its allowed `Host` names and what it shows.
     pub console: Arc<console::Console>,
+    /// Each handler's DLQ desk: replays and discards.
+    pub dead_letters: Arc<dead_letters::Desks>,
+    /// The outbox producers of this host's config (`outbox::producers`).
+    producers: Arc<Vec<String>>,
     /// Uploads read and checked at once: each buffers a module.
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// What `/metrics` and `/readyz` read.
@@ -99,9 +104,11 @@ impl std::fmt::Debug for Admin {
 }
 
 impl Admin {
-    /// Binds `[admin] listen`; `None` when it is `"off"`.
+    /// Binds `[admin] listen`; `None` when it is `"off"`. `producers`
+    /// names this host's outbox producers (shown even with no rows).
     pub async fn bind(
         config: &AdminConfig,
+        producers: Vec<String>,
         pool: PgPool,
         slots: Vec<Arc<Slot>>,
         telemetry: Arc<crate::telemetry::Telemetry>,
@@ -138,6 +145,8 @@ impl Admin {
             slots: Arc::new(slots),
             tokens,
             console: Arc::new(console),
+            dead_letters: Arc::new(dead_letters::Desks::new()),
+            producers: Arc::new(producers),
             uploads: Arc::new(tokio::sync::Semaphore::new(MAX_UPLOADS)),
             telemetry,
             body_timeout: config.body_timeout.0,
@@ -146,17 +155,18 @@ impl Admin {
     }
 
     /// Serves until `stop` turns true as `host` (the fleet's name for
-    /// it); the console replays dead letters with `desks` (one per handler
-    /// of this host).
+    /// it); the API and the console replay dead letters with `desks` (one
+    /// per handler of this host).
     pub async fn serve(self, host: String, stop: watch::Receiver<bool>, desks: Vec<crate::pipeline::replay::Desk>) {
         let telemetry = self.state.telemetry.clone();
         let state = self.state;
         let _ = state.host.set(host);
-        state.console.attach(desks);
+        state.dead_letters.attach(desks);
         let sampler = tokio::spawn(state.console.clone().sample(stop.clone()));
         let app = routes::router(state.clone())
             .merge(dead_letters::router(state.clone()))
             .merge(fleet::router(state.clone()))
+            .merge(outbox::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))
@@ -277,7 +287,7 @@ mod tests {
         };
         let pool = sqlx::PgPool::connect_lazy("postgres://nobody@127.0.0.1:1/none").expect("lazy pool");
         let telemetry = crate::telemetry::Telemetry::new(pool.clone());
-        let err = super::Admin::bind(&config, pool, Vec::new(), telemetry).await.expect_err("refused");
+        let err = super::Admin::bind(&config, Vec::new(), pool, Vec::new(), telemetry).await.expect_err("refused");
         assert!(err.to_string().contains("requires a token"), "{err}");
     }
 }

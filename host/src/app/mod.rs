@@ -48,9 +48,15 @@ pub async fn run(
     let counted = counting(&slots);
     let telemetry = Telemetry::new(prepared.pool.clone());
     // Bound before anything consumes: a taken port fails start-up.
-    let admin =
-        crate::admin::Admin::bind(&prepared.config.admin, prepared.pool.clone(), slots.clone(), telemetry.clone())
-            .await?;
+    let producers = crate::outbox::producers(&prepared.config);
+    let admin = crate::admin::Admin::bind(
+        &prepared.config.admin,
+        producers,
+        prepared.pool.clone(),
+        slots.clone(),
+        telemetry.clone(),
+    )
+    .await?;
     // Held until every consumer is closed: an automatic identity's slot.
     let identity =
         crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?.with_secret(&prepared.pool).await?;

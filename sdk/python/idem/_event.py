@@ -6,7 +6,7 @@ import json
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._payload import build
+from ._payload import build, exact
 
 if TYPE_CHECKING:
     from ._wit import types
@@ -80,8 +80,12 @@ class Event:
         ``list[X]``, ``dict[str, X]``, nested dataclasses and ``Any``. A missing
         field without a default, or a value of another type, raises
         ``Permanent`` naming the field: retrying will not change the payload.
+        Numbers are never rounded silently: a ``Decimal`` field gets the
+        payload's exact digits, an ``int`` field any integer (Python's are
+        unbounded), and a ``float`` field refuses an integer beyond 2^53 that
+        a float would round.
         """
-        return build(cls, self.payload)
+        return build(cls, exact(self.payload_text))
 
     def header(self, name: str) -> bytes | None:
         """The value of the first header called ``name``, if any."""

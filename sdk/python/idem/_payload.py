@@ -4,11 +4,18 @@ Mirrors what serde does for the Rust SDK's ``#[serde(rename_all =
 "camelCase")]`` structs: camelCase keys, unknown keys ignored, ``X | None``
 fields may be absent, and any other mismatch is a permanent error that names
 the field (the payload will be the same on every retry).
+
+Numbers are never rounded silently: the payload is read with its decimals
+as ``Decimal`` (``exact``), so a ``Decimal`` field gets the exact text, an
+``int`` field any integer, and a ``float`` field refuses an integer that a
+float cannot hold (beyond 2^53, where ``float`` would round it). ``Any``
+fields get what ``Event.payload`` has (decimals as floats).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 import typing
 from datetime import datetime
@@ -31,6 +38,11 @@ _NAMES: dict[object, str] = {
 }
 
 
+def exact(text: str) -> Any:
+    """The payload's JSON with its decimals as ``Decimal``, for ``build``."""
+    return json.loads(text, parse_float=Decimal)
+
+
 def build(cls: type[T], data: object) -> T:
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"payload_as needs a dataclass, not {cls!r}")
@@ -51,7 +63,7 @@ def parse_timestamp(text: str) -> datetime:
 def _convert(tp: Any, value: object, path: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any or tp is object:
-        return value
+        return _plain(value)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -100,11 +112,18 @@ def _scalar(tp: Any, value: object, path: str) -> Any:
     # bool is a subclass of int in Python; JSON's true is not an integer.
     if tp is int and isinstance(value, int) and not isinstance(value, bool):
         return value
-    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if tp is float and isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+        if isinstance(value, int) and abs(value) > 2**53 and int(float(value)) != value:
+            raise Permanent(
+                f"payload field `{path}`: the integer {value} does not fit a float exactly (it would be rounded); "
+                "declare the field int or Decimal"
+            )
         return float(value)
     if tp is str and isinstance(value, str):
         return value
     try:
+        if tp is Decimal and isinstance(value, Decimal):
+            return value
         if tp is Decimal and isinstance(value, (int, float, str)) and not isinstance(value, bool):
             return Decimal(str(value))
         if tp is UUID and isinstance(value, str):
@@ -118,12 +137,23 @@ def _scalar(tp: Any, value: object, path: str) -> Any:
     raise _mismatch(_NAMES[tp], value, path)
 
 
+def _plain(value: object) -> Any:
+    """``value`` as ``Event.payload`` has it: decimals as floats."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
 def _optional(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
 
 
 def _mismatch(expected: str, value: object, path: str) -> Permanent:
-    shown = repr(value)
+    shown = str(value) if isinstance(value, Decimal) else repr(value)
     shown = shown if len(shown) <= 40 else shown[:37] + "..."
     return Permanent(f"payload field `{path}`: expected {expected}, got {_json_type(value)} {shown}")
 
@@ -133,7 +163,7 @@ def _json_type(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float, Decimal)):
         return "number"
     if isinstance(value, str):
         return "string"

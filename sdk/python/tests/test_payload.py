@@ -93,6 +93,41 @@ class PayloadAs(unittest.TestCase):
         self.assertIsNone(e.header("empty"))
 
 
+@dataclass
+class Exact:
+    order_id: int
+    amount: Decimal
+    ratio: float
+    extra: Any = None
+
+
+class Numbers(unittest.TestCase):
+    """Numbers are never rounded silently (around 2^53 and 2^63)."""
+
+    def exact(self, text: str) -> Exact:
+        e = event({})
+        e.payload_text = text
+        return e.payload_as(Exact)
+
+    def test_integers_and_decimals_keep_every_digit(self) -> None:
+        got = self.exact('{"orderId": 9007199254740993, "amount": 12345678901234567.891, "ratio": 0.5,'
+                         ' "extra": {"big": 9223372036854775807, "d": 0.25}}')
+        self.assertEqual(got.order_id, 9007199254740993)
+        self.assertEqual(got.amount, Decimal("12345678901234567.891"))
+        self.assertEqual(got.ratio, 0.5)
+        self.assertEqual(got.extra, {"big": 9223372036854775807, "d": 0.25}, "Any: as Event.payload has it")
+        self.assertEqual(self.exact('{"orderId": -9223372036854775808, "amount": 1, "ratio": 1}').order_id,
+                         -9223372036854775808)
+
+    def test_a_float_field_refuses_an_integer_it_would_round(self) -> None:
+        with self.assertRaises(idem.Permanent) as caught:
+            self.exact('{"orderId": 1, "amount": 1, "ratio": 9007199254740993}')
+        self.assertIn("payload field `ratio`: the integer 9007199254740993 does not fit a float exactly",
+                      str(caught.exception))
+        # One a float holds exactly is fine, even beyond 2^53.
+        self.assertEqual(self.exact('{"orderId": 1, "amount": 1, "ratio": 9007199254740992}').ratio, 2.0**53)
+
+
 class Errors(unittest.TestCase):
     def test_classification(self) -> None:
         self.assertTrue(idem.Retryable("later").retryable)

@@ -2,6 +2,7 @@
 
 import type { Event as WitEvent } from 'idem:handler/types@0.1.0';
 import { Permanent } from './errors.js';
+import { type BigIntegers, parse } from './json.js';
 
 /** A Kafka record header; `value` is undefined for a null header. */
 export interface Header {
@@ -60,17 +61,14 @@ export class Event {
     }
 
     /**
-     * The payload, parsed once, on first use. Integers beyond 2^53 lose
-     * precision here, as anywhere in JavaScript's JSON: read such a field
-     * from {@link Event.payloadText} if it matters.
+     * The payload, parsed once, on first use. An integer outside
+     * JavaScript's safe range (±(2^53 − 1): a 64-bit id, an amount in
+     * minor units) is a `bigint`, never a rounded `number`; other numbers
+     * are doubles, as in `JSON.parse` (send exact decimals as strings).
      */
     get payload(): unknown {
         if (this.#payload === undefined) {
-            try {
-                this.#payload = { value: JSON.parse(this.payloadText) };
-            } catch (e) {
-                throw new Permanent(`payload is not JSON: ${String(e)}`);
-            }
+            this.#payload = { value: parsed(this.payloadText, 'bigint') };
         }
         return this.#payload.value;
     }
@@ -79,17 +77,21 @@ export class Event {
      * The payload as a `T`. Without `check` this is a cast (the host has
      * validated the payload against the handler's schema). With one, a
      * payload that fails it (`false`, or a throw) is a {@link Permanent}
-     * error: retrying would not change it.
+     * error: retrying would not change it. An integer outside the safe
+     * range is a `bigint` (type such fields `bigint` or `number | bigint`);
+     * with `{ bigIntegers: 'refuse' }` such a payload is a
+     * {@link Permanent} error naming the integer instead.
      *
      * @example
      * ```ts
      * interface OrderConfirmed { orderId: number; totalAmount: number }
      * const order = event.payloadAs<OrderConfirmed>();
      * const checked = event.payloadAs((p): p is OrderConfirmed => typeof (p as OrderConfirmed).orderId === "number");
+     * const exact = event.payloadAs<OrderConfirmed>(undefined, { bigIntegers: 'refuse' });
      * ```
      */
-    payloadAs<T>(check?: PayloadCheck<T>): T {
-        const payload = this.payload;
+    payloadAs<T>(check?: PayloadCheck<T>, options?: { bigIntegers?: BigIntegers }): T {
+        const payload = options?.bigIntegers === 'refuse' ? parsed(this.payloadText, 'refuse') : this.payload;
         if (check !== undefined) {
             let fits: boolean | void;
             try {
@@ -111,5 +113,15 @@ export class Event {
     headerText(name: string): string | undefined {
         const value = this.header(name);
         return value && new TextDecoder().decode(value);
+    }
+}
+
+/** The payload's JSON, or the {@link Permanent} error saying why not. */
+function parsed(text: string, big: BigIntegers): unknown {
+    try {
+        return parse(text, big);
+    } catch (e) {
+        if (e instanceof SyntaxError) throw new Permanent(`payload is not JSON: ${String(e)}`);
+        throw new Permanent(`payload: ${e instanceof Error ? e.message : String(e)}`);
     }
 }

@@ -20,3 +20,141 @@ export function stringify(value: unknown): string {
     if (text === undefined) throw new TypeError(`${typeof value} is not JSON`);
     return text;
 }
+
+/** What {@link parse} does with an integer outside ±(2^53 − 1). */
+export type BigIntegers = 'bigint' | 'refuse';
+
+/**
+ * `JSON.parse`, except that an integer outside JavaScript's safe range
+ * (±(2^53 − 1): an order id, an amount in minor units, a 64-bit key) is
+ * never rounded: it becomes a `bigint`, or with `'refuse'` the parse
+ * throws a TypeError naming it. Other numbers are doubles, as in
+ * `JSON.parse`. Text without such an integer takes `JSON.parse` itself.
+ *
+ * @internal
+ */
+export function parse(text: string, big: BigIntegers = 'bigint'): unknown {
+    const found = firstBigInteger(text);
+    if (found === undefined) return JSON.parse(text);
+    if (big === 'refuse') {
+        throw new TypeError(
+            `the integer ${found} is outside JavaScript's safe range (±(2^53 − 1)) and would be rounded; ` +
+                `read it as a bigint (payloadAs without bigIntegers: 'refuse'), or send it as a string`,
+        );
+    }
+    JSON.parse(text); // the same SyntaxError JSON.parse gives for text that is not JSON
+    return new Reader(text).document();
+}
+
+const SAFE = BigInt(Number.MAX_SAFE_INTEGER);
+
+/** The first integer token (outside strings) beyond the safe range. */
+function firstBigInteger(text: string): string | undefined {
+    const token = /"(?:[^"\\]|\\.)*"|-?\d{16,}(?![.eE\d])/g;
+    for (let m = token.exec(text); m !== null; m = token.exec(text)) {
+        const t = m[0];
+        if (t.charCodeAt(0) === 34 /* " */) continue;
+        // A digit run inside a longer number (`1.2345678901234567`) is not an integer.
+        const before = text.charAt(m.index - 1);
+        if (before === '.' || before === 'e' || before === 'E' || before === '+' || (before >= '0' && before <= '9')) continue;
+        const n = BigInt(t);
+        if (n > SAFE || n < -SAFE) return t;
+    }
+    return undefined;
+}
+
+/** A small JSON reader for text already known to be JSON. */
+class Reader {
+    #at = 0;
+    readonly #text: string;
+
+    constructor(text: string) {
+        this.#text = text;
+    }
+
+    private at(): string {
+        return this.#text.charAt(this.#at);
+    }
+
+    document(): unknown {
+        const value = this.value();
+        this.space();
+        return value;
+    }
+
+    private space(): void {
+        while (this.#at < this.#text.length && ' \t\n\r'.includes(this.at())) this.#at++;
+    }
+
+    private value(): unknown {
+        this.space();
+        const c = this.at();
+        if (c === '{') return this.object();
+        if (c === '[') return this.array();
+        if (c === '"') return this.string();
+        if (c === 't') return this.word('true', true);
+        if (c === 'f') return this.word('false', false);
+        if (c === 'n') return this.word('null', null);
+        return this.number();
+    }
+
+    private object(): Record<string, unknown> {
+        const out: Record<string, unknown> = {};
+        this.#at++;
+        this.space();
+        if (this.at() === '}') {
+            this.#at++;
+            return out;
+        }
+        for (;;) {
+            this.space();
+            const key = this.string();
+            this.space();
+            this.#at++; // ':'
+            const value = this.value();
+            // As JSON.parse: `__proto__` is an own property, not the prototype.
+            Object.defineProperty(out, key, { value, enumerable: true, writable: true, configurable: true });
+            this.space();
+            if (this.#text.charAt(this.#at++) === '}') return out;
+        }
+    }
+
+    private array(): unknown[] {
+        const out: unknown[] = [];
+        this.#at++;
+        this.space();
+        if (this.at() === ']') {
+            this.#at++;
+            return out;
+        }
+        for (;;) {
+            out.push(this.value());
+            this.space();
+            if (this.#text.charAt(this.#at++) === ']') return out;
+        }
+    }
+
+    private string(): string {
+        const start = this.#at;
+        this.#at++;
+        while (this.at() !== '"') this.#at += this.at() === '\\' ? 2 : 1;
+        this.#at++;
+        return JSON.parse(this.#text.slice(start, this.#at)) as string;
+    }
+
+    private word<T>(word: string, value: T): T {
+        this.#at += word.length;
+        return value;
+    }
+
+    private number(): number | bigint {
+        const start = this.#at;
+        while (this.#at < this.#text.length && '+-0123456789.eE'.includes(this.at())) this.#at++;
+        const token = this.#text.slice(start, this.#at);
+        if (/^-?\d+$/.test(token)) {
+            const n = BigInt(token);
+            if (n > SAFE || n < -SAFE) return n;
+        }
+        return Number(token);
+    }
+}

@@ -51,3 +51,30 @@ test('payloadAs with a check: false or a throw is Permanent', () => {
     assert.deepEqual(good.payloadAs(isOrder), { orderId: 42 });
     assert.deepEqual(good.payloadAs(parse), { orderId: 42 });
 });
+
+test('integers outside the safe range are bigints, never rounded, or refused on request', () => {
+    const text = '{"orderId":9007199254740993,"amount":-9223372036854775808,"max":9223372036854775807,' +
+        '"safe":9007199254740991,"ratio":1.2345678901234567,"exp":12345678901234567e2,"s":"12345678901234567890","list":[18446744073709551615,1]}';
+    const e = new Event(raw(text));
+    const p = e.payload;
+    assert.equal(p.orderId, 9007199254740993n);
+    assert.equal(p.amount, -9223372036854775808n);
+    assert.equal(p.max, 9223372036854775807n);
+    assert.equal(p.safe, 9007199254740991, 'a safe integer stays a number');
+    assert.equal(typeof p.ratio, 'number');
+    assert.equal(typeof p.exp, 'number', 'an exponent is not an integer token');
+    assert.equal(p.s, '12345678901234567890', 'a string stays a string');
+    assert.deepEqual(p.list, [18446744073709551615n, 1]);
+    assert.equal(e.payloadAs(), p);
+    assert.throws(() => e.payloadAs(undefined, { bigIntegers: 'refuse' }), {
+        constructor: Permanent,
+        message: /^payload: the integer 9007199254740993 is outside JavaScript's safe range/,
+    });
+    // Text without such an integer parses as JSON.parse does, __proto__ included.
+    const plain = new Event(raw('{"a":[1,2.5,"x"],"__proto__":{"b":1}}'));
+    assert.deepEqual(plain.payload, JSON.parse('{"a":[1,2.5,"x"],"__proto__":{"b":1}}'));
+    const both = new Event(raw('{"__proto__":{"b":1},"n":9007199254740993}'));
+    assert.equal(Object.getPrototypeOf(both.payload), Object.prototype, '__proto__ is an own key');
+    assert.deepEqual(Object.keys(both.payload), ['__proto__', 'n']);
+    assert.deepEqual(plain.payloadAs(undefined, { bigIntegers: 'refuse' }), plain.payload, 'a safe payload is not refused');
+});

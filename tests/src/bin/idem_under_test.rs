@@ -15,7 +15,13 @@ fn main() -> std::process::ExitCode {
             while std::path::Path::new(&format!("/proc/{parent}")).exists() {
                 std::thread::sleep(std::time::Duration::from_millis(500));
             }
-            eprintln!("idem-under-test: the test process {parent} is gone; exiting");
+            // Not eprintln!: with the test gone its stderr may be a closed
+            // pipe, and a failed eprintln! panics this thread instead of
+            // ending the process.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("idem-under-test: the test process {parent} is gone; exiting\n").as_bytes(),
+            );
             std::process::exit(3);
         });
     }

@@ -23,7 +23,7 @@ fn screenshots() -> PathBuf {
     dir
 }
 
-fn repo(path: &str) -> PathBuf {
+pub(super) fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
 }
 

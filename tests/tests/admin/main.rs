@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
 
 mod console;
+mod explorer;
 mod flood;
 mod operators;
 mod spec;

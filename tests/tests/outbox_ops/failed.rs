@@ -128,6 +128,15 @@ async fn idem_outbox_lists_failed_rows_with_their_reason_and_redrive_publishes_e
     assert_eq!((counts("pending"), counts("published"), counts("failed")), (Some(0), Some(1), Some(2)), "{answer}");
     let ids: Vec<i64> = answer["failed"].as_array().into_iter().flatten().filter_map(|f| f["id"].as_i64()).collect();
     assert_eq!(ids, failed.iter().map(|r| r.id).collect::<Vec<_>>(), "{answer}");
+    // The host's admin API (and the console's Outbox page) says the same.
+    let admin = host::admin_url(&config);
+    let client = reqwest::Client::new();
+    let shown: serde_json::Value =
+        client.get(format!("{admin}/outbox")).send().await.expect("GET /outbox").json().await.expect("json");
+    assert_eq!(shown["producers"][0]["failed"], 2, "{shown}");
+    assert_eq!(shown["producers"][0]["holder"], producer["holder"], "{shown}");
+    let api_ids: Vec<i64> = shown["failed"].as_array().into_iter().flatten().filter_map(|f| f["id"].as_i64()).collect();
+    assert_eq!(api_ids, ids, "{shown}");
 
     // The cause fixed, a failed row stays failed until re-driven: a later
     // row published shows the relay went round since.
@@ -137,11 +146,20 @@ async fn idem_outbox_lists_failed_rows_with_their_reason_and_redrive_publishes_e
     assert!(kafka::read_all(&tight).is_empty(), "a failed row is not sent again by itself");
     assert!(rows(&env, &tight).await.iter().all(|r| r.failed), "nor made pending");
 
-    // `--id`: that row only.
-    let first = failed[0].id.to_string();
-    let redriven = idem(&["outbox", "--config", config_arg, "--redrive", "--id", &first]);
-    assert!(redriven.ok, "{redriven:?}");
-    assert!(redriven.stdout.contains("idem: outbox: 1 failed row(s) made pending again"), "{redriven:?}");
+    // That row only, through the host's API: a redrive names its rows, or
+    // says "all" outright.
+    let redrive = |body: serde_json::Value| {
+        let request = client.post(format!("{admin}/outbox/redrive")).json(&body);
+        async move {
+            let response = request.send().await.expect("POST /outbox/redrive");
+            (response.status().as_u16(), response.json::<serde_json::Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, refused) = redrive(serde_json::json!({})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("all: true")), "{refused}");
+    let (status, redriven) = redrive(serde_json::json!({ "ids": [failed[0].id] })).await;
+    assert_eq!((status, redriven["redriven"].as_i64()), (200, Some(1)), "{redriven}");
     let records = published(&tight, 1);
     idem_tests::wait_until_async("the re-driven row is marked published", || async {
         rows(&env, &tight).await[0].published

@@ -12,9 +12,11 @@ use idem_tests::provider::PaymentProvider;
 use idem_tests::wait_until;
 
 mod batching;
+mod dead_letter_actions;
 mod dead_letter_index;
 mod dead_letters;
 mod failures;
+mod first_run;
 mod fleet;
 mod guest_text;
 mod hostile_records;

@@ -1,4 +1,5 @@
-//! `idem deploy`, `idem handlers`, `idem rollback`, `idem status`: the
+//! `idem deploy`, `idem handlers`, `idem rollback`, `idem status`, `idem
+//! dlq search|replay|discard`, `idem token`, `idem audit`: the
 //! admin API from the command line. Human-readable by default, the API's
 //! JSON with `--json`. What went wrong talking to the API is an
 //! [`ApiError`], which the command line turns into its exit code.
@@ -68,7 +69,9 @@ impl Target {
         let (status, url) = (response.status(), response.url().to_string());
         let body: Value = response.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
-            let message = body["error"].as_str().unwrap_or("no message").to_owned();
+            // A replay an outage stopped answers 503 with its report.
+            let stopped = body["stopped"].as_str().map(|why| format!("the replay stopped: {why} ({body})"));
+            let message = body["error"].as_str().map(str::to_owned).or(stopped).unwrap_or_else(|| "no message".into());
             return Err(ApiError::Refused { url, status: status.as_u16(), message }.into());
         }
         Ok(body)
@@ -108,6 +111,19 @@ pub async fn handlers(target: &Target) -> anyhow::Result<Value> {
 pub async fn dead_letters(target: &Target, handler: &str, filters: &[(&str, String)]) -> anyhow::Result<Value> {
     let url = target.url(&format!("/handlers/{handler}/dead-letters"));
     target.send(client()?.get(url).query(filters)).await
+}
+
+/// Replays (or, `dry_run` in `request`, judges) `handler`'s dead letters
+/// on the host; `request` is the API's body (`search`, `force`, …).
+pub async fn replay_dead_letters(target: &Target, handler: &str, request: &Value) -> anyhow::Result<Value> {
+    let url = target.url(&format!("/handlers/{handler}/dead-letters/replay"));
+    target.send(client()?.post(url).json(request)).await
+}
+
+/// Discards (or restores) `handler`'s dead letters on the host.
+pub async fn discard_dead_letters(target: &Target, handler: &str, request: &Value) -> anyhow::Result<Value> {
+    let url = target.url(&format!("/handlers/{handler}/dead-letters/discard"));
+    target.send(client()?.post(url).json(request)).await
 }
 
 /// `idem dlq search` for people: the totals, then a line per dead letter.

@@ -15,19 +15,7 @@ use serde_json::json;
 
 use super::session::{self, Session};
 use crate::admin::{AdminState, audit, body, routes};
-use crate::pipeline::replay::{PageQuery, ReplayOptions, Selection, Window};
-
-/// Bytes of a JSON request body (a login, a replay's selection).
-const JSON_LIMIT: usize = 64 * 1024;
-
-/// The body of a small JSON request, read within the listener's deadline.
-async fn json_body<T: serde::de::DeserializeOwned>(state: &AdminState, body: Body) -> Result<T, Response> {
-    let bytes = body::read(body, JSON_LIMIT, state.body_timeout, "a console request (64 KiB)")
-        .await
-        .map_err(|e| routes::error(e.status(), e.to_string()).into_response())?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| routes::error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response())
-}
+use crate::pipeline::replay::PageQuery;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,7 +36,7 @@ pub(super) async fn login(
                        $IDEM_ADMIN_READ_TOKEN (scope read) set ([admin] token_env, read_token_env)";
         return routes::error(StatusCode::FORBIDDEN, message).into_response();
     }
-    let login: Login = match json_body(&state, body).await {
+    let login: Login = match body::json(body, state.body_timeout).await {
         Ok(login) => login,
         Err(refusal) => return refusal,
     };
@@ -210,7 +198,7 @@ pub(super) async fn dead_letters(
     Path(name): Path<String>,
     query: Result<Query<DeadLetterQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Some(desk) = state.console.desk(&name) else {
+    let Some(desk) = state.dead_letters.desk(&name) else {
         return routes::error(
             StatusCode::NOT_FOUND,
             format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
@@ -233,94 +221,5 @@ pub(super) async fn dead_letters(
     match desk.page(query, reading).await {
         Ok(page) => Json(page).into_response(),
         Err(e) => routes::error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")).into_response(),
-    }
-}
-
-/// A replay's selection: records by DLQ position, or a window.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReplayRequest {
-    #[serde(default)]
-    records: Vec<(i32, i64)>,
-    since: Option<chrono::DateTime<chrono::Utc>>,
-    until: Option<chrono::DateTime<chrono::Utc>>,
-    class: Option<String>,
-    limit: Option<usize>,
-    /// Every dead letter the explorer's filters match (its paging ignored).
-    search: Option<crate::pipeline::dlq::search::Search>,
-    #[serde(default)]
-    dry_run: bool,
-}
-
-/// Replays the selected records (or judges them, dry), one replay at a time.
-pub(super) async fn replay(State(state): State<AdminState>, Path(name): Path<String>, body: Body) -> Response {
-    let Some(desk) = state.console.desk(&name) else {
-        return routes::error(
-            StatusCode::NOT_FOUND,
-            format!("no handler `{}` runs on this host", crate::text::shown(&name, 100)),
-        )
-        .into_response();
-    };
-    let request: ReplayRequest = match json_body(&state, body).await {
-        Ok(request) => request,
-        Err(refusal) => return refusal,
-    };
-    let max = crate::pipeline::replay::MAX_SELECTED;
-    let selection = if let Some(search) = &request.search {
-        match super::explorer::matching(&state, &name, search, max).await {
-            Ok(records) => Selection::Records(records),
-            Err(refusal) => return refusal,
-        }
-    } else if request.records.is_empty() {
-        if request.since.is_none() && request.until.is_none() {
-            return routes::error(StatusCode::BAD_REQUEST, "select records, or a range with since and/or until")
-                .into_response();
-        }
-        if request.limit == Some(0) {
-            return routes::error(StatusCode::BAD_REQUEST, "limit: at least 1").into_response();
-        }
-        let window = Window {
-            since: request.since,
-            until: request.until,
-            limit: request.limit.map(|l| l.min(max)),
-            class: request.class,
-        };
-        Selection::Window(window)
-    } else {
-        let mut records = request.records;
-        records.sort_unstable();
-        records.dedup();
-        if records.len() > max {
-            return routes::error(StatusCode::BAD_REQUEST, format!("at most {max} records at once")).into_response();
-        }
-        Selection::Records(records)
-    };
-    let Ok(replaying) = state.console.replaying.clone().try_acquire_owned() else {
-        return routes::error(StatusCode::CONFLICT, "a replay is running on this host: wait for it").into_response();
-    };
-    let options = ReplayOptions { dry_run: request.dry_run, ..ReplayOptions::default() };
-    // A task of its own: a client that goes away does not cut it short,
-    // and the next replay waits for its end.
-    let desk = desk.clone();
-    let run = tokio::spawn(async move {
-        let _replaying = replaying;
-        desk.replay(selection, options).await
-    });
-    match run.await {
-        Ok(Ok(report)) => {
-            tracing::info!(
-                handler = %name, dry_run = report.dry_run, read = report.read, applied = report.applied,
-                stopped = ?report.stopped, "console: DLQ replay"
-            );
-            // Stopped by an outage: what it did so far, as a 503.
-            let status = if report.stopped.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
-            let detail = audit::Detail(json!({
-                "dry_run": report.dry_run, "read": report.read, "applied": report.applied,
-                "duplicates": report.duplicates, "failed_again": report.failed_again, "stopped": report.stopped,
-            }));
-            (status, axum::Extension(detail), Json(report)).into_response()
-        }
-        Ok(Err(e)) => routes::error(StatusCode::UNPROCESSABLE_ENTITY, format!("{e:#}")).into_response(),
-        Err(e) => routes::error(StatusCode::INTERNAL_SERVER_ERROR, format!("the replay failed: {e}")).into_response(),
     }
 }

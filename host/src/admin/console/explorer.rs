@@ -1,6 +1,6 @@
 //! The dead-letter explorer's routes: the index searched for the page
 //! (each search a turn of the session's reading share, as a topic page
-//! is), and the positions a replay by filter runs.
+//! is).
 
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
@@ -20,7 +20,7 @@ pub(super) async fn search(
     Path(name): Path<String>,
     query: Result<Query<Search>, QueryRejection>,
 ) -> Response {
-    if state.console.desk(&name).is_none() {
+    if state.dead_letters.desk(&name).is_none() {
         return unknown(&name);
     }
     let Query(wanted) = match query {
@@ -41,28 +41,6 @@ pub(super) async fn search(
             Json(answer).into_response()
         }
         Err(e) => refused(e),
-    }
-}
-
-/// The positions of every dead letter `wanted` matches, for a replay by
-/// filter: at most `max`, else refused with how many matched.
-pub(super) async fn matching(
-    state: &AdminState,
-    name: &str,
-    wanted: &Search,
-    max: usize,
-) -> Result<Vec<(i32, i64)>, Response> {
-    match search::positions(&state.pool, name, wanted, max).await {
-        Ok(Ok(records)) if records.is_empty() => {
-            Err(routes::error(StatusCode::BAD_REQUEST, "no dead letter matches the filters").into_response())
-        }
-        Ok(Ok(records)) => Ok(records),
-        Ok(Err(total)) => Err(routes::error(
-            StatusCode::BAD_REQUEST,
-            format!("{total} dead letters match: a replay runs at most {max} at once; narrow the filters"),
-        )
-        .into_response()),
-        Err(e) => Err(refused(e)),
     }
 }
 

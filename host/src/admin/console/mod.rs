@@ -17,8 +17,8 @@
 //!   headers) as text, never as HTML.
 //!
 //! The session's scope decides what it may do, as a token's does on the API
-//! (`access`). Uploads and activations run the API's own handlers; replays
-//! run `pipeline::replay`, the code of `idem dlq replay`.
+//! (`access`). Uploads, activations, replays and discards run the API's
+//! own handlers (`routes`, `dead_letters`).
 
 mod api;
 mod assets;
@@ -29,7 +29,7 @@ mod session;
 mod shares;
 mod views;
 
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -37,12 +37,11 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use super::access::{self, Scope};
-use super::{AdminState, audit, routes};
+use super::{AdminState, audit, dead_letters, routes};
 use crate::config::AdminConfig;
-use crate::pipeline::replay::Desk;
 use crate::telemetry::Telemetry;
 
 /// The console's state beside the API's.
@@ -51,15 +50,11 @@ pub(crate) struct Console {
     /// `[admin] console_hosts`, lower-cased.
     hosts: Vec<String>,
     telemetry: Arc<Telemetry>,
-    /// Each handler's DLQ desk, attached when the pipelines exist.
-    desks: OnceLock<Vec<Desk>>,
     /// The live pages, rendered at the last sample.
     rendered: RwLock<views::Rendered>,
-    /// DLQ pages read at once, shared fairly (`shares`); replays run at
-    /// once. Each is held by the work itself, not by the request, which a
-    /// client can drop.
+    /// DLQ pages read at once, shared fairly (`shares`), each turn held
+    /// by the read itself, not by the request, which a client can drop.
     reading: shares::Shares,
-    replaying: Arc<Semaphore>,
     /// `[admin] console_behind_tls`: cookies are `Secure`.
     secure: bool,
 }
@@ -88,10 +83,8 @@ impl Console {
             sessions: session::Sessions::default(),
             hosts: config.console_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             telemetry,
-            desks: OnceLock::new(),
             rendered: RwLock::default(),
             reading: shares::Shares::default(),
-            replaying: Arc::new(Semaphore::new(1)),
             secure: config.console_behind_tls,
         })
     }
@@ -99,15 +92,6 @@ impl Console {
     /// The cookies' `Secure` attribute, when the console is behind TLS.
     fn secure_attribute(&self) -> &'static str {
         if self.secure { "; Secure" } else { "" }
-    }
-
-    /// Gives the console the handlers' DLQ desks (once).
-    pub(crate) fn attach(&self, desks: Vec<Desk>) {
-        let _ = self.desks.set(desks);
-    }
-
-    fn desk(&self, handler: &str) -> Option<&Desk> {
-        self.desks.get()?.iter().find(|d| d.handler() == handler)
     }
 
     fn host_allowed(&self, host: Option<&HeaderValue>) -> bool {
@@ -149,13 +133,16 @@ pub(super) fn router(state: AdminState) -> axum::Router {
         .route("/console/api/overview", get(api::overview))
         .route("/console/api/fleet", get(super::fleet::fleet))
         .route("/console/api/audit", get(audit::show))
+        .route("/console/api/outbox", get(super::outbox::show))
+        .route("/console/api/outbox/redrive", post(super::outbox::redrive))
         .route("/console/api/handlers/{name}", get(api::handler))
         .route("/console/api/handlers/{name}/history", get(api::history))
         .route("/console/api/handlers/{name}/modules", get(routes::show))
         .route("/console/api/handlers/{name}/module", put(routes::upload).layer(DefaultBodyLimit::disable()))
         .route("/console/api/handlers/{name}/activate", post(routes::activate))
         .route("/console/api/handlers/{name}/dead-letters", get(api::dead_letters))
-        .route("/console/api/handlers/{name}/dead-letters/replay", post(api::replay))
+        .route("/console/api/handlers/{name}/dead-letters/replay", post(dead_letters::replay))
+        .route("/console/api/handlers/{name}/dead-letters/discard", post(dead_letters::discard))
         .route("/console/api/handlers/{name}/dead-letters/search", get(explorer::search))
         .route(
             "/console/{*rest}",

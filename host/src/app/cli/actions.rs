@@ -66,55 +66,62 @@ pub(super) async fn dlq_reindex(config: &std::path::Path, handler: &str, json: b
     }
 }
 
-/// `idem dlq replay`.
-pub(super) async fn dlq_replay(
-    target: &DlqTarget,
+/// `idem dlq replay --config`: the replay in this process (no host
+/// needed), its report as the API's.
+pub(super) async fn dlq_replay_here(
+    config: &std::path::Path,
+    handler: &str,
+    window: &crate::pipeline::replay::Window,
     options: crate::pipeline::replay::ReplayOptions,
     natives: &NativeHandlers,
-) -> anyhow::Result<()> {
-    let dry_run = options.dry_run;
-    let prepared = crate::app::startup::prepare_with(&target.config, natives).await?;
-    let handler = prepared
+) -> anyhow::Result<serde_json::Value> {
+    let prepared = crate::app::startup::prepare_with(config, natives).await?;
+    let prepared_handler = prepared
         .handlers
         .iter()
-        .find(|h| h.config.name == target.handler)
-        .with_context(|| format!("no handler `{}` in {}", target.handler, target.config.display()))?;
+        .find(|h| h.config.name == handler)
+        .with_context(|| format!("no handler `{handler}` in {}", config.display()))?;
     let report =
-        crate::pipeline::replay::replay(&prepared.config, handler, &prepared.pool, &target.window(), options).await?;
-    if target.json {
-        outln!("{}", serde_json::to_string(&report)?)?;
-    } else {
-        let verb = if dry_run { "would apply" } else { "applied" };
-        outln!(
-            "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again",
-            report.read,
-            report.applied,
-            report.duplicates,
-            report.failed_again
-        )?;
-        if report.stale > 0 {
-            outln!(
-                "idem: {} record(s) left in the DLQ: older than the handler's dedup_retention, so they may \
-                 have been processed already (--force runs them)",
-                report.stale
-            )?;
-        }
-        if report.unauthenticated > 0 {
-            outln!(
-                "idem: {} record(s) left in the DLQ: their seal is missing or does not verify, so idem did \
-                 not write them (or wrote them before seals: --trust-unsigned runs those)",
-                report.unauthenticated
-            )?;
-        }
-        if report.envelopes > 0 {
-            outln!(
-                "idem: {} envelope(s) left in the DLQ: the topic refused those records as they were; each \
-                 names where the record is on its source topic",
-                report.envelopes
-            )?;
+        crate::pipeline::replay::replay(&prepared.config, prepared_handler, &prepared.pool, window, options).await?;
+    Ok(serde_json::to_value(&report)?)
+}
+
+/// A replay's report (from this process or a host) for people.
+pub(super) fn render_replay(report: &serde_json::Value) -> String {
+    let n = |field: &str| report[field].as_u64().unwrap_or(0);
+    let verb = if report["dry_run"].as_bool() == Some(true) { "would apply" } else { "applied" };
+    let mut out = format!(
+        "idem: {} DLQ record(s) read: {verb} {}, skipped {} already processed, {} failed again\n",
+        n("read"),
+        n("applied"),
+        n("duplicates"),
+        n("failed_again")
+    );
+    let left = [
+        (
+            "stale",
+            "older than the handler's dedup_retention, so they may have been processed already (--force runs them)",
+        ),
+        ("discarded", "an operator discarded them (idem dlq discard --restore makes them replayable)"),
+        (
+            "unauthenticated",
+            "their seal is missing or does not verify, so idem did not write them (or wrote them before seals: \
+             --trust-unsigned runs those)",
+        ),
+        (
+            "envelopes",
+            "the topic refused those records as they were; each names where the record is on its source topic",
+        ),
+    ];
+    for (field, why) in left {
+        if n(field) > 0 {
+            out.push_str(&format!("idem: {} record(s) left in the DLQ: {why}\n", n(field)));
         }
     }
-    Ok(())
+    if let Some(why) = report["stopped"].as_str() {
+        out.push_str(&format!("idem: the replay stopped before its end: {why}\n"));
+    }
+    out
 }
 
 /// `idem maintenance`.

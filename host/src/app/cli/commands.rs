@@ -207,6 +207,8 @@ pub(super) enum DlqCommand {
         admin: AdminTarget,
         #[command(flatten)]
         filters: Box<DlqFilters>,
+        #[command(flatten)]
+        page: DlqPage,
     },
     /// Rebuilds a handler's dead-letter index from its topic (the source of
     /// truth) and says what differed: records missing from the index, rows
@@ -226,11 +228,23 @@ pub(super) enum DlqCommand {
         #[command(flatten)]
         target: DlqTarget,
     },
-    /// Runs DLQ records through that handler only (never into the shared
-    /// source topic); events processed meanwhile are skipped as duplicates.
+    /// Runs the dead letters a search matches (at most 200) through that
+    /// handler only, on a running host (through its admin API); events
+    /// processed meanwhile are skipped as duplicates, discarded ones left
+    /// alone. With --config, runs in this process instead, for when no host
+    /// runs: then only --since, --until, --class and --limit select.
     Replay {
         #[command(flatten)]
-        target: DlqTarget,
+        admin: AdminTarget,
+        #[command(flatten)]
+        filters: Box<DlqFilters>,
+        /// Replay in this process with this config (the handler's DLQ
+        /// topic, brokers and DLQ key), not through a host.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// With --config: at most this many records.
+        #[arg(long, requires = "config")]
+        limit: Option<usize>,
         /// Count what would be applied and skipped; execute nothing.
         #[arg(long)]
         dry_run: bool,
@@ -244,6 +258,21 @@ pub(super) enum DlqCommand {
         /// could have written such a record; use it once, after an upgrade.
         #[arg(long)]
         trust_unsigned: bool,
+    },
+    /// Marks the dead letters a search matches discarded, on a running host:
+    /// no replay runs them (the topic keeps them; the index keeps the mark
+    /// across a reindex). --restore clears the mark.
+    Discard {
+        #[command(flatten)]
+        admin: AdminTarget,
+        #[command(flatten)]
+        filters: Box<DlqFilters>,
+        /// Count what would be marked; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Clear the mark: the records are replayable again.
+        #[arg(long)]
+        restore: bool,
     },
 }
 
@@ -327,9 +356,15 @@ pub(super) struct DlqFilters {
     /// Failed before this time (as `--since`).
     #[arg(long, value_parser = super::when::parse)]
     pub(super) until: Option<chrono::DateTime<chrono::Utc>>,
-    /// What a replay made of it (applied, duplicate, failed_again, …), or `none`.
+    /// What a replay made of it (applied, duplicate, failed_again,
+    /// discarded, …), or `none`.
     #[arg(long)]
     pub(super) outcome: Option<String>,
+}
+
+/// Which page of a search `idem dlq search` prints.
+#[derive(clap::Args)]
+pub(super) struct DlqPage {
     /// Oldest first (newest first by default).
     #[arg(long)]
     pub(super) oldest: bool,
@@ -342,8 +377,9 @@ pub(super) struct DlqFilters {
 }
 
 impl DlqFilters {
-    /// The API's query parameters.
-    pub(super) fn query(&self) -> anyhow::Result<Vec<(&'static str, String)>> {
+    /// The filters as the API names them (its query parameters, or the
+    /// fields of a replay's or a discard's `search`).
+    pub(super) fn pairs(&self) -> anyhow::Result<Vec<(&'static str, String)>> {
         let mut q: Vec<(&'static str, String)> = Vec::new();
         let text = [
             ("class", &self.class),
@@ -352,7 +388,6 @@ impl DlqFilters {
             ("event_id", &self.event_id),
             ("header", &self.header),
             ("outcome", &self.outcome),
-            ("after", &self.after),
         ];
         q.extend(text.into_iter().filter_map(|(k, v)| v.clone().map(|v| (k, v))));
         if let Some(field) = &self.field {
@@ -366,11 +401,38 @@ impl DlqFilters {
                 q.push((k, v.to_rfc3339()));
             }
         }
+        Ok(q)
+    }
+
+    /// The filters as a replay's or a discard's `search` object.
+    pub(super) fn search(&self) -> anyhow::Result<serde_json::Value> {
+        Ok(self.pairs()?.into_iter().map(|(k, v)| (k.to_owned(), serde_json::Value::String(v))).collect())
+    }
+
+    /// Filters an offline replay (`--config`) cannot apply: it reads the
+    /// topic, not the index, by time and class only.
+    pub(super) fn beyond_offline(&self) -> Vec<&'static str> {
+        let given = [
+            ("--reason", self.reason.is_some()),
+            ("--key", self.key.is_some()),
+            ("--event-id", self.event_id.is_some()),
+            ("--header", self.header.is_some()),
+            ("--field", self.field.is_some()),
+            ("--outcome", self.outcome.is_some()),
+        ];
+        given.into_iter().filter(|(_, g)| *g).map(|(name, _)| name).collect()
+    }
+}
+
+impl DlqPage {
+    /// The search's paging parameters.
+    pub(super) fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut q = vec![("limit", self.limit.to_string())];
+        q.extend(self.after.clone().map(|a| ("after", a)));
         if self.oldest {
             q.push(("order", "oldest".into()));
         }
-        q.push(("limit", self.limit.to_string()));
-        Ok(q)
+        q
     }
 }
 

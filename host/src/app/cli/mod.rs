@@ -13,10 +13,11 @@ use crate::runtime::NativeHandlers;
 
 mod actions;
 mod commands;
+mod dlq;
 mod when;
 
-use actions::{OutboxQuery, dlq_list, dlq_replay, end_producer, maintenance, migrate, outbox};
-use commands::{Command, DlqCommand, TokenCommand};
+use actions::{OutboxQuery, end_producer, maintenance, migrate, outbox};
+use commands::{Command, TokenCommand};
 
 #[derive(Parser)]
 #[command(
@@ -138,19 +139,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 anyhow::bail!("not every event was processed")
             }
         }
-        Command::Dlq { command: DlqCommand::List { target } } => dlq_list(&target),
-        Command::Dlq { command: DlqCommand::Search { admin, filters } } => {
-            let query = filters.query()?;
-            let found = crate::admin::client::dead_letters(&admin.reading(), &filters.handler, &query).await?;
-            admin.print(&found, crate::admin::client::render_dead_letters)
-        }
-        Command::Dlq { command: DlqCommand::Reindex { config, handler, json } } => {
-            actions::dlq_reindex(&config, &handler, json).await
-        }
-        Command::Dlq { command: DlqCommand::Replay { target, dry_run, force, trust_unsigned } } => {
-            let options = crate::pipeline::replay::ReplayOptions { dry_run, force, trust_unsigned };
-            dlq_replay(&target, options, natives).await
-        }
+        Command::Dlq { command } => dlq::dlq(command, natives).await,
         Command::Deploy { admin, handler, path, note } => {
             let answer = crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref()).await?;
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))

@@ -247,6 +247,30 @@ pub(crate) async fn mark_outcomes(
     Ok(())
 }
 
+/// The outcome the index keeps for a discarded dead letter.
+pub(crate) const DISCARDED: &str = "discarded";
+
+/// Which of `positions` (partition, offset) of `topic` an operator
+/// discarded (`super::discard`): a replay leaves those alone.
+pub(crate) async fn discarded(
+    pool: &PgPool,
+    topic: &str,
+    positions: &[(i32, i64)],
+) -> Result<std::collections::HashSet<(i32, i64)>, sqlx::Error> {
+    let (partitions, offsets): (Vec<i32>, Vec<i64>) = positions.iter().copied().unzip();
+    let rows: Vec<(i32, i64)> = sqlx::query_as(
+        "SELECT \"partition\", \"offset\" FROM idem.dead_letter WHERE topic = $1 AND outcome = $4 \
+         AND (\"partition\", \"offset\") IN (SELECT * FROM unnest($2::integer[], $3::bigint[]))",
+    )
+    .bind(topic)
+    .bind(&partitions)
+    .bind(&offsets)
+    .bind(DISCARDED)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
 /// The index's word for a seal's verdict.
 pub(crate) fn authenticity(a: Authenticity) -> &'static str {
     match a {

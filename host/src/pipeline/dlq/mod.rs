@@ -9,6 +9,7 @@
 //! will never take is dead-lettered as an [`envelope`], a topic that takes
 //! nothing holds the partition with an error until an operator acts.
 
+pub mod discard;
 pub mod envelope;
 pub mod headers;
 pub(crate) mod index;

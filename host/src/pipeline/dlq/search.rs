@@ -55,7 +55,7 @@ pub struct Search {
 
 /// A [`Search`] read: what the queries bind.
 #[derive(Debug, Default)]
-struct Filters {
+pub(super) struct Filters {
     class: Option<String>,
     pattern: Option<String>,
     reason: Option<String>,
@@ -66,6 +66,15 @@ struct Filters {
     since: Option<chrono::DateTime<chrono::Utc>>,
     until: Option<chrono::DateTime<chrono::Utc>>,
     outcome: Option<String>,
+    /// Only these rows (DLQ partitions and offsets, side by side).
+    positions: Option<(Vec<i32>, Vec<i64>)>,
+}
+
+impl Filters {
+    /// Narrowed to the rows at `positions` (partition, offset).
+    pub(super) fn at(self, positions: &[(i32, i64)]) -> Self {
+        Self { positions: Some(positions.iter().copied().unzip()), ..self }
+    }
 }
 
 /// How a page is read: from `after` on, or back from `before`; with both,
@@ -96,6 +105,11 @@ impl Search {
             outcome: text(&self.outcome),
             ..self.clone()
         }
+    }
+
+    /// The filters alone (a discard's), or what is wrong with which field.
+    pub(super) fn filters(&self) -> Result<Filters, SearchError> {
+        Ok(self.read()?.0)
     }
 
     /// The filters and the paging, or what is wrong with which field.
@@ -151,6 +165,7 @@ impl Search {
             since: time("since", &s.since)?,
             until: time("until", &s.until)?,
             outcome: s.outcome.clone(),
+            positions: None,
         };
         Ok((filters, Paging { limit, newest_first, after, before }))
     }
@@ -375,7 +390,7 @@ fn row(r: &sqlx::postgres::PgRow) -> Result<Row, sqlx::Error> {
 }
 
 /// `select` with `WHERE` the handler and every filter.
-fn filtered<'a>(select: impl Into<String>, handler: &'a str, f: &'a Filters) -> QueryBuilder<'a, Postgres> {
+pub(super) fn filtered<'a>(select: impl Into<String>, handler: &'a str, f: &'a Filters) -> QueryBuilder<'a, Postgres> {
     let mut q = QueryBuilder::new(select.into());
     q.push(" WHERE handler = ").push_bind(handler);
     for (column, value) in [("class", &f.class), ("pattern", &f.pattern), ("record_key", &f.key)] {
@@ -409,6 +424,13 @@ fn filtered<'a>(select: impl Into<String>, handler: &'a str, f: &'a Filters) -> 
         Some(outcome) => {
             q.push(" AND outcome = ").push_bind(outcome);
         }
+    }
+    if let Some((partitions, offsets)) = &f.positions {
+        q.push(" AND (\"partition\", \"offset\") IN (SELECT * FROM unnest(")
+            .push_bind(partitions)
+            .push("::integer[], ")
+            .push_bind(offsets)
+            .push("::bigint[]))");
     }
     q
 }

@@ -86,6 +86,9 @@ pub struct ReplayReport {
     /// Records left alone because their event is older than the handler's
     /// dedup_retention (its dedup row may be gone): `--force` runs them.
     pub stale: usize,
+    /// Records left alone because an operator discarded them
+    /// (`idem dlq discard`): a restore makes them replayable again.
+    pub discarded: usize,
     /// `--dry-run`: nothing executed; `applied` counts the records that
     /// would be, `duplicates` those already processed.
     pub dry_run: bool,
@@ -112,7 +115,7 @@ pub struct RecordOutcome {
     pub partition: i32,
     pub offset: i64,
     /// `applied` (a dry run: would be), `duplicate`, `failed_again`,
-    /// `stale`, `unauthenticated`, `envelope`, `superseded`, `foreign`,
+    /// `stale`, `discarded`, `unauthenticated`, `envelope`, `superseded`, `foreign`,
     /// `not_run` (the replay stopped at it: see `stopped`).
     pub outcome: &'static str,
     /// Why it failed again (guest text).
@@ -296,8 +299,19 @@ pub(crate) async fn replay_each(
         seen: Default::default(),
         report: ReplayReport { read: records.len(), dry_run: options.dry_run, ..ReplayReport::default() },
     };
+    let topic = target.config.dlq_topic();
+    let positions: Vec<(i32, i64)> = records.iter().map(|m| (m.partition(), m.offset())).collect();
+    let discarded = super::dlq::index::discarded(idem_pool, &topic, &positions)
+        .await
+        .context("failed to read which dead letters were discarded")?;
     for i in admitted(keys, records, options.trust_unsigned, &mut run.report) {
-        run.record(&records[i]).await?;
+        let m = &records[i];
+        if discarded.contains(&(m.partition(), m.offset())) {
+            run.report.discarded += 1;
+            run.report.outcome(m, super::dlq::index::DISCARDED, None);
+            continue;
+        }
+        run.record(m).await?;
         if run.report.stopped.is_some() {
             break;
         }
@@ -306,7 +320,6 @@ pub(crate) async fn replay_each(
         // Each original marked with what became of it: the explorer shows
         // it beside the record. The replay itself is done: a failure here
         // only leaves the marks out.
-        let topic = target.config.dlq_topic();
         if let Err(e) = super::dlq::index::mark_outcomes(idem_pool, &topic, &run.report.marks).await {
             tracing::warn!(handler = %target.config.name, "the replay's outcomes are not in idem.dead_letter: {e}");
         }

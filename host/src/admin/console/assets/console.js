@@ -184,7 +184,7 @@ function loggedIn() {
 function navFor(name) {
   const here = location.hash.split("?")[0];
   const link = (href, text) => el("a", { href, class: here === href ? "here" : null }, text);
-  const items = [link("#/", "Overview"), link("#/audit", "Audit")];
+  const items = [link("#/", "Overview"), link("#/outbox", "Outbox"), link("#/audit", "Audit")];
   if (name) {
     items.push(link("#/handler/" + enc(name), name), link("#/modules/" + enc(name), "Modules"), link("#/dead-letters/" + enc(name), "Dead letters"));
   }
@@ -386,6 +386,74 @@ async function auditPage(gen, query) {
     older);
 }
 
+// The outbox, as every host of the group shares it in PostgreSQL: per
+// producer what waits for the relay, what failed for good, who relays;
+// failed rows made pending again once their cause is fixed.
+async function outboxPage(gen) {
+  const outbox = await api("/outbox");
+  if (gen !== generation) return;
+  navFor(null);
+  const age = (s) => (s === null || s === undefined ? "–" : s < 120 ? fmt(s) + " s" : s < 7200 ? fmt(s / 60) + " min" : fmt(s / 3600) + " h");
+  const producers = outbox.producers.map((p) => el("tr", { "data-producer": p.producer },
+    el("td", {}, p.producer), num(p.pending), el("td", { class: "num" + (p.oldest_pending_s > 60 ? " bad" : "") }, age(p.oldest_pending_s)),
+    num(p.published), el("td", { class: "num" + (p.failed ? " bad" : "") }, fmt(p.failed)),
+    el("td", {}, p.holder || (p.pending ? el("strong", { class: "bad" }, "no relay holds the lease") : "no relay"))));
+  const selected = new Set();
+  const count = el("span", { id: "outbox-selected" }, "0 selected");
+  const outcome = el("div", { id: "redrive-outcome", role: "status" });
+  const buttons = [];
+  const redrive = async (body, button) => {
+    if (body.all && button.dataset.confirm !== "1") {
+      button.dataset.confirm = "1";
+      button.textContent = "Confirm: make every failed row pending again";
+      return;
+    }
+    buttons.forEach((b) => { b.disabled = true; });
+    try {
+      const r = await api("/outbox/redrive", { method: "POST", json: body });
+      outboxNote = fmt(r.redriven) + " failed row(s) made pending again: the relay publishes them next.";
+      route();
+    } catch (e) {
+      outcome.replaceChildren(message("Refused (" + e.status + "): " + e.message, true));
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+  };
+  const changed = () => { count.textContent = selected.size + " selected"; if (buttons[0]) buttons[0].disabled = selected.size === 0; };
+  const failed = outbox.failed.map((f) => {
+    const box = el("input", { type: "checkbox", "data-select": "outbox-" + f.id, "aria-label": "Select failed row " + f.id });
+    box.addEventListener("change", () => { if (box.checked) selected.add(f.id); else selected.delete(f.id); changed(); });
+    return el("tr", { "data-failed": String(f.id) }, el("td", {}, box), el("td", { class: "num" }, String(f.id)), el("td", {}, f.producer),
+      el("td", {}, f.topic), el("td", {}, f.key), el("td", {}, f.event_id), el("td", {}, new Date(f.failed_at).toLocaleString()),
+      el("td", { class: "reason" }, f.failure || ""));
+  });
+  let actions = null;
+  if (failed.length && operate()) {
+    const one = el("button", { type: "button", class: "primary", "data-action": "redrive-selected" }, "Redrive selected");
+    one.addEventListener("click", () => redrive({ ids: [...selected] }, one));
+    const all = el("button", { type: "button", class: "danger", "data-action": "redrive-all" }, "Redrive every failed row");
+    all.addEventListener("click", () => redrive({ all: true }, all));
+    buttons.push(one, all);
+    actions = el("p", { class: "inline", id: "outbox-actions" }, count, " ", one, " ", all);
+  }
+  const note = outboxNote;
+  outboxNote = null;
+  const reload = el("button", { type: "button", id: "outbox-reload" }, "Read again");
+  reload.addEventListener("click", () => route());
+  show(gen,
+    el("h1", {}, "Outbox"),
+    el("p", { class: "muted" }, "Events handlers emit, written in their transaction and published by one relay per producer (the host holding its lease). Read from PostgreSQL at " + new Date().toLocaleTimeString() + ": every host of the group sees the same."),
+    note ? message(note) : null,
+    producers.length ? table(["Producer", "Pending", "Oldest pending", "Published", "Failed", "Relay"], producers, { id: "producers" }) : message("No handler here emits, and the outbox is empty."),
+    el("p", {}, reload),
+    el("h2", {}, "Failed rows" + (outbox.failed.length ? " (" + fmt(outbox.failed.length) + (outbox.failed.length >= 100 ? ", the oldest 100" : "") + ")" : "")),
+    failed.length ? null : el("p", { class: "muted" }, "None: the broker refused nothing for good."),
+    actions, outcome,
+    failed.length ? table(["~Select", "Row", "Producer", "Topic", "Key", "Event", "Failed at", "Why"], failed, { id: "outbox-failed" }) : null);
+  changed();
+}
+
+let outboxNote = null;
+
 function card(label, value, attrs) {
   return el("div", Object.assign({ class: "card" }, attrs || {}), el("div", { class: "value" }, value), el("div", { class: "label" }, label));
 }
@@ -562,7 +630,7 @@ function filterForm(name, params) {
   const field = (id, label, attrs) => el("label", {}, label, el("input", Object.assign({ id: "f-" + id, name: id, value: params.get(id) || "" }, attrs || {})));
   const cls = el("select", { id: "f-class", name: "class" }, ["", "invalid", "permanent", "retryable", "conflicting", "unavailable", "fatal", "unsealed", "forged"].map((c) =>
     el("option", { value: c, selected: (params.get("class") || "") === c }, c || "any class")));
-  const outcome = el("select", { id: "f-outcome", name: "outcome" }, [["", "any"], ["none", "never replayed"], ["applied", "applied"], ["duplicate", "duplicate"], ["failed_again", "failed again"]].map(([v, t]) =>
+  const outcome = el("select", { id: "f-outcome", name: "outcome" }, [["", "any"], ["none", "never replayed"], ["applied", "applied"], ["duplicate", "duplicate"], ["failed_again", "failed again"], ["discarded", "discarded"]].map(([v, t]) =>
     el("option", { value: v, selected: (params.get("outcome") || "") === v }, t)));
   const since = el("input", { type: "datetime-local", id: "f-since", step: 1, value: localOf(params.get("since")) });
   const until = el("input", { type: "datetime-local", id: "f-until", step: 1, value: localOf(params.get("until")) });
@@ -614,9 +682,10 @@ async function deadLettersPage(name, gen, query) {
   const detail = el("div", { id: "record-detail" });
   const count = el("span", { id: "selected-count" }, "0 selected");
   const acts = [];
-  const act = (label, dry, scope, cls) => {
-    const b = el("button", { type: "button", class: cls || null, "data-action": (dry ? "dry-" : "") + scope }, label);
-    b.addEventListener("click", () => replay(name, dry, scope, params, found.total, outcome, b));
+  const act = (label, dry, scope, cls, kind) => {
+    const b = el("button", { type: "button", class: cls || null, "data-action": (kind === "discard" ? "discard-" : dry ? "dry-" : "") + scope }, label);
+    const run = kind === "discard" ? discard : replay;
+    b.addEventListener("click", () => run(name, dry, scope, params, found.total, outcome, b));
     acts.push([b, scope]);
     return b;
   };
@@ -641,8 +710,9 @@ async function deadLettersPage(name, gen, query) {
   });
   const actions = operate()
     ? el("p", { class: "inline", id: "actions" }, count, " ", act("Dry run selected", true, "selected"), " ", act("Replay selected", false, "selected", "primary"), " ",
-      act("Dry run all " + fmt(found.total) + " matching", true, "matching"), " ", act("Replay all " + fmt(found.total) + " matching", false, "matching", "danger"),
-      el("span", { class: "muted" }, "  A replay runs at most 200 records; “all matching” asks you to confirm."))
+      act("Dry run all " + fmt(found.total) + " matching", true, "matching"), " ", act("Replay all " + fmt(found.total) + " matching", false, "matching", "danger"), " ",
+      act("Discard selected", false, "selected", null, "discard"), " ", act("Discard all " + fmt(found.total) + " matching", false, "matching", "danger", "discard"),
+      el("span", { class: "muted" }, "  A replay runs at most 200 records; a discarded record is never replayed (the topic keeps it); “all matching” asks you to confirm."))
     : el("p", { class: "muted" }, "Read-only session: replays need a token of scope operate.");
   const pager = (label, key, cursor, id) => {
     if (!cursor) return null;
@@ -719,13 +789,42 @@ async function replay(name, dry, scope, params, total, outcome, button) {
     const verb = r.dry_run ? "would apply" : "applied";
     const summary = r.read + " read: " + verb + " " + r.applied + ", " + r.duplicates + " already processed, " + r.failed_again + " failed again" +
       (r.stale ? ", " + r.stale + " older than the dedup retention (left)" : "") + (r.unauthenticated ? ", " + r.unauthenticated + " unauthenticated (left)" : "") +
-      (r.superseded ? ", " + r.superseded + " superseded by a later copy" : "") + (r.envelopes ? ", " + r.envelopes + " envelopes (left)" : "");
+      (r.superseded ? ", " + r.superseded + " superseded by a later copy" : "") + (r.envelopes ? ", " + r.envelopes + " envelopes (left)" : "") +
+      (r.discarded ? ", " + r.discarded + " discarded (left)" : "");
     const rows = r.outcomes.map((o) => el("tr", { "data-outcome": o.partition + ":" + o.offset }, el("td", {}, o.partition + ":" + o.offset),
       el("td", { "data-field": "outcome" }, r.dry_run && o.outcome === "applied" ? "would apply" : o.outcome.replace("_", " ")), el("td", { class: "reason" }, o.reason || "")));
     dlq.outcome = el("div", {}, message((r.dry_run ? "Dry run: " : "Replay: ") + summary), table(["DLQ position", "Outcome", "Reason"], rows, { id: "outcomes" }));
     if (r.dry_run) { outcome.replaceChildren(dlq.outcome); return; }
     // The originals now say what became of them: the page again, its
     // selection cleared (the rows changed).
+    route();
+  } catch (e) {
+    outcome.replaceChildren(message("Refused (" + e.status + "): " + e.message, true));
+  }
+}
+
+// Marks the selected rows, or every dead letter the filters match (after a
+// confirmation naming how many), discarded: no replay runs them again.
+async function discard(name, dry, scope, params, total, outcome, button) {
+  if (dlq.busy) return;
+  const body = {};
+  if (scope === "matching") {
+    if (button.dataset.confirm !== "1") {
+      button.dataset.confirm = "1";
+      button.textContent = "Confirm: discard " + fmt(total) + " dead letters";
+      return;
+    }
+    body.search = {};
+    for (const k of FILTERS) if (params.get(k)) body.search[k] = params.get(k);
+  } else {
+    if (!dlq.selected.size) return;
+    body.records = [...dlq.selected].map((k) => k.split(":").map(Number));
+  }
+  outcome.replaceChildren(message("Discarding…"));
+  try {
+    const r = await api("/handlers/" + enc(name) + "/dead-letters/discard", { method: "POST", json: body });
+    dlq.outcome = el("div", { id: "discard-outcome" }, message("Discard: " + fmt(r.matched) + " matched, " + fmt(r.changed) + " discarded" +
+      (r.matched > r.changed ? ", " + fmt(r.matched - r.changed) + " discarded already" : "") + ". idem dlq discard --restore with the same filters undoes it."));
     route();
   } catch (e) {
     outcome.replaceChildren(message("Refused (" + e.status + "): " + e.message, true));
@@ -754,6 +853,7 @@ function route() {
   if (page === "modules" && name) { modulesPage(name, gen).catch(fail); return; }
   if (page === "dead-letters" && name) { deadLettersPage(name, gen, query).catch(fail); return; }
   if (page === "audit") { auditPage(gen, query).catch(fail); return; }
+  if (page === "outbox") { outboxPage(gen).catch(fail); return; }
   const run = page === "handler" && name ? () => handlerPage(name, gen) : () => overviewPage(gen);
   refresh = run;
   run().catch(fail);
