@@ -541,3 +541,84 @@ fn a_time_that_is_not_one_is_a_usage_error_naming_the_accepted_forms() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("/nonexistent/idem.toml"), "{err}");
 }
+
+/// `idem test` runs in a scratch database made on the config's server for
+/// the run and dropped after (issue 47): nothing to migrate first, a
+/// migration edited after a run tests again, the config's database is
+/// never touched; `--no-scratch` uses the config's, and says what it needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn idem_test_runs_in_a_scratch_database_so_a_migration_can_be_edited_and_tested_again() {
+    idem_tests::init_logging();
+    let db = TestDb::empty().await.expect("empty database");
+    let config = host::write_config(&db.url, &[HandlerSpec::billing("orders.confirmed", "http://127.0.0.1:9")]);
+    // The handler's migrations in a folder of its own, to edit.
+    let migrations = std::env::temp_dir().join(idem_tests::unique_name("migrations"));
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/billing/migrations"), &migrations);
+    let text = std::fs::read_to_string(&config).expect("config");
+    let text = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("migrations = ") {
+                format!("migrations = {:?}", migrations.display().to_string())
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&config, text).expect("config");
+    let config_arg = config.to_str().expect("path");
+    let id = uuid::Uuid::now_v7();
+    let line = format!(
+        r#"{{"eventId":"{id}","eventType":"order.confirmed.v1","occurredAt":"2026-12-02T07:00:00Z","aggregateType":"Order","orderId":1,"customerId":7,"totalAmount":10.25,"currency":"EUR"}}"#
+    );
+    let events = std::env::temp_dir().join(format!("{}.jsonl", idem_tests::unique_name("events")));
+    std::fs::write(&events, line).expect("events file");
+    let events_arg = events.to_str().expect("path");
+    let scratch_of = |out: &str| {
+        let after = out.split("in the scratch database ").nth(1).unwrap_or_else(|| panic!("no scratch named: {out}"));
+        after.split_whitespace().next().unwrap_or_default().to_owned()
+    };
+    let exists = |name: String| {
+        let pool = &db.pool;
+        async move {
+            sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT FROM pg_database WHERE datname = $1)")
+                .bind(name)
+                .fetch_one(pool)
+                .await
+                .expect("pg_database")
+        }
+    };
+
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", events_arg]);
+    assert!(ok, "no idem migrate needed: {out}");
+    assert!(out.contains(&format!("line 1: {id} order.confirmed.v1: processed")), "{out}");
+    assert!(!exists(scratch_of(&out)).await, "the scratch database was dropped: {out}");
+
+    // The migration edited (a column the handler does not write), and
+    // tested again: no "changed after it was applied".
+    let first = std::fs::read_dir(&migrations).expect("migrations").flatten().map(|e| e.path()).min().expect("a file");
+    let edited =
+        std::fs::read_to_string(&first).expect("migration") + "\nALTER TABLE billing.charge ADD COLUMN note text;\n";
+    std::fs::write(&first, edited).expect("edit the migration");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", events_arg]);
+    assert!(ok, "the edited migration tests again: {out}");
+    assert!(!exists(scratch_of(&out)).await);
+    let untouched: bool =
+        sqlx::query_scalar("SELECT NOT EXISTS (SELECT FROM pg_namespace WHERE nspname IN ('idem', 'billing'))")
+            .fetch_one(&db.pool)
+            .await
+            .expect("schemas");
+    assert!(untouched, "the config's database was never touched");
+
+    // On the config's database: its migrations must be applied first.
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", "--no-scratch", events_arg]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("on the config's database (--no-scratch): its migrations must be applied (idem migrate)"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&events);
+    let _ = std::fs::remove_dir_all(&migrations);
+    db.drop_database().await;
+}

@@ -89,15 +89,18 @@ pub struct HandlerConfig {
     #[serde(default = "default_max_memory_mib")]
     pub max_memory_mib: usize,
     /// Events one instance of the component serves before a fresh one
-    /// replaces it. 1 (default): every event gets a fresh instance, so no
-    /// memory of one event's run (statics, an interpreter's heap) reaches
-    /// another. Above 1, a guest's memory carries over from event to event,
-    /// even from one whose transaction rolled back: for handlers that keep
-    /// no state in memory, and the way to run interpreted languages fast
-    /// (see `runtime/warm.rs`). An instance that traps or overruns is
-    /// never reused.
-    #[serde(default = "default_events_per_instance")]
-    pub events_per_instance: u32,
+    /// replaces it. 1: every event gets a fresh instance, so no memory of
+    /// one event's run (statics, an interpreter's heap) reaches another.
+    /// Above 1, a guest's memory carries over from event to event, even
+    /// from one whose transaction rolled back: for handlers that keep no
+    /// state in memory, and the way to run interpreted languages fast (see
+    /// `runtime/warm.rs`). An instance that traps or overruns is never
+    /// reused. Not set: chosen by the component (`runtime::policy`): 1000
+    /// for one built by componentize-py or ComponentizeJS (the Python and
+    /// TypeScript SDKs), whose interpreter takes milliseconds to start, 1
+    /// for the rest.
+    #[serde(default)]
+    pub events_per_instance: Option<u32>,
     /// The consumer-group protocol: `classic` (default) or `consumer`
     /// (KIP-848). See `config/group.rs`.
     #[serde(default)]
@@ -319,9 +322,6 @@ fn default_concurrency() -> usize {
 fn default_max_attempts() -> u32 {
     12
 }
-fn default_events_per_instance() -> u32 {
-    1
-}
 fn default_timeout_ms() -> u64 {
     30_000
 }
@@ -452,7 +452,7 @@ impl HandlerConfig {
             max_attempts: None,
             timeout_ms: default_timeout_ms(),
             max_memory_mib: default_max_memory_mib(),
-            events_per_instance: default_events_per_instance(),
+            events_per_instance: None,
             group_protocol: super::GroupProtocol::default(),
             assignor: None,
             auto_offset_reset: default_auto_offset_reset(),

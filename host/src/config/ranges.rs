@@ -115,11 +115,8 @@ fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
     if h.max_memory_mib == 0 || h.max_memory_mib > MAX_MEMORY_MIB {
         bail!("{at}: max_memory_mib = {} must be between 1 and {MAX_MEMORY_MIB}", h.max_memory_mib);
     }
-    if !(1..=1_000_000).contains(&h.events_per_instance) {
-        bail!(
-            "{at}: events_per_instance = {} must be between 1 (a fresh instance per event) and 1000000",
-            h.events_per_instance
-        );
+    if let Some(n) = h.events_per_instance.filter(|n| !(1..=1_000_000).contains(n)) {
+        bail!("{at}: events_per_instance = {n} must be between 1 (a fresh instance per event) and 1000000");
     }
     let limits = &h.limits;
     if !(1..=65_536).contains(&limits.temp_file_limit_mib) || !(1..=4_096).contains(&limits.work_mem_mib) {

@@ -96,6 +96,9 @@ impl Handler {
             |e: wasmtime::Error| LoadError::WrongWorld { path: what.to_owned(), reason: format!("{e:#}") };
         let instance_pre = runtime.linker().instantiate_pre(&component).map_err(wrong_world)?;
         let pre = HandlerPre::new(instance_pre).map_err(wrong_world)?;
+        let mut settings = settings;
+        settings.events_per_instance =
+            super::policy::events_per_instance(settings.events_per_instance, bytes, &settings.name);
         Ok(Self::new(runtime, Body::Component(pre), settings, sha256.into()))
     }
 
@@ -106,7 +109,8 @@ impl Handler {
 
     fn new(runtime: &Runtime, body: Body, settings: HandlerSettings, sha256: Arc<str>) -> Self {
         let policies = settings.caps.shared();
-        let shelf = Arc::new(Shelf::new(settings.events_per_instance));
+        // 0 (not configured) reaches here only for a native handler.
+        let shelf = Arc::new(Shelf::new(settings.events_per_instance.max(1)));
         Self { runtime: runtime.clone(), body, settings: Arc::new(settings), policies, sha256, version: None, shelf }
     }
 

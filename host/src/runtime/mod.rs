@@ -11,6 +11,7 @@ mod handler;
 pub mod imports;
 mod limits;
 pub mod native;
+mod policy;
 mod pool;
 mod settings;
 mod state;

@@ -29,7 +29,8 @@ pub struct HandlerSettings {
     /// How many of them at most (`[handler.batch] max_concurrent`).
     pub max_concurrent: usize,
     /// Events one instance serves before a fresh one replaces it (1: a
-    /// fresh instance per event; see `runtime::warm`).
+    /// fresh instance per event; see `runtime::warm`); 0: not configured,
+    /// chosen by the component (`runtime::policy`).
     pub events_per_instance: u32,
     /// `trust_input_trace_headers`: emits carry on the input record's
     /// correlation id and trace (see `capabilities::emit::write::provenance`).
@@ -61,7 +62,7 @@ impl HandlerSettings {
             max_compile: Duration::from_secs(h.max_compile_seconds),
             ordering: h.ordering,
             max_concurrent: h.batch.max_concurrent,
-            events_per_instance: h.events_per_instance,
+            events_per_instance: h.events_per_instance.unwrap_or(0),
             trust_input_trace_headers: h.trust_input_trace_headers,
         }
     }

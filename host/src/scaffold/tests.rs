@@ -59,7 +59,7 @@ fn each_project_is_complete_and_its_config_loads() {
         let config = crate::config::Config::load(&dir.join("idem.toml")).unwrap_or_else(|e| panic!("{lang:?}: {e:#}"));
         let handler = &config.handlers[0];
         assert_eq!((handler.name.as_str(), handler.schema_name().as_str()), ("order-audit", "order_audit"));
-        assert_eq!(handler.events_per_instance, if lang == Lang::Rust { 1 } else { 1000 });
+        assert_eq!(handler.events_per_instance, if lang == Lang::Rust { None } else { Some(1000) });
         assert_eq!(handler.component.as_deref(), Some(dir.join("order-audit.wasm").as_path()));
 
         let schema: serde_json::Value =

@@ -116,3 +116,25 @@ async fn kept_instances_serve_events_that_run_at_once_and_are_reused() {
     assert_eq!(seen.len(), 20);
     s.finish().await;
 }
+
+/// `events_per_instance` not configured (issue 47): a component built by
+/// componentize-py or ComponentizeJS keeps its instances (its interpreter
+/// takes milliseconds to start), any other gets a fresh one per event; a
+/// configured value always wins.
+#[tokio::test]
+async fn without_a_configured_policy_an_interpreters_component_keeps_its_instances_and_a_rust_one_does_not() {
+    let s = Setup::new().await;
+    let per_instance = |component: &str, configured: u32| {
+        let mut settings = s.settings("notification");
+        settings.events_per_instance = configured;
+        let loaded = idem::Handler::load(&s.runtime, &idem_tests::guests::component(component), settings)
+            .unwrap_or_else(|e| panic!("{component} loads: {e}"));
+        loaded.settings().events_per_instance
+    };
+    assert_eq!(per_instance("python-probe", 0), 1000, "Python: kept");
+    assert_eq!(per_instance("ts-probe", 0), 1000, "TypeScript: kept");
+    assert_eq!(per_instance("scenarios", 0), 1, "Rust: a fresh instance per event");
+    assert_eq!(per_instance("python-probe", 1), 1, "the config wins");
+    assert_eq!(per_instance("scenarios", 7), 7);
+    s.finish().await;
+}

@@ -48,9 +48,16 @@ pub(super) enum Command {
         /// unprivileged user and pass the .wasm.
         #[arg(long)]
         component: Option<PathBuf>,
-        /// Keep what the events did (the claims too): commit instead of rolling back.
+        /// Keep what the events did (the claims too): commit instead of
+        /// rolling back, in the config's database.
         #[arg(long)]
         commit: bool,
+        /// Run in the config's database, whose migrations must be applied
+        /// (`idem migrate`), instead of a scratch database made on its
+        /// server for this run and dropped after (the default: migrations
+        /// can be edited freely before the first deploy).
+        #[arg(long)]
+        no_scratch: bool,
         /// Where HTTP requests go: a local recorder that prints them, or their hosts.
         #[arg(long, value_enum, default_value = "record")]
         http: crate::app::trial::HttpMode,

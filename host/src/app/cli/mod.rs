@@ -131,8 +131,17 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Test { config, handler, component, commit, http, events } => {
-            let options = crate::app::trial::Options { config, handler, component, events, commit, http };
+        Command::Test { config, handler, component, commit, no_scratch, http, events } => {
+            let options = crate::app::trial::Options {
+                config,
+                handler,
+                component,
+                events,
+                commit,
+                http,
+                no_scratch,
+                built: None,
+            };
             if crate::app::trial::test(options).await? {
                 Ok(())
             } else {

@@ -20,6 +20,7 @@
 
 mod events;
 mod recorder;
+mod scratch;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -52,11 +53,58 @@ pub struct Options {
     pub events: PathBuf,
     pub commit: bool,
     pub http: HttpMode,
+    /// Run on the config's database instead of a scratch one.
+    pub no_scratch: bool,
+    /// The component built from a project folder (`--component DIR`, or a
+    /// folder as the handler's `component`), by [`test()`].
+    pub built: Option<PathBuf>,
 }
 
 /// Runs the events; `Ok(true)` when every one was processed or a duplicate.
-pub async fn test(o: Options) -> anyhow::Result<bool> {
+/// They run in a scratch database made for the run ([`scratch`]) unless
+/// `--commit` or `--no-scratch` asks for the config's, or the server
+/// refuses to make one (then the reason is printed).
+pub async fn test(mut o: Options) -> anyhow::Result<bool> {
     let config = Config::load(&o.config)?;
+    // The component first: a project is built before anything else is
+    // opened (the build sees none of it).
+    let configured = config.handlers.iter().find(|h| h.name == o.handler).and_then(|h| h.component.clone());
+    if let Some(project) = o.component.clone().or(configured).filter(|c| c.is_dir()) {
+        o.built = Some(build(&project)?);
+    }
+    let own = |why: &str| {
+        outln!("idem test: on the config's database ({why}): its migrations must be applied (idem migrate)")
+    };
+    let scratch = if o.commit {
+        own("--commit keeps the results there")?;
+        None
+    } else if o.no_scratch {
+        own("--no-scratch")?;
+        None
+    } else {
+        match scratch::Scratch::make(&config).await? {
+            Ok(made) => {
+                outln!("idem test: in the scratch database {} (made for this run, dropped after)", made.name)?;
+                Some(made)
+            }
+            Err(why) => {
+                own(&why)?;
+                None
+            }
+        }
+    };
+    let run = match &scratch {
+        Some(s) => run(&s.config, &o).await,
+        None => run(&config, &o).await,
+    };
+    if let Some(s) = scratch {
+        s.drop().await;
+    }
+    run
+}
+
+/// [`test`] on `config`'s database.
+async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
     let Some(h) = config.handlers.iter().find(|h| h.name == o.handler) else {
         let names: Vec<&str> = config.handlers.iter().map(|h| h.name.as_str()).collect();
         bail!("{} has no handler `{}` (it has: {})", o.config.display(), o.handler, names.join(", "));
@@ -67,7 +115,7 @@ pub async fn test(o: Options) -> anyhow::Result<bool> {
         HttpMode::Record => Some(Recorder::start().await.context("failed to start the HTTP recorder")?),
         HttpMode::Allowlist => None,
     };
-    let exec = executor(&config, h, &o, recorder.as_ref()).await?;
+    let exec = executor(config, h, o, recorder.as_ref()).await?;
     let mut tx = Some(exec.begin().await.context("failed to begin the test's transaction")?);
     let mut failed = 0;
     for events::Line { number: line, record, was } in &lines {
@@ -118,12 +166,10 @@ async fn executor(
     o: &Options,
     rec: Option<&Recorder>,
 ) -> anyhow::Result<Executor> {
-    // The component first: a project is built before anything else is
-    // opened (the build sees none of it).
-    let Some(component) = o.component.clone().or_else(|| h.component.clone()) else {
+    // A project folder is built already (by `test`).
+    let Some(component) = o.built.clone().or_else(|| o.component.clone()).or_else(|| h.component.clone()) else {
         bail!("handler `{}` has no component file; name the one to test with --component", h.name);
     };
-    let component = if component.is_dir() { build(&component)? } else { component };
     let admin = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(&config.database.url)
