@@ -103,7 +103,7 @@ pub async fn test(mut o: Options) -> anyhow::Result<bool> {
     run
 }
 
-/// [`test`] on `config`'s database.
+/// [`test()`] on `config`'s database.
 async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
     let Some(h) = config.handlers.iter().find(|h| h.name == o.handler) else {
         let names: Vec<&str> = config.handlers.iter().map(|h| h.name.as_str()).collect();
