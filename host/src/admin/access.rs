@@ -89,6 +89,12 @@ impl Tokens {
     }
 
     /// Whether any token is set (then every request must carry one).
+    /// The widest scope this host's own tokens grant (`Read` when only a
+    /// read token is set): no named operator acts beyond it here.
+    pub(crate) fn highest(&self) -> Scope {
+        if self.operate.is_some() || self.read.is_none() { Scope::Operate } else { Scope::Read }
+    }
+
     pub(crate) fn any(&self) -> bool {
         self.operate.is_some() || self.read.is_some()
     }

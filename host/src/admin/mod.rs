@@ -139,7 +139,7 @@ impl Admin {
         }
         let limits = limits(config);
         let state = AdminState {
-            operators: Arc::new(operators::Operators::new(pool.clone())),
+            operators: Arc::new(operators::Operators::new(pool.clone(), tokens.highest())),
             host: Arc::default(),
             pool,
             slots: Arc::new(slots),

@@ -73,6 +73,11 @@ struct Host {
 
 impl Host {
     async fn start(config: &Path, nofile: Option<u32>) -> Self {
+        Self::start_with(config, nofile, &[("IDEM_ADMIN_TOKEN", TOKEN), ("IDEM_ADMIN_READ_TOKEN", READ_TOKEN)]).await
+    }
+
+    /// As [`Host::start`], with these tokens in its environment only.
+    async fn start_with(config: &Path, nofile: Option<u32>, tokens: &[(&str, &str)]) -> Self {
         let mut cmd = match nofile {
             Some(n) => {
                 let mut cmd = Command::new("prlimit");
@@ -84,7 +89,7 @@ impl Host {
         cmd.arg("run").arg("--config").arg(config).stdout(Stdio::null()).stderr(Stdio::inherit());
         cmd.env("IDEM_LOG", std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()));
         cmd.env("IDEM_TEST_PARENT_PID", std::process::id().to_string());
-        cmd.env("IDEM_ADMIN_TOKEN", TOKEN).env("IDEM_ADMIN_READ_TOKEN", READ_TOKEN);
+        cmd.env_remove("IDEM_ADMIN_TOKEN").env_remove("IDEM_ADMIN_READ_TOKEN").envs(tokens.iter().copied());
         let child = cmd.spawn().expect("spawn idem run");
         let url = host::admin_url(config);
         let address = url.trim_start_matches("http://").parse().expect("admin address");

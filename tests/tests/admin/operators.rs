@@ -125,6 +125,17 @@ async fn a_named_token_acts_in_its_operators_name_on_every_host_until_revoked_on
         all["entries"].as_array().expect("entries").iter().filter(|e| e["action"] == "POST /console/api/login");
     assert_eq!(logins.map(|e| e["actor"].clone()).collect::<Vec<_>>(), vec![Value::from("alice")]);
 
+    // A host started with only a read token lets no one change anything:
+    // alice's operate token reads there, and is refused a change.
+    let three = env.config(&env.billing(), "");
+    let three = Host::start_with(&three, None, &[("IDEM_ADMIN_READ_TOKEN", READ_TOKEN)]).await;
+    let (code, _, err) = idem_json(&["handlers"], &three.url, &alice_token);
+    assert_eq!(code, Some(0), "alice reads on a read-only host: {err}");
+    let (code, _, err) = idem_json(&["rollback", "--handler", "billing", "--to", "1"], &three.url, &alice_token);
+    assert_eq!(code, Some(5), "and changes nothing there: {err}");
+    assert!(err.contains("scope"), "{err}");
+    three.stop().await;
+
     // Revoked on one host: the other refuses the token, and ends its
     // console session, within seconds.
     let (code, revoked, err) = idem_json(&["token", "revoke", "alice"], &one.url, TOKEN);

@@ -78,11 +78,17 @@ pub(crate) struct Operators {
     pool: PgPool,
     cache: cache::Cache,
     lookups: tokio::sync::Semaphore,
+    /// The widest scope a named operator gets on this host.
+    highest: Scope,
 }
 
 impl Operators {
-    pub(crate) fn new(pool: PgPool) -> Self {
-        Self { pool, cache: cache::Cache::default(), lookups: tokio::sync::Semaphore::new(LOOKUPS) }
+    /// Operators as a host whose own tokens reach `highest` sees them: a
+    /// host started with only a read token (a read-only replica, a
+    /// dashboard's host) lets no one change anything, named operators of
+    /// scope operate included: they read there.
+    pub(crate) fn new(pool: PgPool, highest: Scope) -> Self {
+        Self { pool, cache: cache::Cache::default(), lookups: tokio::sync::Semaphore::new(LOOKUPS), highest }
     }
 
     /// The live operator `token` names (`None`: no such token, or revoked).
@@ -110,7 +116,11 @@ impl Operators {
             .await
             .map_err(|_| LookupError::TimedOut)?
             .map_err(LookupError::Database)?;
-        let named = row.map(|(name, scope)| Actor { name: name.into(), scope: scope_named(&scope), named: true });
+        let named = row.map(|(name, scope)| Actor {
+            name: name.into(),
+            scope: scope_named(&scope).min(self.highest),
+            named: true,
+        });
         self.cache.put(digest, named.clone(), generation);
         Ok(named)
     }
