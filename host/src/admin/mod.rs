@@ -95,6 +95,8 @@ pub struct Admin {
     listener: TcpListener,
     state: AdminState,
     limits: listener::Limits,
+    /// `[admin] audit_retention`.
+    audit_retention: Duration,
 }
 
 impl std::fmt::Debug for Admin {
@@ -151,7 +153,7 @@ impl Admin {
             telemetry,
             body_timeout: config.body_timeout.0,
         };
-        Ok(Some(Self { listener, state, limits }))
+        Ok(Some(Self { listener, state, limits, audit_retention: config.audit_retention.0 }))
     }
 
     /// Serves until `stop` turns true as `host` (the fleet's name for
@@ -163,6 +165,7 @@ impl Admin {
         let _ = state.host.set(host);
         state.dead_letters.attach(desks);
         let sampler = tokio::spawn(state.console.clone().sample(stop.clone()));
+        let trimmer = tokio::spawn(audit::trim(state.pool.clone(), self.audit_retention, stop.clone()));
         let app = routes::router(state.clone())
             .merge(dead_letters::router(state.clone()))
             .merge(fleet::router(state.clone()))
@@ -173,6 +176,7 @@ impl Admin {
             .layer(axum::middleware::from_fn_with_state(state, authorize));
         listener::serve(self.listener, app, self.limits, telemetry, stop).await;
         sampler.abort();
+        trimmer.abort();
     }
 }
 

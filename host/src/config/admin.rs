@@ -57,6 +57,10 @@ pub struct AdminConfig {
     /// plain HTTP. Off by default: the listener itself speaks plain HTTP.
     #[serde(default)]
     pub console_behind_tls: bool,
+    /// How long the audit trail keeps a change (`idem.audit`): every host
+    /// deletes older rows at start-up and hourly. 1d to 36500d.
+    #[serde(default = "default_audit_retention")]
+    pub audit_retention: Span,
 }
 
 impl Default for AdminConfig {
@@ -71,6 +75,7 @@ impl Default for AdminConfig {
             max_connections: default_max_connections(),
             max_connections_per_peer: default_max_connections_per_peer(),
             console_behind_tls: false,
+            audit_retention: default_audit_retention(),
         }
     }
 }
@@ -93,6 +98,10 @@ fn default_header_timeout() -> Span {
 
 fn default_body_timeout() -> Span {
     Span(Duration::from_secs(60))
+}
+
+fn default_audit_retention() -> Span {
+    Span::days(400)
 }
 
 fn default_max_connections() -> usize {

@@ -30,6 +30,7 @@ header_timeout = "10s"
 body_timeout = "60s"
 max_connections = 64
 max_connections_per_peer = 16
+audit_retention = "400d"
 
 [shutdown]
 timeout = "10s"
@@ -290,6 +291,7 @@ fn values_that_would_panic_or_fail_every_event_are_refused_naming_the_key() {
         (set("header_timeout", r#""0ms""#), "[admin] header_timeout = \"0ms\" must be between"),
         (set("body_timeout", r#""2h""#), "[admin] body_timeout = \"2h\" must be between"),
         (set("max_connections_per_peer", "65"), "max_connections_per_peer = 65 must be between 1 and max_connections"),
+        (set("audit_retention", r#""1h""#), "[admin] audit_retention = \"1h\" must be between 1d and 36500d"),
     ];
     for (text, expected) in cases {
         match loader.load(&text) {

@@ -82,6 +82,10 @@ fn admin(a: &AdminConfig) -> anyhow::Result<()> {
     if !(low..=high).contains(&a.body_timeout.0) {
         bail!("[admin] body_timeout = \"{}\" must be between 1s and 1h", a.body_timeout);
     }
+    let (day, century) = (Duration::from_secs(86_400), Duration::from_secs(100 * 365 * 86_400));
+    if !(day..=century).contains(&a.audit_retention.0) {
+        bail!("[admin] audit_retention = \"{}\" must be between 1d and 36500d (100 years)", a.audit_retention);
+    }
     if !(1..=MAX_ADMIN_CONNECTIONS).contains(&a.max_connections) {
         bail!("[admin] max_connections = {} must be between 1 and {MAX_ADMIN_CONNECTIONS}", a.max_connections);
     }

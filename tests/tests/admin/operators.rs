@@ -171,3 +171,27 @@ async fn a_named_token_acts_in_its_operators_name_on_every_host_until_revoked_on
 fn bearer(token: &str, more: &str) -> String {
     format!("authorization: Bearer {token}\r\n{more}")
 }
+
+/// The audit trail keeps a change for `[admin] audit_retention`: a host
+/// deletes older entries when it starts (and hourly), and keeps the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_audit_trail_keeps_changes_for_its_retention_and_no_longer() {
+    let env = Env::new().await;
+    env.db
+        .execute(
+            "INSERT INTO idem.audit (at, actor, scope, via, host, action, status) VALUES \
+             (now() - interval '40 days', 'old', 'operate', 'api', 'h', 'PUT /handlers/billing/module', 201), \
+             (now() - interval '29 days', 'recent', 'operate', 'api', 'h', 'PUT /handlers/billing/module', 201)",
+        )
+        .await;
+    let config = env.config(&env.billing(), "audit_retention = \"30d\"");
+    let host = Host::start(&config, None).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.db.count("SELECT count(*) FROM idem.audit WHERE actor = 'old'").await > 0 {
+        assert!(Instant::now() < deadline, "the 40-day-old entry was not deleted within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.db.count("SELECT count(*) FROM idem.audit WHERE actor = 'recent'").await, 1, "within 30 days: kept");
+    host.stop().await;
+    env.finish().await;
+}
