@@ -347,7 +347,8 @@ async fn idem_test_runs_a_file_of_events_in_a_rolled_back_transaction_and_shows_
     std::fs::write(&events, lines.join("\n")).expect("events file");
     let events_arg = events.to_str().expect("path");
 
-    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", events_arg]);
+    // On the config's database (migrated above), to see the rollback there.
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", "--no-scratch", events_arg]);
     assert!(!ok, "an invalid event fails the run: {out}");
     for expected in [
         format!("line 1: {a} order.confirmed.v1: processed"),
@@ -362,6 +363,21 @@ async fn idem_test_runs_a_file_of_events_in_a_rolled_back_transaction_and_shows_
     }
     assert_eq!(out.matches("order.confirmed.v1: processed").count(), 2, "lines 1 and 4 ran: {out}");
     assert_eq!(db.count("SELECT count(*) FROM billing.charge").await, 0, "rolled back");
+
+    // A line marked with what it should come to passes when it does.
+    let marked = [&lines[0], "# expect: duplicate", &lines[1], "# expect: invalid", &lines[2]].join("\n");
+    std::fs::write(&events, marked).expect("events file");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", "--no-scratch", events_arg]);
+    assert!(ok, "every line came to what the file expects: {out}");
+    assert!(out.contains("line 5: invalid as the file expects"), "{out}");
+    assert!(out.contains("3 event(s), 0 failed (1 more failed as the file expects)"), "{out}");
+    let wrong = [&lines[0], "# expect: processed", &lines[2]].join("\n");
+    std::fs::write(&events, wrong).expect("events file");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", "--no-scratch", events_arg]);
+    assert!(!ok && out.contains("line 3: the file expects processed, it came to invalid"), "{out}");
+    std::fs::write(&events, format!("# expect: fine\n{}", lines[0])).expect("events file");
+    let (ok, out) = idem(&["test", "--config", config_arg, "--handler", "billing", "--no-scratch", events_arg]);
+    assert!(!ok && out.contains("line 1: `expect: fine`: say processed, duplicate, invalid or failed"), "{out}");
     assert_eq!(db.count("SELECT count(*) FROM idem.processed_event").await, 0, "the claims too");
 
     std::fs::write(&events, lines[..2].join("\n")).expect("events file");

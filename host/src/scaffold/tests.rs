@@ -66,13 +66,21 @@ fn each_project_is_complete_and_its_config_loads() {
             serde_json::from_str(&read(&dir, "schema/item-created.v1.schema.json")).expect("json");
         let validator = jsonschema::draft202012::new(&schema).expect("a schema");
         let events = read(&dir, "events.jsonl");
+        let mut valid = Vec::new();
+        let mut expect = None;
         for line in events.lines() {
+            if let Some(comment) = line.strip_prefix('#') {
+                expect = comment.trim().strip_prefix("expect:").map(|w| w.trim().to_owned()).or(expect);
+                continue;
+            }
             let event: serde_json::Value = serde_json::from_str(line).expect("an event");
-            assert!(validator.is_valid(&event), "{line}");
+            let marked_invalid = expect.take().as_deref() == Some("invalid");
+            assert_eq!(validator.is_valid(&event), !marked_invalid, "{line}");
             let id: uuid::Uuid = event["eventId"].as_str().unwrap_or_default().parse().expect("a uuid");
             assert_eq!(id.get_version_num(), 7, "{line}");
+            valid.push(!marked_invalid);
         }
-        assert_eq!(events.lines().count(), 2);
+        assert_eq!(valid, [true, true, false], "two samples, and one the schema refuses, marked so");
         std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

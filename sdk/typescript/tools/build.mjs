@@ -91,7 +91,8 @@ const refused = [...(await componentWit(component)).matchAll(/^\s*import (wasi:h
 if (refused.length > 0) fail(`the component imports ${refused.join(', ')}, which idem refuses`);
 await writeFile(out, component);
 
+// Named for what the author ran (a project's build.sh), not this script.
 function fail(message) {
-    process.stderr.write(`build-ts: ${message}\n`);
+    process.stderr.write(`build: ${message}\n`);
     process.exit(1);
 }

@@ -1,5 +1,8 @@
 //! The events file of `idem test`: JSON lines, each an event's payload as
 //! a producer would publish it (with `eventId`, `eventType`, `occurredAt`).
+//! A line starting with `#` is a comment; `# expect: invalid` (or
+//! `failed`, `duplicate`, `processed`) says what the next event should
+//! come to, so a sample of a bad event is a passing test, not a failure.
 
 use std::path::Path;
 
@@ -16,6 +19,34 @@ pub struct Line {
     pub record: Record,
     /// The `eventId` the file gave, when it was replaced (see [`read`]).
     pub was: Option<String>,
+    /// What the file says this event comes to (`# expect: …` before it).
+    pub expect: Option<Outcome>,
+}
+
+/// What one event came to under `idem test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Processed,
+    Duplicate,
+    /// Refused before the handler ran (idem run would dead-letter it).
+    Invalid,
+    /// The handler failed (an error, a trap, a timeout).
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "duplicate",
+            Self::Invalid => "invalid",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn named(word: &str) -> Option<Self> {
+        [Self::Processed, Self::Duplicate, Self::Invalid, Self::Failed].into_iter().find(|o| o.as_str() == word)
+    }
 }
 
 /// Each non-blank line of `path` as a record of `topic` (partition 0, the
@@ -31,10 +62,23 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
     let text = String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))?;
     let mut records = Vec::new();
     let mut fresh = std::collections::HashMap::new();
+    let mut expect = None;
     for (index, line) in text.lines().enumerate() {
         let number = index + 1;
         let line = line.trim();
         if line.is_empty() {
+            continue;
+        }
+        if let Some(comment) = line.strip_prefix('#') {
+            if let Some(word) = comment.trim().strip_prefix("expect:").map(str::trim) {
+                let Some(outcome) = Outcome::named(word) else {
+                    bail!(
+                        "{} line {number}: `expect: {word}`: say processed, duplicate, invalid or failed",
+                        path.display()
+                    );
+                };
+                expect = Some(outcome);
+            }
             continue;
         }
         let value = match serde_json::from_str::<serde_json::Value>(line) {
@@ -62,7 +106,7 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
             headers: Vec::new(),
             timestamp: None,
         };
-        records.push(Line { number, record, was });
+        records.push(Line { number, record, was, expect: expect.take() });
     }
     if records.is_empty() {
         bail!("{} holds no event (one JSON object per line)", path.display());
