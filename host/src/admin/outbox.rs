@@ -7,7 +7,8 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,14 +25,27 @@ pub(super) fn router(state: AdminState) -> axum::Router {
     axum::Router::new().route("/outbox", get(show)).route("/outbox/redrive", post(redrive)).with_state(state)
 }
 
+/// `?producer=`: one producer only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Only {
+    producer: Option<String>,
+}
+
 /// Every producer's counts (this host's, and any other with rows), the
-/// failed rows oldest first.
-pub(super) async fn show(State(state): State<AdminState>) -> Response {
-    let summary = match store::summary(&state.pool, &state.producers).await {
+/// failed rows oldest first; of one producer with `?producer=`.
+pub(super) async fn show(State(state): State<AdminState>, only: Result<Query<Only>, QueryRejection>) -> Response {
+    let Query(only) = match only {
+        Ok(only) => only,
+        Err(e) => return routes::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
+    };
+    let producer = only.producer.as_deref().filter(|p| !p.is_empty());
+    let mut summary = match store::summary(&state.pool, &state.producers).await {
         Ok(summary) => summary,
         Err(e) => return routes::database(&e),
     };
-    let failed = match store::failed(&state.pool, None, FAILED_LISTED).await {
+    summary.retain(|s| producer.is_none_or(|p| p == s.producer));
+    let failed = match store::failed(&state.pool, producer, FAILED_LISTED).await {
         Ok(failed) => failed,
         Err(e) => return routes::database(&e),
     };

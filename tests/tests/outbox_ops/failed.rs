@@ -137,6 +137,11 @@ async fn idem_outbox_lists_failed_rows_with_their_reason_and_redrive_publishes_e
     assert_eq!(shown["producers"][0]["holder"], producer["holder"], "{shown}");
     let api_ids: Vec<i64> = shown["failed"].as_array().into_iter().flatten().filter_map(|f| f["id"].as_i64()).collect();
     assert_eq!(api_ids, ids, "{shown}");
+    // And `idem outbox --url`, through that API, prints what --config does.
+    let via_host = idem(&["outbox", "--url", &admin, "--failed"]);
+    assert!(via_host.ok, "{via_host:?}");
+    let lines = |out: &str| out.lines().map(|l| l.split(" at ").next().unwrap_or(l).to_owned()).collect::<Vec<_>>();
+    assert_eq!(lines(&via_host.stdout), lines(&listed.stdout), "{via_host:?}");
 
     // The cause fixed, a failed row stays failed until re-driven: a later
     // row published shows the relay went round since.

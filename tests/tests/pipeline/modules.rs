@@ -398,6 +398,32 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/operators/{name}", "delete", c.delete(url("/operators/nobody"))),
         ("/audit", "get", c.get(url("/audit?handler=billing"))),
         ("/audit", "get", c.get(url("/audit?limit=0"))),
+        // Dead letters replayed and discarded: this handler has none.
+        (
+            "/handlers/{name}/dead-letters/replay",
+            "post",
+            c.post(url("/handlers/billing/dead-letters/replay"))
+                .json(&serde_json::json!({ "since": "2000-01-01T00:00:00Z", "dry_run": true })),
+        ),
+        (
+            "/handlers/{name}/dead-letters/replay",
+            "post",
+            c.post(url("/handlers/billing/dead-letters/replay")).json(&serde_json::json!({ "search": { "key": "k" } })),
+        ),
+        (
+            "/handlers/{name}/dead-letters/discard",
+            "post",
+            c.post(url("/handlers/billing/dead-letters/discard"))
+                .json(&serde_json::json!({ "search": { "class": "permanent" }, "dry_run": true })),
+        ),
+        (
+            "/handlers/{name}/dead-letters/discard",
+            "post",
+            c.post(url("/handlers/nobody/dead-letters/discard")).json(&serde_json::json!({ "records": [[0, 0]] })),
+        ),
+        ("/outbox", "get", c.get(url("/outbox"))),
+        ("/outbox/redrive", "post", c.post(url("/outbox/redrive")).json(&serde_json::json!({}))),
+        ("/outbox/redrive", "post", c.post(url("/outbox/redrive")).json(&serde_json::json!({ "all": true }))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -413,7 +439,13 @@ async fn the_openapi_document_describes_the_running_api() {
     assert_eq!(statuses[16], 200, "HEAD /healthz");
     assert!(matches!(statuses[17], 200 | 503), "{statuses:?}");
     assert_eq!(statuses[18..22], [200, 400, 404, 200], "dead letters searched, refused, unknown; the fleet");
-    assert_eq!(statuses[22..], [200, 409, 404, 200, 400], "operators listed, refused, unknown; the trail, refused");
+    assert_eq!(statuses[22..27], [200, 409, 404, 200, 400], "operators listed, refused, unknown; the trail, refused");
+    assert_eq!(
+        statuses[27..31],
+        [200, 400, 200, 404],
+        "a dry replay of a window, nothing matched, a dry discard, unknown"
+    );
+    assert_eq!(statuses[31..], [200, 400, 200], "the outbox; a redrive naming nothing, then all");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

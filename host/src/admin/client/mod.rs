@@ -126,6 +126,22 @@ pub async fn discard_dead_letters(target: &Target, handler: &str, request: &Valu
     target.send(client()?.post(url).json(request)).await
 }
 
+/// The outbox's counts per producer and its failed rows (`producer`: of
+/// that one only).
+pub async fn outbox(target: &Target, producer: Option<&str>) -> anyhow::Result<Value> {
+    let mut request = client()?.get(target.url("/outbox"));
+    if let Some(producer) = producer {
+        request = request.query(&[("producer", producer)]);
+    }
+    target.send(request).await
+}
+
+/// Makes failed outbox rows pending again: `body` names them (`ids`) or
+/// says `all`.
+pub async fn redrive_outbox(target: &Target, body: &Value) -> anyhow::Result<Value> {
+    target.send(client()?.post(target.url("/outbox/redrive")).json(body)).await
+}
+
 /// `idem dlq search` for people: the totals, then a line per dead letter.
 pub fn render_dead_letters(found: &Value) -> String {
     use std::fmt::Write as _;

@@ -124,16 +124,6 @@ pub(super) fn render_replay(report: &serde_json::Value) -> String {
     out
 }
 
-/// `idem maintenance`.
-/// What `idem outbox` was asked.
-pub(super) struct OutboxQuery {
-    pub(super) producer: Option<String>,
-    pub(super) failed: bool,
-    pub(super) redrive: bool,
-    pub(super) ids: Vec<i64>,
-    pub(super) json: bool,
-}
-
 /// The config at `path` and idem's own pool on its database, its
 /// migrations checked: what the commands that read idem's tables start with.
 pub(super) async fn config_and_pool(path: &std::path::Path) -> anyhow::Result<(crate::config::Config, sqlx::PgPool)> {
@@ -144,47 +134,6 @@ pub(super) async fn config_and_pool(path: &std::path::Path) -> anyhow::Result<(c
         .with_context(|| format!("database unreachable at {shown}"))?;
     crate::migrate::check(&pool).await?;
     Ok((config, pool))
-}
-
-/// `idem outbox`.
-pub(super) async fn outbox(config: &std::path::Path, q: OutboxQuery) -> anyhow::Result<()> {
-    let (config, pool) = config_and_pool(config).await?;
-    let producer = q.producer.as_deref();
-    let redriven = if q.redrive { Some(crate::outbox::store::redrive(&pool, producer, &q.ids).await?) } else { None };
-    let mut summary = crate::outbox::store::summary(&pool, &crate::outbox::producers(&config)).await?;
-    summary.retain(|s| producer.is_none_or(|p| p == s.producer));
-    let failed = if q.failed { crate::outbox::store::failed(&pool, producer, 100).await? } else { Vec::new() };
-    if q.json {
-        let answer = serde_json::json!({ "producers": summary, "failed": failed, "redriven": redriven });
-        outln!("{answer}")?;
-        return Ok(());
-    }
-    if let Some(n) = redriven {
-        outln!("idem: outbox: {n} failed row(s) made pending again")?;
-    }
-    for s in &summary {
-        let oldest = s.oldest_pending_s.map_or(String::new(), |a| format!(" (oldest {a:.1} s)"));
-        let holder = s.holder.as_deref().unwrap_or("no relay");
-        outln!(
-            "{}: {} pending{oldest}, {} published, {} failed; relay: {holder}",
-            s.producer,
-            s.pending,
-            s.published,
-            s.failed
-        )?;
-    }
-    for f in &failed {
-        let reason = crate::text::shown(f.failure.as_deref().unwrap_or(""), 500);
-        outln!(
-            "  failed #{} {} key {} event {} at {}: {reason}",
-            f.id,
-            f.topic,
-            crate::text::shown(&f.key, 100),
-            f.event_id,
-            f.failed_at.to_rfc3339()
-        )?;
-    }
-    Ok(())
 }
 
 /// `idem outbox --remove-producer`.

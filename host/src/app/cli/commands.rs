@@ -162,8 +162,17 @@ pub(super) enum Command {
     /// The outbox: each producer's pending, published and failed rows and
     /// its relay's holder; the rows the broker refused; re-driving them.
     Outbox {
-        #[arg(long, default_value = "idem.toml")]
-        config: PathBuf,
+        /// Read (and redrive) through this running host's admin API, as
+        /// every operator command does; $IDEM_ADMIN_URL too.
+        #[arg(long, env = "IDEM_ADMIN_URL")]
+        url: Option<String>,
+        /// The admin API's bearer token (scope read, operate to redrive).
+        #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Read the database of this config instead (no host needed);
+        /// the default without --url: idem.toml.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Only this producer (a handler, or an [[outbox.producer]]).
         #[arg(long)]
         producer: Option<String>,

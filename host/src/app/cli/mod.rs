@@ -14,9 +14,10 @@ use crate::runtime::NativeHandlers;
 mod actions;
 mod commands;
 mod dlq;
+mod outbox;
 mod when;
 
-use actions::{OutboxQuery, end_producer, maintenance, migrate, outbox};
+use actions::{end_producer, maintenance, migrate};
 use commands::{Command, TokenCommand};
 
 #[derive(Parser)]
@@ -176,11 +177,18 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             crate::admin::client::status::show(&url, token.as_deref(), once).await
         }
         Command::Maintenance { config, json } => maintenance(&config, json).await,
-        Command::Outbox { config, producer, failed, redrive, ids, remove_producer, database_url, json } => {
+        Command::Outbox { url, token, config, producer, failed, redrive, ids, remove_producer, database_url, json } => {
             if let Some(name) = remove_producer {
-                return end_producer(&config, &name, database_url).await;
+                return end_producer(&config.unwrap_or_else(|| "idem.toml".into()), &name, database_url).await;
             }
-            outbox(&config, OutboxQuery { producer, failed, redrive, ids, json }).await
+            let query = outbox::OutboxQuery { producer, failed, redrive, ids, json };
+            match (url, config) {
+                (Some(url), None) => {
+                    let token = token.filter(|t| !t.is_empty()).or_else(commands::read_token);
+                    outbox::via_host(&crate::admin::client::Target { url, token }, query).await
+                }
+                (_, config) => outbox::from_database(&config.unwrap_or_else(|| "idem.toml".into()), query).await,
+            }
         }
         Command::Migrate { database_url, config } => migrate(database_url, config).await,
     }
