@@ -47,6 +47,28 @@ async fn ready(config: &Path) {
     .await;
 }
 
+/// Until the group is settled: every partition of the topic owned, each
+/// of `ids` owning some (as `GET /fleet` of the host of `config` says). An
+/// orchestrator starts a rolling restart from a settled deployment; a
+/// static member stopped while the group still forms is waited for until
+/// its session times out (`SESSION`), longer than the test waits.
+async fn settled(config: &Path, ids: &[String], partitions: usize) {
+    let url = format!("{}/fleet", host::admin_url(config));
+    idem_tests::wait_until_async("every partition owned, by both hosts", || async {
+        let Ok(answer) = reqwest::get(&url).await else { return false };
+        let Ok(fleet) = answer.json::<serde_json::Value>().await else { return false };
+        let owners: Vec<&str> = fleet["partitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["owned"] == true)
+            .filter_map(|p| p["host"].as_str())
+            .collect();
+        owners.len() == partitions && ids.iter().all(|id| owners.contains(&id.as_str()))
+    })
+    .await;
+}
+
 async fn charged(env: &Env, n: i64) {
     idem_tests::wait_until_async(&format!("{n} charged"), || async { env.count(CHARGES).await >= n }).await;
 }
@@ -141,6 +163,8 @@ async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
         })
     };
     charged(&env, 30).await;
+    let partitions = usize::try_from(env.partitions).unwrap_or_default();
+    settled(&configs[0], &ids, partitions).await;
     // One host at a time, as a rolling deploy does.
     for (i, id) in ids.iter().enumerate() {
         let old = hosts.remove(i);
@@ -148,9 +172,11 @@ async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
         assert!(clean && took < Duration::from_secs(10), "host {i}: exit 0 with a report in {took:?}");
         hosts.insert(i, start(&configs[i], id));
         // As an orchestrator does: the next host stops only once this one
-        // is ready (joined). A static member stopped while the group
-        // rebalances is waited for until its session times out.
+        // is ready (joined) and the group has settled again. A static
+        // member stopped while the group rebalances is waited for until
+        // its session times out.
         ready(&configs[i]).await;
+        settled(&configs[i], &ids, partitions).await;
     }
     load.await.expect("load");
     charged(&env, 600).await;
