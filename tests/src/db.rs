@@ -187,6 +187,31 @@ impl TestDb {
     }
 }
 
+/// SQL that puts 100,000 dead letters of `handler` into the index, as the
+/// host writes them: over ten days from 2026-11-20, 70% permanent, 25%
+/// invalid, 5% retryable, a thousand customers (`customer-N` keys and
+/// `customer.id` fields), every other one with a `traceparent` header.
+pub fn synthetic_dead_letters(handler: &str) -> String {
+    format!(
+        "INSERT INTO idem.dead_letter (topic, \"partition\", \"offset\", handler, authenticity, failed_at, \
+     class, reason, pattern, attempts, source_topic, source_partition, source_offset, record_key, event_id, \
+     header_names, payload_bytes, payload) \
+     SELECT 'synthetic.dlq', i % 4, i / 4, '{handler}', 'sealed', \
+            timestamptz '2026-11-20T00:00:00Z' + i * interval '8.64 seconds', \
+            CASE WHEN i % 20 < 14 THEN 'permanent' WHEN i % 20 < 19 THEN 'invalid' ELSE 'retryable' END, \
+            CASE WHEN i % 20 < 14 THEN 'order ' || i || ' declined by the provider' \
+                 WHEN i % 20 < 19 THEN 'invalid: missing field `customer` at line ' || (i % 7) \
+                 ELSE 'timed out after ' || (i % 30) || ' s' END, \
+            CASE WHEN i % 20 < 14 THEN 'order # declined by the provider' \
+                 WHEN i % 20 < 19 THEN 'invalid: missing field `…` at line #' \
+                 ELSE 'timed out after # s' END, \
+            1, 'orders', i % 4, i, 'customer-' || (i % 1000), md5(i::text)::uuid, \
+            CASE WHEN i % 2 = 0 THEN ARRAY['traceparent'] ELSE ARRAY[]::text[] END, 200, \
+            jsonb_build_object('customer', jsonb_build_object('id', (i % 1000)::text), 'amount', i) \
+     FROM generate_series(0, 99999) AS i"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -8,25 +8,6 @@ use std::time::Duration;
 use super::console::repo;
 use super::{Env, Host, TOKEN};
 
-/// 100,000 dead letters of `billing` over ten days (70% permanent, 25%
-/// invalid, 5% retryable; a thousand customers), as the index holds them.
-const SEED: &str = "INSERT INTO idem.dead_letter (topic, \"partition\", \"offset\", handler, authenticity, failed_at, \
-     class, reason, pattern, attempts, source_topic, source_partition, source_offset, record_key, event_id, \
-     header_names, payload_bytes, payload) \
-     SELECT 'synthetic.dlq', i % 4, i / 4, 'billing', 'sealed', \
-            timestamptz '2026-11-20T00:00:00Z' + i * interval '8.64 seconds', \
-            CASE WHEN i % 20 < 14 THEN 'permanent' WHEN i % 20 < 19 THEN 'invalid' ELSE 'retryable' END, \
-            CASE WHEN i % 20 < 14 THEN 'order ' || i || ' declined by the provider' \
-                 WHEN i % 20 < 19 THEN 'invalid: missing field `customer` at line ' || (i % 7) \
-                 ELSE 'timed out after ' || (i % 30) || ' s' END, \
-            CASE WHEN i % 20 < 14 THEN 'order # declined by the provider' \
-                 WHEN i % 20 < 19 THEN 'invalid: missing field `…` at line #' \
-                 ELSE 'timed out after # s' END, \
-            1, 'orders', i % 4, i, 'customer-' || (i % 1000), md5(i::text)::uuid, \
-            CASE WHEN i % 2 = 0 THEN ARRAY['traceparent'] ELSE ARRAY[]::text[] END, 200, \
-            jsonb_build_object('customer', jsonb_build_object('id', (i % 1000)::text), 'amount', i) \
-     FROM generate_series(0, 99999) AS i";
-
 /// `config` with the host's own static-membership name.
 fn named(config: &std::path::Path, name: &str) {
     let text = std::fs::read_to_string(config).expect("config");
@@ -36,7 +17,7 @@ fn named(config: &std::path::Path, name: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn in_a_browser_the_explorer_holds_at_100000_dead_letters_and_the_fleet_shows_both_hosts() {
     let env = Env::new().await;
-    env.db.execute(SEED).await;
+    env.db.execute(&idem_tests::db::synthetic_dead_letters("billing")).await;
     env.db.execute("ANALYZE idem.dead_letter").await;
     let spec = env.billing();
     let (a, b) = (env.config(&spec, ""), env.config(&spec, ""));

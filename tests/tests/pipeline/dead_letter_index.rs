@@ -195,28 +195,7 @@ async fn the_explorer_answers_every_search_at_100000_dead_letters() {
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let admin = host::admin_url(&config);
     let running = host::InProcess::start(&config);
-    // 100,000 dead letters over ten days: 70% permanent, 25% invalid, 5%
-    // retryable; a thousand customers; every other one with a header.
-    env.db
-        .execute(
-            "INSERT INTO idem.dead_letter (topic, \"partition\", \"offset\", handler, authenticity, failed_at, \
-             class, reason, pattern, attempts, source_topic, source_partition, source_offset, record_key, event_id, \
-             header_names, payload_bytes, payload) \
-             SELECT 'synthetic.dlq', i % 4, i / 4, 'scenarios', 'sealed', \
-                    timestamptz '2026-11-20T00:00:00Z' + i * interval '8.64 seconds', \
-                    CASE WHEN i % 20 < 14 THEN 'permanent' WHEN i % 20 < 19 THEN 'invalid' ELSE 'retryable' END, \
-                    CASE WHEN i % 20 < 14 THEN 'order ' || i || ' declined by the provider' \
-                         WHEN i % 20 < 19 THEN 'invalid: missing field `customer` at line ' || (i % 7) \
-                         ELSE 'timed out after ' || (i % 30) || ' s' END, \
-                    CASE WHEN i % 20 < 14 THEN 'order # declined by the provider' \
-                         WHEN i % 20 < 19 THEN 'invalid: missing field `…` at line #' \
-                         ELSE 'timed out after # s' END, \
-                    1, 'orders', i % 4, i, 'customer-' || (i % 1000), md5(i::text)::uuid, \
-                    CASE WHEN i % 2 = 0 THEN ARRAY['traceparent'] ELSE ARRAY[]::text[] END, 200, \
-                    jsonb_build_object('customer', jsonb_build_object('id', (i % 1000)::text), 'amount', i) \
-             FROM generate_series(0, 99999) AS i",
-        )
-        .await;
+    env.db.execute(&idem_tests::db::synthetic_dead_letters("scenarios")).await;
     env.db.execute("ANALYZE idem.dead_letter").await;
     let id: String = env.db.scalar("SELECT md5('4242')::uuid::text").await;
     let mut timings = Vec::new();

@@ -766,23 +766,31 @@ function recordDetail(r) {
     el("pre", { class: "payload", id: "payload" }, r.payload));
 }
 
+// What an action on dead letters acts on: the selected rows, or every one
+// the filters match; `confirm` (a verb, how many, the button) asks first
+// for the latter. Null: nothing to send yet (busy, nothing selected, or
+// the button now asks for the confirmation).
+function chosen(scope, params, confirm) {
+  if (dlq.busy) return null;
+  if (scope !== "matching") {
+    return dlq.selected.size ? { records: [...dlq.selected].map((k) => k.split(":").map(Number)) } : null;
+  }
+  if (confirm && confirm.button.dataset.confirm !== "1") {
+    confirm.button.dataset.confirm = "1";
+    confirm.button.textContent = "Confirm: " + confirm.verb + " " + fmt(confirm.total) + " dead letters";
+    return null;
+  }
+  const search = {};
+  for (const k of FILTERS) if (params.get(k)) search[k] = params.get(k);
+  return { search };
+}
+
 // Replays (or judges, dry) the selected rows, or every dead letter the
 // filters match (after a confirmation naming how many).
 async function replay(name, dry, scope, params, total, outcome, button) {
-  if (dlq.busy) return;
-  const body = { dry_run: dry };
-  if (scope === "matching") {
-    if (!dry && button.dataset.confirm !== "1") {
-      button.dataset.confirm = "1";
-      button.textContent = "Confirm: replay " + fmt(total) + " dead letters";
-      return;
-    }
-    body.search = {};
-    for (const k of FILTERS) if (params.get(k)) body.search[k] = params.get(k);
-  } else {
-    if (!dlq.selected.size) return;
-    body.records = [...dlq.selected].map((k) => k.split(":").map(Number));
-  }
+  const body = chosen(scope, params, !dry && { verb: "replay", total, button });
+  if (!body) return;
+  body.dry_run = dry;
   outcome.replaceChildren(message(dry ? "Dry run…" : "Replaying…"));
   try {
     const r = await api("/handlers/" + enc(name) + "/dead-letters/replay", { method: "POST", json: body });
@@ -806,20 +814,8 @@ async function replay(name, dry, scope, params, total, outcome, button) {
 // Marks the selected rows, or every dead letter the filters match (after a
 // confirmation naming how many), discarded: no replay runs them again.
 async function discard(name, dry, scope, params, total, outcome, button) {
-  if (dlq.busy) return;
-  const body = {};
-  if (scope === "matching") {
-    if (button.dataset.confirm !== "1") {
-      button.dataset.confirm = "1";
-      button.textContent = "Confirm: discard " + fmt(total) + " dead letters";
-      return;
-    }
-    body.search = {};
-    for (const k of FILTERS) if (params.get(k)) body.search[k] = params.get(k);
-  } else {
-    if (!dlq.selected.size) return;
-    body.records = [...dlq.selected].map((k) => k.split(":").map(Number));
-  }
+  const body = chosen(scope, params, { verb: "discard", total, button });
+  if (!body) return;
   outcome.replaceChildren(message("Discarding…"));
   try {
     const r = await api("/handlers/" + enc(name) + "/dead-letters/discard", { method: "POST", json: body });
