@@ -170,6 +170,22 @@ try {
   await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
   await shot(page, "handler");
 
+  // ---- a pause of the handler: confirmed, shown on every partition, resumed ----
+  await page.locator("#pause-reason").fill("browser test");
+  await page.locator('button[data-action="pause-handler"]').click();
+  await page.locator('button[data-confirm="pause"]').click();
+  await page.locator('#pause-list tr[data-pause="*/*"]').waitFor({ timeout: 15000 });
+  assert.match(await page.locator("#pauses").textContent(), /browser test/, "the reason is shown with the pause");
+  const pausedCells = async () => page.locator('#partitions td[data-field="paused"]').allTextContents();
+  await until("every partition paused by an operator", async () => {
+    const cells = await pausedCells();
+    return cells.length > 0 && cells.every((c) => c === "paused by an operator");
+  }, 30);
+  await shot(page, "handler-paused");
+  await page.locator('#pause-list button[data-resume="*/*"]').click();
+  await page.locator("#pauses").getByText("Not paused.").waitFor({ timeout: 15000 });
+  await until("every partition runs again", async () => (await pausedCells()).every((c) => c !== "paused by an operator"), 30);
+
   // ---- modules: a refused upload, a v2, events moving to it, a rollback ----
   const files = await need("modules");
   await page.goto(`${url}/console/#/modules/${handler}`);
@@ -299,6 +315,11 @@ try {
   await readPage.locator("#versions").waitFor();
   assert.equal(await readPage.locator("#upload").count(), 0, "no upload form for a read session");
   assert.equal(await readPage.locator("button[data-activate]").count(), 0, "no activate button for a read session");
+  await readPage.goto(`${url}/console/#/handler/${handler}`);
+  await readPage.locator("#pauses").waitFor();
+  assert.equal(await readPage.locator('#pauses button, #partitions button').count(), 0, "no pause or resume for a read session");
+  await readPage.goto(`${url}/console/#/modules/${handler}`);
+  await readPage.locator("#versions").waitFor();
   const deploy = await readPage.evaluate(async (h) => {
     const s = await (await fetch("/console/api/session")).json();
     const r = await fetch(`/console/api/handlers/${h}/activate?version=2`, { method: "POST", headers: { "X-CSRF-Token": s.csrf } });

@@ -28,6 +28,7 @@ mod fleet;
 mod listener;
 mod operators;
 mod outbox;
+mod pauses;
 mod peers;
 mod routes;
 mod stall;
@@ -170,6 +171,7 @@ impl Admin {
             .merge(dead_letters::router(state.clone()))
             .merge(fleet::router(state.clone()))
             .merge(outbox::router(state.clone()))
+            .merge(pauses::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))

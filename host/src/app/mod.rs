@@ -60,6 +60,8 @@ pub async fn run(
     // Held until every consumer is closed: an automatic identity's slot.
     let identity =
         crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?.with_secret(&prepared.pool).await?;
+    // Read before any consumer polls: a paused partition never runs a record.
+    let pauses = crate::pipeline::pauses::follow(prepared.pool.clone(), stop_rx.clone()).await?;
     // Every consumer is made and subscribed before any polls, so a
     // failure here leaves nothing running behind.
     let mut reports = Vec::new();
@@ -77,6 +79,7 @@ pub async fn run(
             stats: stats.clone(),
             instance,
             watch_drain: options.exit_when_drained,
+            pauses: pauses.clone(),
         };
         let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
         desks.push(pipeline.desk(&shared_config));

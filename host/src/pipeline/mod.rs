@@ -10,6 +10,7 @@ pub mod dlq;
 mod faults;
 mod incident;
 mod partition;
+pub mod pauses;
 mod polling;
 pub mod replay;
 mod shutdown;
@@ -60,6 +61,7 @@ impl crate::telemetry::ConsumerView for HandlerTap {
                     assigned: state.is_some(),
                     position: state.and_then(|s| s.tracker().position().or(s.start().committed.flatten())),
                     paused: state.is_some_and(|s| s.paused.load(Ordering::SeqCst)),
+                    held: state.is_some_and(|s| s.is_held()),
                     queued: state.map_or(0, |s| s.queued.load(Ordering::SeqCst)),
                     topic,
                     partition,
@@ -94,6 +96,8 @@ pub(crate) struct HandlerContext {
     /// in its assignment (see `attempts`).
     pub unproven: tokio::sync::Mutex<()>,
     pub stats: Arc<Stats>,
+    /// Operators' pauses, as this host last read them.
+    pub pauses: pauses::Pauses,
     /// An incident a worker reported, for the polling thread to act on.
     incident: incident::Reported,
     /// The crash tests' fault points (`faults.rs`; none without the
@@ -159,6 +163,8 @@ pub(crate) struct Wiring {
     pub instance: Option<String>,
     /// Watch for the end of every assigned partition.
     pub watch_drain: bool,
+    /// Operators' pauses, as this host last read them.
+    pub pauses: pauses::Pauses,
 }
 
 impl Pipeline {
@@ -175,6 +181,7 @@ impl Pipeline {
             config: config.clone(),
             dead_letters,
             stats: wiring.stats,
+            pauses: wiring.pauses,
             incident: incident::Reported::default(),
             faults: faults::FaultPoints::from_env(),
             marks: attempts::marks_pool(&wiring.idem_pool),

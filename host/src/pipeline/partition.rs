@@ -34,8 +34,13 @@ pub(crate) struct PartitionState {
     pub queued: AtomicUsize,
     /// Their payloads' and keys' bytes: flow control bounds both.
     pub queued_bytes: AtomicUsize,
-    /// The consumer paused fetching for this partition (queue too long).
+    /// The consumer paused fetching for this partition (its queue is too
+    /// long, or an operator paused it).
     pub paused: AtomicBool,
+    /// Its queue is too long (flow control's own state, with hysteresis).
+    pub full: AtomicBool,
+    /// An operator paused it ([`super::pauses`]): its workers take no record.
+    held: watch::Sender<bool>,
     /// Where the partition resumed, to detect offset resets.
     pub start: Mutex<Start>,
     /// The last offset of any lane's batch a crash interrupted, as read
@@ -80,6 +85,8 @@ impl PartitionState {
             // a partition paused when it was revoked would come back paused
             // for good. Assume it may be, so that flow control resumes it.
             paused: AtomicBool::new(true),
+            full: AtomicBool::new(false),
+            held: watch::channel(false).0,
             start: Mutex::new(Start::default()),
             crash_mark: tokio::sync::OnceCell::new(),
             crash_cleared: AtomicBool::new(false),
@@ -167,6 +174,24 @@ impl PartitionState {
     pub(crate) fn worker_died(&self, lane: usize) {
         self.stop();
         self.busy[lane].store(false, Ordering::SeqCst);
+    }
+
+    /// Holds the partition (an operator's pause) or releases it.
+    pub(crate) fn hold(&self, held: bool) {
+        self.held.send_if_modified(|h| std::mem::replace(h, held) != held);
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        *self.held.borrow()
+    }
+
+    /// Waits while the partition is held; `false` if it is stopped first.
+    pub(super) async fn until_released(&self) -> bool {
+        if !self.is_held() {
+            return !self.is_stopped();
+        }
+        let mut held = self.held.subscribe();
+        self.until_stopped(held.wait_for(|h| !*h)).await.is_some_and(|r| r.is_ok()) && !self.is_stopped()
     }
 
     /// A lane is executing a record.

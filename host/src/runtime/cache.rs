@@ -71,30 +71,77 @@ fn trusted_path(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `dir`, created owner-only if missing, canonical, and checked: a
+/// directory owned by this user, writable by nobody else, on a path only
+/// this user or root can change (what is loaded from it runs as is).
+pub(super) fn private_dir(dir: &Path, what: &str) -> Result<PathBuf, String> {
+    let shown = dir.display();
+    if !dir.exists() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create the {what} {shown}: {e}"))?;
+    }
+    let dir = fs::canonicalize(dir).map_err(|e| format!("cannot resolve the {what} {shown}: {e}"))?;
+    let meta = fs::symlink_metadata(&dir).map_err(|e| format!("cannot read the {what} {shown}: {e}"))?;
+    let refused = |why: String| {
+        format!(
+            "the {what} {shown} must be a directory owned by this user and writable by nobody else, \
+                 on a path only this user or root can change (compiled code loaded from it runs as is): {why}"
+        )
+    };
+    if !meta.is_dir() || !private(&meta) {
+        return Err(refused("the directory itself is not".into()));
+    }
+    trusted_path(&dir).map_err(refused)?;
+    Ok(dir)
+}
+
+/// The bytes of the file at `path` if it is this user's alone. Opened
+/// without following a symlink, and checked and read through the same
+/// handle: what is checked is what is loaded.
+pub(super) fn read_private(path: &Path) -> Option<Vec<u8>> {
+    let mut file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || !private(&meta) || meta.nlink() != 1 {
+        tracing::warn!(path = %path.display(), "ignoring a cached file not owned by this user alone");
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
+}
+
+/// Writes `parts` to `path` (owner-only) through a temporary file renamed
+/// into place, so a reader sees all of it or nothing; `durable`: flushed to
+/// the disk first (a file whose loss costs a compilation need not be:
+/// its checksum catches a torn one).
+pub(super) fn write_private(path: &Path, parts: &[&[u8]], durable: bool) -> std::io::Result<()> {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
+    let written = (|| {
+        let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        for part in parts {
+            file.write_all(part)?;
+        }
+        if durable {
+            file.sync_all()?;
+        }
+        file.set_permissions(fs::Permissions::from_mode(0o600))?;
+        fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
 impl ArtifactCache {
     /// Opens (creating it owner-only if missing) the cache at `dir`.
     pub fn open(dir: &Path) -> Result<Self, String> {
-        let shown = dir.display();
-        if !dir.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| format!("cannot create the component cache {shown}: {e}"))?;
-        }
-        let dir = fs::canonicalize(dir).map_err(|e| format!("cannot resolve the component cache {shown}: {e}"))?;
-        let meta = fs::symlink_metadata(&dir).map_err(|e| format!("cannot read the component cache {shown}: {e}"))?;
-        let refused = |why: String| {
-            format!(
-                "the component cache {shown} must be a directory owned by this user and writable by nobody else, \
-                 on a path only this user or root can change (compiled code loaded from it runs as is): {why}"
-            )
-        };
-        if !meta.is_dir() || !private(&meta) {
-            return Err(refused("the directory itself is not".into()));
-        }
-        trusted_path(&dir).map_err(refused)?;
-        Ok(Self { dir })
+        Ok(Self { dir: private_dir(dir, "component cache")? })
     }
 
     fn path(&self, engine: &Engine, sha256: &str) -> PathBuf {
@@ -107,16 +154,7 @@ impl ArtifactCache {
     /// sound one for this engine.
     pub fn load(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.path(engine, sha256);
-        // Opened without following a symlink, and checked and read through
-        // the same handle: what is checked is what is loaded.
-        let mut file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).ok()?;
-        let meta = file.metadata().ok()?;
-        if !meta.is_file() || !private(&meta) || meta.nlink() != 1 {
-            tracing::warn!(path = %path.display(), "ignoring a cached component not owned by this user alone");
-            return None;
-        }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).ok()?;
+        let bytes = read_private(&path)?;
         let (digest, artifact) = bytes.split_at_checked(32)?;
         if checksum(&path, artifact).as_slice() != digest {
             tracing::warn!(path = %path.display(), "a cached component is damaged: compiling again");
@@ -146,21 +184,10 @@ impl ArtifactCache {
     /// only costs a compilation next time.
     pub fn store(&self, engine: &Engine, sha256: &str, component: &Component) {
         let path = self.path(engine, sha256);
-        static STORES: AtomicU64 = AtomicU64::new(0);
-        let n = STORES.fetch_add(1, Ordering::Relaxed);
-        let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
-        let written = (|| -> Result<(), Box<dyn std::error::Error>> {
-            let artifact = component.serialize()?;
-            let mut file = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-            file.write_all(&checksum(&path, &artifact))?;
-            file.write_all(&artifact)?;
-            file.sync_all()?;
-            file.set_permissions(fs::Permissions::from_mode(0o600))?;
-            fs::rename(&tmp, &path)?;
-            Ok(())
-        })();
+        let written = component.serialize().map_err(|e| e.to_string()).and_then(|artifact| {
+            write_private(&path, &[&checksum(&path, &artifact), &artifact], true).map_err(|e| e.to_string())
+        });
         if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
             tracing::warn!(path = %path.display(), "failed to cache a compiled component: {e}");
         }
     }

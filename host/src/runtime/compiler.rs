@@ -11,16 +11,23 @@
 //!
 //! A program that embeds idem as a library compiles in its own process
 //! unless it calls [`compile_in_children`] (as `cli::main` does).
+//!
+//! `idem test` also calls [`cache_functions`]: its children then keep each
+//! compiled function in a private folder ([`super::functions`]) and reuse
+//! the unchanged ones, so a rebuilt component compiles in a fraction of
+//! the time.
 
 use std::io::{Read as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+use super::functions::FunctionCache;
 
 /// A compilation stopped at its limit (the component's cost, not its form).
 #[derive(Debug, thiserror::Error)]
@@ -32,10 +39,22 @@ pub const CHILD_COMMAND: &str = "__compile-component";
 
 static CHILD: OnceLock<PathBuf> = OnceLock::new();
 
+/// The folder of compiled functions the children use, if any.
+static FUNCTIONS: OnceLock<PathBuf> = OnceLock::new();
+
+/// The child's environment variable naming [`FUNCTIONS`] (its only one).
+const FUNCTIONS_ENV: &str = "IDEM_FUNCTION_CACHE";
+
 /// From now on, compile components in children running `exe` (the `idem`
 /// binary itself).
 pub fn compile_in_children(exe: PathBuf) {
     let _ = CHILD.set(exe);
+}
+
+/// From now on, compiling children keep the functions they compile in
+/// `dir` and reuse them (`idem test`).
+pub fn cache_functions(dir: PathBuf) {
+    let _ = FUNCTIONS.set(dir);
 }
 
 /// Compiles `bytes` for `engine`, within `cpu` seconds of CPU.
@@ -48,10 +67,12 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], cpu: Duration) -> anyhow::R
 
 fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyhow::Result<Component> {
     let seconds = cpu.as_secs().max(1);
-    let mut child = Command::new(exe)
-        .arg(CHILD_COMMAND)
-        .arg(seconds.to_string())
-        .env_clear()
+    let mut command = Command::new(exe);
+    command.arg(CHILD_COMMAND).arg(seconds.to_string()).env_clear();
+    if let Some(dir) = FUNCTIONS.get() {
+        command.env(FUNCTIONS_ENV, dir);
+    }
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -137,7 +158,12 @@ fn child() -> anyhow::Result<()> {
     if bytes.len() as u64 > super::MAX_COMPONENT_BYTES {
         bail!("larger than {} bytes", super::MAX_COMPONENT_BYTES);
     }
-    let engine = Engine::new(&super::engine_config()).map_err(anyhow::Error::from)?;
+    let mut config = super::engine_config();
+    // A cache that cannot be opened costs a full compilation, nothing more.
+    if let Some(cache) = std::env::var_os(FUNCTIONS_ENV).and_then(|d| FunctionCache::open(Path::new(&d)).ok()) {
+        config.enable_incremental_compilation(Arc::new(cache)).map_err(anyhow::Error::from)?;
+    }
+    let engine = Engine::new(&config).map_err(anyhow::Error::from)?;
     let artifact = engine.precompile_component(&bytes).map_err(|e| anyhow::anyhow!("{e:#}"))?;
     std::io::stdout().write_all(&artifact)?;
     Ok(())

@@ -7,6 +7,7 @@
 pub use crate::wit as bindings;
 mod cache;
 pub mod compiler;
+mod functions;
 mod handler;
 pub mod imports;
 mod limits;

@@ -34,14 +34,14 @@ pub(super) fn common(p: &Project) -> anyhow::Result<Vec<File>> {
         Lang::Python => (
             "Python",
             "app.py",
-            "componentize-py 0.25.1, installed on first use unless on PATH",
+            "componentize-py 0.25.1 and mypy 2.4.1, installed once per machine into `$IDEM_TOOLS` (default /var/tmp/idem-tools) unless componentize-py is on PATH",
             "The SDK's reference: `PYTHONPATH=.idem/sdk/python python3 -m pydoc idem`.",
             INTERPRETED,
         ),
         Lang::Ts => (
             "TypeScript",
             "handler.ts",
-            "tsc, esbuild and componentize-js, pinned, installed on first use by `npm ci` (Node.js 20.6+)",
+            "tsc, esbuild and componentize-js, pinned, installed once per machine into `$IDEM_TOOLS` (default /var/tmp/idem-tools) by `npm ci` (Node.js 20.6+)",
             "The SDK: `.idem/sdk/typescript/README.md`; its reference: `npm --prefix .idem/sdk/typescript run docs`.",
             INTERPRETED,
         ),

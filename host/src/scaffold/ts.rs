@@ -1,6 +1,7 @@
 //! A TypeScript project: `handler.ts` (and a `tsconfig.json` for editors),
-//! the SDK `@idem/handler` with its build tool and pinned toolchain in
-//! `.idem/sdk/typescript`, and the WIT in `.idem/wit`, where that tool
+//! the SDK `@idem/handler` with its build tool and the lock of its pinned
+//! toolchain in `.idem/sdk/typescript` (build.sh installs the toolchain once
+//! per machine and links it there), and the WIT in `.idem/wit`, where that tool
 //! looks (`tools/build.mjs` reads `../../wit` from the SDK's folder).
 
 use super::files::{TS_SDK, WIT};

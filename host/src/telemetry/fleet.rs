@@ -78,18 +78,19 @@ async fn record(pool: &PgPool, me: &Member, telemetry: &Telemetry) -> Result<(),
             owned.position.push(p.position);
             owned.end.push((p.high_watermark >= 0).then_some(p.high_watermark));
             owned.paused.push(p.paused);
+            owned.held.push(p.held);
             owned.queued.push(i32::try_from(p.queued).unwrap_or(i32::MAX));
         }
     }
     sqlx::query(
         "INSERT INTO idem.fleet_partition (handler, topic, \"partition\", host, committed, end_offset, paused, \
-         queued, seen_at) \
-         SELECT h, t, p, $8, pos, e, pa, q, now() \
+         queued, seen_at, held) \
+         SELECT h, t, p, $8, pos, e, pa, q, now(), he \
          FROM unnest($1::text[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[], $6::boolean[], \
-                     $7::integer[]) AS o(h, t, p, pos, e, pa, q) \
+                     $7::integer[], $9::boolean[]) AS o(h, t, p, pos, e, pa, q, he) \
          ON CONFLICT (handler, topic, \"partition\") DO UPDATE SET host = EXCLUDED.host, \
          committed = EXCLUDED.committed, end_offset = EXCLUDED.end_offset, paused = EXCLUDED.paused, \
-         queued = EXCLUDED.queued, seen_at = EXCLUDED.seen_at",
+         queued = EXCLUDED.queued, seen_at = EXCLUDED.seen_at, held = EXCLUDED.held",
     )
     .bind(&owned.handler)
     .bind(&owned.topic)
@@ -99,6 +100,7 @@ async fn record(pool: &PgPool, me: &Member, telemetry: &Telemetry) -> Result<(),
     .bind(&owned.paused)
     .bind(&owned.queued)
     .bind(&me.host)
+    .bind(&owned.held)
     .execute(pool)
     .await?;
     sqlx::query("DELETE FROM idem.fleet_host WHERE seen_at < now() - interval '1 day'").execute(pool).await?;
@@ -114,6 +116,7 @@ struct Owned {
     position: Vec<Option<i64>>,
     end: Vec<Option<i64>>,
     paused: Vec<bool>,
+    held: Vec<bool>,
     queued: Vec<i32>,
 }
 
@@ -147,6 +150,8 @@ pub struct FleetPartition {
     pub end_offset: Option<i64>,
     pub lag: Option<i64>,
     pub paused: bool,
+    /// An operator's pause holds it.
+    pub held: bool,
     pub queued: i32,
     pub seen_at: chrono::DateTime<chrono::Utc>,
     /// Written within [`GONE_AFTER`] by a host that is alive.
@@ -166,7 +171,7 @@ pub async fn read(pool: &PgPool) -> Result<Fleet, sqlx::Error> {
     let partitions = sqlx::query_as(
         "SELECT p.handler, p.topic, p.\"partition\", p.host, p.committed, p.end_offset, \
          CASE WHEN p.end_offset IS NOT NULL AND p.committed IS NOT NULL \
-              THEN greatest(p.end_offset - p.committed, 0) END AS lag, p.paused, p.queued, p.seen_at, \
+              THEN greatest(p.end_offset - p.committed, 0) END AS lag, p.paused, p.held, p.queued, p.seen_at, \
          (p.seen_at > now() - make_interval(secs => $1) AND h.seen_at > now() - make_interval(secs => $1)) \
            IS TRUE AS owned \
          FROM idem.fleet_partition p LEFT JOIN idem.fleet_host h ON h.host = p.host \

@@ -53,7 +53,10 @@ pub(crate) struct PartitionView {
     /// stable offset under read_committed (librdkafka's default), else the
     /// high watermark (-1: unknown).
     pub high_watermark: i64,
+    /// Fetching is paused: the queue is full, or an operator paused it.
     pub paused: bool,
+    /// An operator paused it (`pipeline::pauses`): nothing of it runs.
+    pub held: bool,
     pub queued: usize,
 }
 

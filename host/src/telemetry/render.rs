@@ -223,12 +223,16 @@ fn histograms(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
 /// Each assigned partition's position, end, lag and queue.
 fn partitions(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
     let partitions: Vec<_> = handlers.iter().map(|h| (h, h.tap.partitions())).collect();
-    let gauges: [(&str, &str); 6] = [
+    let gauges: [(&str, &str); 7] = [
         ("idem_consumer_lag_records", "High watermark minus the committed position (unknown: absent)."),
         ("idem_committed_offset", "The position idem commits: every record before it is resolved."),
         ("idem_partition_high_watermark", "The partition's end (last stable offset), from librdkafka's statistics."),
         ("idem_partition_assigned", "1 while the partition is assigned to this host."),
-        ("idem_partition_paused", "1 while fetching is paused because the partition's queue is full."),
+        (
+            "idem_partition_paused",
+            "1 while fetching is paused: the partition's queue is full, or an operator paused it.",
+        ),
+        ("idem_partition_held", "1 while an operator's pause holds the partition (idem pause): nothing of it runs."),
         ("idem_partition_queue_depth", "Records fetched and waiting for the partition's worker."),
     ];
     for (name, help) in gauges {
@@ -248,6 +252,7 @@ fn partitions(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
                     }
                     "idem_partition_assigned" => Some(f64::from(u8::from(p.assigned))),
                     "idem_partition_paused" => Some(f64::from(u8::from(p.paused))),
+                    "idem_partition_held" => Some(f64::from(u8::from(p.held))),
                     _ => Some(p.queued as f64),
                 };
                 if let Some(value) = value {

@@ -50,7 +50,7 @@ export class Emit {
     }
 
     /**
-     * The payload, a JSON object (serialised here, a bigint as a number).
+     * The payload, a JSON object (serialised here, a bigint as its exact integer).
      *
      * @throws {@link Permanent} when it is not serialisable.
      */

@@ -88,7 +88,7 @@ export class RequestBuilder {
     }
 
     /**
-     * Serialises `body` as the JSON body (a bigint as a number) and sets
+     * Serialises `body` as the JSON body (a bigint as its exact integer) and sets
      * `Content-Type: application/json`.
      *
      * @throws {@link HttpError} (`invalid-request`, permanent) when `body` is not serialisable.

@@ -2,23 +2,27 @@
 
 /**
  * `JSON.stringify`, except that a `bigint` (an `int8` column read back, an
- * id too large for a number) becomes a JSON number instead of a TypeError,
- * when a `number` holds it exactly. A larger one is a TypeError naming it:
- * silently rounding an id would be worse.
+ * id beyond 2^53 read from a payload) is written as the JSON integer it is,
+ * every digit exact, instead of a TypeError; `parse` reads it back as the
+ * same `bigint`.
  *
  * @internal
  */
 export function stringify(value: unknown): string {
+    // A bigint goes in as a string that no other string of `value` can be
+    // (a mark carrying a fresh nonce), which is then replaced by its digits.
+    const mark = `\u0000idem-bigint-${Math.random().toString(36).slice(2)}:`;
+    let found = false;
     const text = JSON.stringify(value, (_key, v: unknown) => {
         if (typeof v !== 'bigint') return v;
-        if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) {
-            throw new TypeError(`${v} does not fit a JSON number exactly; convert it to a string first`);
-        }
-        return Number(v);
+        found = true;
+        return `${mark}${v}`;
     });
     // JSON.stringify answers `undefined` (not a string) for undefined, functions and symbols.
     if (text === undefined) throw new TypeError(`${typeof value} is not JSON`);
-    return text;
+    if (!found) return text;
+    const quoted = JSON.stringify(mark).slice(0, -1); // `"\u0000idem-bigint-…:` as it appears in `text`
+    return text.split(quoted).map((part, i) => (i === 0 ? part : part.replace(/^(-?\d+)"/, '$1'))).join('');
 }
 
 /** What {@link parse} does with an integer outside ±(2^53 − 1). */

@@ -26,6 +26,7 @@ mod modules;
 mod observability;
 mod outbox;
 mod outbox_rules;
+mod pauses;
 mod restarts;
 mod retention;
 mod revocation;

@@ -103,6 +103,11 @@ pub async fn deploy(target: &Target, handler: &str, path: &Path, note: Option<&s
     target.send(request).await
 }
 
+/// `POST /handlers/{handler}/{action}` (`pause` or `resume`) with `body`.
+pub async fn pause(target: &Target, handler: &str, action: &str, body: &Value) -> anyhow::Result<Value> {
+    target.send(client()?.post(target.url(&format!("/handlers/{handler}/{action}"))).json(body)).await
+}
+
 pub async fn handlers(target: &Target) -> anyhow::Result<Value> {
     target.send(client()?.get(target.url("/handlers"))).await
 }

@@ -142,6 +142,8 @@ pub fn frame(url: &str, now: &[Sample], before: Option<(&[Sample], Duration)>) -
             let lag = value(now, "idem_consumer_lag_records", &at);
             let state = if p.value == 0.0 {
                 "revoked"
+            } else if value(now, "idem_partition_held", &at) == Some(1.0) {
+                "paused by an operator (idem resume)"
             } else if value(now, "idem_partition_paused", &at) == Some(1.0) {
                 "paused"
             } else {
@@ -255,10 +257,11 @@ fn fleet_frame(fleet: &serde_json::Value) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<20} {:<28} owned by {owner:<30} lag {}",
+            "  {:<20} {:<28} owned by {owner:<30} lag {}{}",
             p["handler"].as_str().unwrap_or("-"),
             format!("{}/{}", p["topic"].as_str().unwrap_or("-"), p["partition"]),
             p["lag"].as_i64().map_or_else(|| "-".to_owned(), |l| l.to_string()),
+            if p["held"] == true { "  paused by an operator" } else { "" },
         );
     }
     out

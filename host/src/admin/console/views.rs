@@ -62,7 +62,7 @@ fn summary(h: &HandlerTelemetry, history: &History) -> Value {
                 .iter()
                 .map(|p| {
                     json!({
-                        "topic": p.topic, "partition": p.partition, "assigned": p.assigned, "paused": p.paused,
+                        "topic": p.topic, "partition": p.partition, "assigned": p.assigned, "paused": p.paused, "held": p.held,
                         "position": p.position, "end": (p.high_watermark >= 0).then_some(p.high_watermark),
                         "lag": Sample::lag(p), "queued": p.queued,
                         "lag_history": sparks.get(&(p.topic.as_str(), p.partition)),

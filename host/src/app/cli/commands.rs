@@ -61,6 +61,10 @@ pub(super) enum Command {
         /// Where HTTP requests go: a local recorder that prints them, or their hosts.
         #[arg(long, value_enum, default_value = "record")]
         http: crate::app::trial::HttpMode,
+        /// Test again whenever the component, the config, the events file,
+        /// the handler's schema or migrations change, until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
         /// One event's payload per line.
         events: PathBuf,
     },
@@ -109,6 +113,27 @@ pub(super) enum Command {
         /// older than the active one).
         #[arg(long)]
         to: Option<i32>,
+    },
+    /// Pauses a handler, its topic (`--topic`) or one partition
+    /// (`--partition` too) on every host of its group, within seconds and
+    /// until `idem resume`, across restarts and rebalances: an event in
+    /// flight ends, nothing else of it runs, lag grows.
+    Pause {
+        #[command(flatten)]
+        admin: AdminTarget,
+        #[command(flatten)]
+        scope: PauseScope,
+        /// Why (kept with the pause, shown by `idem status` and the console).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Lifts the pauses within a scope: the handler's every pause, its
+    /// topic's (and its partitions'), or one partition's.
+    Resume {
+        #[command(flatten)]
+        admin: AdminTarget,
+        #[command(flatten)]
+        scope: PauseScope,
     },
     /// Named operators' tokens: issued per person, revocable, each named
     /// in the audit trail as the actor of what is done with it.
@@ -449,6 +474,26 @@ impl DlqPage {
             q.push(("order", "oldest".into()));
         }
         q
+    }
+}
+
+/// What `idem pause` and `idem resume` act on.
+#[derive(clap::Args)]
+pub(super) struct PauseScope {
+    /// The handler (its `name`).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// Only this topic of the handler.
+    #[arg(long)]
+    pub(super) topic: Option<String>,
+    /// Only this partition of `--topic`.
+    #[arg(long, requires = "topic")]
+    pub(super) partition: Option<i32>,
+}
+
+impl PauseScope {
+    pub(super) fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "topic": self.topic, "partition": self.partition })
     }
 }
 

@@ -132,7 +132,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Test { config, handler, component, commit, no_scratch, http, events } => {
+        Command::Test { config, handler, component, commit, no_scratch, http, watch, events } => {
             let options = crate::app::trial::Options {
                 config,
                 handler,
@@ -143,6 +143,9 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 no_scratch,
                 built: None,
             };
+            if watch {
+                return crate::app::trial::watch(options).await;
+            }
             if crate::app::trial::test(options).await? {
                 Ok(())
             } else {
@@ -162,6 +165,16 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             let handler = handler.or(named).unwrap_or_default();
             let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
+        }
+        Command::Pause { admin, scope, reason } => {
+            let mut body = scope.body();
+            body["reason"] = reason.into();
+            let answer = crate::admin::client::pause(&admin.target(), &scope.handler, "pause", &body).await?;
+            admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
+        }
+        Command::Resume { admin, scope } => {
+            let answer = crate::admin::client::pause(&admin.target(), &scope.handler, "resume", &scope.body()).await?;
+            admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
         }
         Command::Token { command } => token(command).await,
         Command::Audit { admin, handler, actor, before, limit } => {

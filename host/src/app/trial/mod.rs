@@ -21,6 +21,9 @@
 mod events;
 mod recorder;
 mod scratch;
+mod watch;
+
+pub use watch::watch;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -44,7 +47,7 @@ pub enum HttpMode {
 }
 
 /// What `idem test` was asked.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Options {
     pub config: PathBuf,
     pub handler: String,
@@ -198,11 +201,16 @@ async fn executor(
     let pool = crate::sandbox::pool::connect(&config.database.url, &place, 2).await?;
     let settings = HandlerSettings::of(h)?;
     let http = match rec {
-        Some(r) => crate::capabilities::http::client_via(&settings.caps.http, &r.url)?,
+        Some(r) => crate::capabilities::http::client_via(&settings.caps.http, &r.url, r.ca())?,
         None => crate::capabilities::http::client(&settings.caps.http)?,
     };
     // The compiled-artifact cache `idem run` keeps: a second test of the
-    // same build starts at once.
+    // same build starts at once. And, for a rebuilt component, its
+    // unchanged functions (a language's runtime) from the function cache
+    // beside it: the edit–test loop compiles only what changed.
+    if let Some(dir) = config.runtime.cache_dir() {
+        crate::runtime::compiler::cache_functions(dir.join("functions"));
+    }
     let mut handler = Handler::load(&super::startup::open_runtime(config)?, &component, settings)?;
     // A store that holds versions only takes claims that name the active
     // one: the test runs under it, and keeps nothing unless it is the same

@@ -135,11 +135,15 @@ pub fn client(policy: &HttpPolicy) -> reqwest::Result<reqwest::Client> {
 }
 
 /// As [`client`], every request sent through the HTTP proxy at `proxy`
-/// (`idem test`'s recorder) instead of to its host.
-pub fn client_via(policy: &HttpPolicy, proxy: &str) -> reqwest::Result<reqwest::Client> {
+/// (`idem test`'s recorder) instead of to its host, trusting the
+/// certificate authority `ca` (DER) as well as the public ones: the
+/// recorder's own, which issues the certificates of the `https` hosts it
+/// stands in for.
+pub fn client_via(policy: &HttpPolicy, proxy: &str, ca: &[u8]) -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .proxy(reqwest::Proxy::all(proxy)?)
+        .add_root_certificate(reqwest::Certificate::from_der(ca)?)
         .dns_resolver(Arc::new(GuardedResolver { private_hosts: private_hosts(policy) }))
         .build()
 }

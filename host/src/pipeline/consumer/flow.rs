@@ -121,23 +121,29 @@ impl IdemContext {
         }
     }
 
-    /// Pauses partitions whose queue is long, resumes drained ones.
+    /// Pauses the fetching of partitions whose queue is long or that an
+    /// operator paused ([`crate::pipeline::pauses`]), resumes the others.
     pub(crate) fn flow_control(&self, consumer: &HandlerConsumer) {
         for state in self.states() {
+            let held = self.shared.pauses.holds(&self.shared.name, &state.topic, state.partition);
+            state.hold(held);
             let queued = state.queued.load(Ordering::SeqCst);
             let bytes = state.queued_bytes.load(Ordering::SeqCst);
-            let paused = state.paused.load(Ordering::SeqCst);
-            let Some(pause) = pause_change(paused, queued, bytes) else { continue };
+            let was_full = state.full.load(Ordering::SeqCst);
+            let full = pause_change(was_full, queued, bytes).unwrap_or(was_full);
+            state.full.store(full, Ordering::SeqCst);
+            if full && !was_full {
+                Stats::add(&self.shared.stats.pauses);
+            }
+            let pause = full || held;
+            if pause == state.paused.load(Ordering::SeqCst) {
+                continue;
+            }
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&state.topic, state.partition);
             let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
             match result {
-                Ok(()) => {
-                    state.paused.store(pause, Ordering::SeqCst);
-                    if pause {
-                        Stats::add(&self.shared.stats.pauses);
-                    }
-                }
+                Ok(()) => state.paused.store(pause, Ordering::SeqCst),
                 Err(e) => tracing::warn!("failed to pause/resume {}/{}: {e}", state.topic, state.partition),
             }
         }

@@ -163,6 +163,8 @@ impl IdemContext {
                 lanes = queues.len(),
                 "partition worker started"
             );
+            // An operator's pause holds it from its first record.
+            state.hold(self.shared.pauses.holds(&self.shared.name, element.topic(), element.partition()));
             for (lane, queue) in queues.into_iter().enumerate() {
                 self.start_worker(&state, lane, queue);
             }

@@ -41,6 +41,11 @@ impl Desk {
         Self { config, handler }
     }
 
+    /// The topic the handler consumes.
+    pub(crate) fn topic(&self) -> &str {
+        &self.handler.config.topic
+    }
+
     pub fn handler(&self) -> &str {
         &self.handler.name
     }

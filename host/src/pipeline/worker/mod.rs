@@ -123,6 +123,11 @@ impl Worker {
                 };
                 self.pending.push_back(Taken::new(record));
             }
+            // An operator's pause: the record waits, fetched, until the
+            // partition is resumed or revoked; nothing runs meanwhile.
+            if !self.state.until_released().await {
+                return;
+            }
             let batched = self.shared.config.batch.max_events > 1;
             if batched && !self.crash_checked {
                 self.check_crash().await;

@@ -211,7 +211,7 @@ function fleetSection(fleet) {
     el("td", {}, !h.alive ? el("span", { class: "pill notready" }, "gone") : h.not_ready.length ? el("span", { class: "pill notready", title: h.not_ready.join("; ") }, "not ready") : el("span", { class: "pill ready" }, "ready"))));
   const owners = fleet.partitions.map((p) => el("tr", { "data-owned": p.handler + "/" + p.topic + "/" + p.partition },
     el("td", {}, p.handler), el("td", {}, p.topic), num(p.partition), el("td", { "data-field": "host" }, p.owned ? p.host : "none (last: " + p.host + ")"),
-    num(p.committed), num(p.lag), el("td", {}, p.paused ? "paused" : "")));
+    num(p.committed), num(p.lag), el("td", {}, p.held ? "paused by an operator" : p.paused ? "paused (queue full)" : "")));
   return el("section", { id: "fleet", "aria-label": "Fleet" },
     el("h2", {}, "Fleet: " + fleet.hosts.filter((h) => h.alive).length + " host(s)"),
     table(["Host", "idem", "Admin listener", "Started", "Last seen", "State"], hosts, { id: "fleet-hosts" }),
@@ -237,7 +237,7 @@ async function overviewPage(gen) {
       el("a", { href: "#/dead-letters/" + enc(h.name) }, h.totals ? fmt(h.totals.dead_lettered) : "–"))));
   const partitions = data.handlers.flatMap((h) => h.partitions.map((p) => el("tr", { "data-partition": h.name + "/" + p.topic + "/" + p.partition },
     el("td", {}, h.name), el("td", {}, p.topic), num(p.partition), num(p.lag, { "data-field": "lag" }),
-    el("td", {}, spark(p.lag_history, "lag")), el("td", {}, p.assigned ? (p.paused ? "paused" : "assigned") : "revoked"))));
+    el("td", {}, spark(p.lag_history, "lag")), el("td", {}, p.assigned ? (p.held ? "paused by an operator" : p.paused ? "paused (queue full)" : "assigned") : "revoked"))));
   show(gen,
     el("h1", {}, "Handlers"),
     el("p", { class: "muted" }, "Rates over the last 5 s; lag and throughput over the last 2 minutes; latency from a record's timestamp to its commit, p50 / p99 over the last 10 s. Updated every second."),
@@ -458,15 +458,72 @@ function card(label, value, attrs) {
   return el("div", Object.assign({ class: "card" }, attrs || {}), el("div", { class: "value" }, value), el("div", { class: "label" }, label));
 }
 
+// An operator's pauses (POST /handlers/{name}/pause and /resume): every
+// host of the group obeys within seconds. The handler-wide form outlives
+// the page's refreshes (its reason is being typed) and asks for a
+// confirmation; a partition's button acts at once (a pause is undone by
+// its resume, and the outcome says what was done).
+let pauseForm = null;
+let pauseNote = null;
+
+async function pauseAct(name, action, scope, reason) {
+  try {
+    const answer = await api("/handlers/" + enc(name) + "/" + action, { method: "POST", json: Object.assign({ reason: reason || "" }, scope) });
+    pauseNote = message(answer.message);
+  } catch (e) {
+    pauseNote = message(e.message, true);
+  }
+  route();
+}
+
+function pauseControls(name) {
+  if (pauseForm && pauseForm.dataset.handler === name) return pauseForm;
+  const reason = el("input", { type: "text", id: "pause-reason", maxlength: 500, placeholder: "why (kept with the pause)" });
+  const button = el("button", { type: "button", class: "danger", "data-action": "pause-handler" }, "Pause the handler");
+  const box = el("span", {});
+  button.addEventListener("click", () => {
+    const yes = el("button", { type: "button", class: "danger", "data-confirm": "pause" }, "Confirm");
+    const no = el("button", { type: "button" }, "Cancel");
+    no.addEventListener("click", () => box.replaceChildren());
+    yes.addEventListener("click", () => { box.replaceChildren(); pauseAct(name, "pause", {}, reason.value); reason.value = ""; });
+    box.replaceChildren(" Pause every partition of " + name + " on every host? ", yes, no);
+  });
+  pauseForm = el("div", { class: "inline", id: "pause-form", "data-handler": name }, el("label", {}, "Reason", reason), button, box);
+  return pauseForm;
+}
+
+function pausesSection(name, pauses) {
+  const rows = pauses.map((p) => el("tr", { "data-pause": (p.topic || "*") + "/" + (p.partition < 0 ? "*" : p.partition) },
+    el("td", {}, p.topic || "every topic"), el("td", {}, p.partition < 0 ? "every partition" : String(p.partition)),
+    el("td", {}, p.paused_by), el("td", {}, new Date(p.paused_at).toLocaleString()), el("td", { class: "reason" }, p.reason || ""),
+    el("td", {}, operate() ? button("Resume", () => pauseAct(name, "resume", p.topic ? { topic: p.topic, partition: p.partition < 0 ? null : p.partition } : {}), { "data-resume": (p.topic || "*") + "/" + (p.partition < 0 ? "*" : p.partition) }) : "")));
+  return el("section", { id: "pauses", "aria-label": "Pauses" },
+    el("h2", {}, pauses.length ? "Paused by an operator" : "Pauses"),
+    pauseNote,
+    rows.length ? table(["Topic", "Partition", "By", "Since", "Reason", "~Actions"], rows, { id: "pause-list" }) : el("p", { class: "muted" }, "Not paused."),
+    operate() ? pauseControls(name) : el("p", { class: "muted" }, "Read-only session: pausing needs a token of scope operate."));
+}
+
+function button(label, onClick, attrs) {
+  const b = el("button", Object.assign({ type: "button" }, attrs || {}), label);
+  b.addEventListener("click", () => { b.disabled = true; onClick(); });
+  return b;
+}
+
 async function handlerPage(name, gen) {
-  const [data, history] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true))]);
+  const [data, history, pauses] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true)),
+    api("/handlers/" + enc(name) + "/pauses").then((r) => r.pauses).catch(() => [])]);
   if (gen !== generation) return;
   navFor(name);
   const s = data.summary;
   const d = data.detail;
-  const partitions = s.partitions.map((p) => el("tr", {},
-    el("td", {}, p.topic), num(p.partition), el("td", {}, p.assigned ? "yes" : "no (revoked)"), el("td", {}, p.paused ? "paused" : "–"),
-    num(p.position), num(p.end), num(p.lag, { "data-field": "lag" }), num(p.queued), el("td", {}, spark(p.lag_history, "lag"))));
+  const partitions = s.partitions.map((p) => el("tr", { "data-partition": p.topic + "/" + p.partition },
+    el("td", {}, p.topic), num(p.partition), el("td", {}, p.assigned ? "yes" : "no (revoked)"),
+    el("td", { "data-field": "paused" }, p.held ? "paused by an operator" : p.paused ? "paused (queue full)" : "–"),
+    num(p.position), num(p.end), num(p.lag, { "data-field": "lag" }), num(p.queued), el("td", {}, spark(p.lag_history, "lag")),
+    el("td", {}, !operate() ? "" : p.held
+      ? button("Resume", () => pauseAct(name, "resume", { topic: p.topic, partition: p.partition }), { "data-resume-partition": p.topic + "/" + p.partition })
+      : button("Pause", () => pauseAct(name, "pause", { topic: p.topic, partition: p.partition }), { "data-pause-partition": p.topic + "/" + p.partition }))));
   const failures = d.recent_failures.map((f) => el("tr", {},
     el("td", {}, new Date(f.at).toLocaleString()), el("td", {}, f.class), el("td", {}, f.topic + "/" + f.partition + "@" + f.offset),
     num(f.attempts), el("td", { class: "reason" }, f.reason)));
@@ -484,8 +541,9 @@ async function handlerPage(name, gen) {
       card("failures (total)", failuresText(s.failures)),
       card("mean batch", fmt(d.batches.mean) + " events")),
     history,
+    pausesSection(name, pauses),
     el("h2", {}, "Partitions"),
-    table(["Topic", "Partition", "Assigned", "Paused", "Committed offset", "End", "lag", "Queued", "lag, 2 min"], partitions, { id: "partitions" }),
+    table(["Topic", "Partition", "Assigned", "Paused", "Committed offset", "End", "lag", "Queued", "lag, 2 min", "~Actions"], partitions, { id: "partitions" }),
     el("h2", {}, "Recent failures"),
     failures.length ? table(["At", "Class", "Record", "attempts", "Reason"], failures, { id: "failures" }) : el("p", { class: "muted" }, "None since this host started."),
     el("h2", {}, "Events per module version (this host)"),

@@ -1,0 +1,174 @@
+//! Operators' pauses (issue 42): a partition or a whole handler paused
+//! through one host's admin API is obeyed by every host of the group
+//! within seconds, through a rebalance and a restart, shown in `/metrics`
+//! and `idem status`, recorded in the audit trail with its actor; a resume
+//! drains what waited, each event once.
+
+use std::time::Duration;
+
+use idem_tests::host::{self, order_payload};
+use idem_tests::{kafka, wait_until_async};
+use serde_json::{Value, json};
+
+use crate::{CHARGES, DISTINCT_ORDERS, Env};
+
+/// A pause is obeyed within 2 s (README, "Pausing a handler"); a little
+/// more for the test's own clock.
+const OBEYED: Duration = Duration::from_millis(2_500);
+
+/// How long the test watches a paused partition run nothing.
+const WATCHED: Duration = Duration::from_secs(3);
+
+async fn post(admin: &str, path: &str, body: Value) -> (u16, Value) {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let response = client.post(format!("{admin}{path}")).json(&body).send().await.expect("the admin API answers");
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+async fn get(admin: &str, path: &str) -> Option<String> {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    client.get(format!("{admin}{path}")).send().await.ok()?.text().await.ok()
+}
+
+/// Orders `from..=to`, order `i` on partition `i % 4`.
+async fn send(env: &Env, from: i64, to: i64) {
+    let records: Vec<(i32, String, Vec<u8>)> =
+        (from..=to).map(|i| ((i % 4) as i32, format!("customer-{}", i % 50), order_payload(i).1)).collect();
+    kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
+}
+
+/// Charges of orders from `from` on partition `partition`.
+async fn charged_on(env: &Env, partition: i64, from: i64) -> i64 {
+    env.count(&format!("SELECT count(*) FROM billing.charge WHERE order_id >= {from} AND order_id % 4 = {partition}"))
+        .await
+}
+
+/// `config` with the host's own static-membership name.
+fn named(config: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(config).expect("config");
+    std::fs::write(config, text.replace("[kafka]\n", &format!("[kafka]\ninstance_id = \"{name}\"\n"))).expect("config");
+    config.to_path_buf()
+}
+
+/// Which hosts own the four partitions, as `GET /fleet` says.
+async fn owners(admin: &str) -> Vec<String> {
+    let Some(text) = get(admin, "/fleet").await else { return Vec::new() };
+    let fleet: Value = serde_json::from_str(&text).unwrap_or_default();
+    let partitions = fleet["partitions"].as_array().cloned().unwrap_or_default();
+    partitions.iter().filter(|p| p["owned"] == true).filter_map(|p| p["host"].as_str().map(str::to_owned)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_partition_runs_nothing_on_any_host_through_a_rebalance_and_a_restart_and_a_resume_drains_it_once() {
+    let env = Env::new(4).await;
+    let spec = env.billing();
+    let a = named(&host::write_config(&env.db.url, std::slice::from_ref(&spec)), "pause-a");
+    let b = named(&host::write_config(&env.db.url, std::slice::from_ref(&spec)), "pause-b");
+    let (admin_a, admin_b) = (host::admin_url(&a), host::admin_url(&b));
+    let host_a = host::InProcess::start(&a);
+    let host_b = host::InProcess::start(&b);
+    send(&env, 1, 40).await;
+    env.charged(40, Duration::from_secs(60)).await;
+
+    // Refusals name what is wrong; nothing is paused by them.
+    let topic = env.topic.clone();
+    for (body, said) in [
+        (json!({ "partition": 1 }), "needs its topic"),
+        (json!({ "topic": "other" }), "not `other`"),
+        (json!({ "topic": topic, "partition": -3 }), "0 or more"),
+        (json!({ "topic": topic, "color": "red" }), "color"),
+    ] {
+        let (status, answer) = post(&admin_a, "/handlers/billing/pause", body).await;
+        assert_eq!(status, 400, "{answer}");
+        assert!(answer["error"].as_str().is_some_and(|e| e.contains(said)), "{answer}");
+    }
+    let (status, _) = post(&admin_a, "/handlers/nobody/pause", json!({})).await;
+    assert_eq!(status, 404);
+
+    // Partition 1 paused through host A, whichever host owns it: the other
+    // partitions' orders are charged, its own wait.
+    let (status, answer) =
+        post(&admin_a, "/handlers/billing/pause", json!({ "topic": topic, "partition": 1, "reason": "incident 7" }))
+            .await;
+    assert_eq!((status, &answer["paused"]), (200, &json!(true)), "{answer}");
+    tokio::time::sleep(OBEYED).await;
+    send(&env, 41, 80).await;
+    env.charged(70, Duration::from_secs(60)).await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(charged_on(&env, 1, 41).await, 0, "nothing of the paused partition ran");
+    assert_eq!(env.count(CHARGES).await, 70);
+    let metrics = format!(
+        "{}{}",
+        get(&admin_a, "/metrics").await.unwrap_or_default(),
+        get(&admin_b, "/metrics").await.unwrap_or_default()
+    );
+    let held = format!("idem_partition_held{{handler=\"billing\",topic=\"{topic}\",partition=\"1\"}} 1");
+    assert!(metrics.contains(&held), "its owner's /metrics shows it held: {metrics}");
+
+    // A rebalance (host B stops; host A takes every partition) and a
+    // restart (host B again): partition 1 stays paused on its new owners.
+    host_b.stop().await;
+    wait_until_async("host A owns all four partitions", || async {
+        let owners = owners(&admin_a).await;
+        owners.len() == 4 && owners.iter().all(|o| o == "pause-a")
+    })
+    .await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(charged_on(&env, 1, 41).await, 0, "nor on host A after the rebalance");
+    let host_b = host::InProcess::start(&b);
+    wait_until_async("hosts A and B share the partitions again", || async {
+        let owners = owners(&admin_a).await;
+        owners.len() == 4 && owners.iter().any(|o| o == "pause-b") && owners.iter().any(|o| o == "pause-a")
+    })
+    .await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(charged_on(&env, 1, 41).await, 0, "nor after host B's restart");
+    let status = std::process::Command::new(idem_tests::idem_bin())
+        .args(["status", "--once", "--url", &admin_b])
+        .output()
+        .expect("idem status");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("paused by an operator"), "idem status shows the pause: {text}");
+
+    // The whole handler paused through host B (with the CLI): nothing runs.
+    let paused = std::process::Command::new(idem_tests::idem_bin())
+        .args(["pause", "--handler", "billing", "--reason", "provider down", "--url", &admin_b])
+        .output()
+        .expect("idem pause");
+    let said = String::from_utf8_lossy(&paused.stdout);
+    assert!(
+        paused.status.success() && said.contains("paused `billing`"),
+        "{said}{}",
+        String::from_utf8_lossy(&paused.stderr)
+    );
+    tokio::time::sleep(OBEYED).await;
+    send(&env, 81, 100).await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(env.count(CHARGES).await, 70, "nothing of a paused handler ran");
+    let listed = get(&admin_a, "/handlers/billing/pauses").await.unwrap_or_default();
+    let listed: Value = serde_json::from_str(&listed).expect("JSON");
+    assert_eq!(listed["pauses"].as_array().map(Vec::len), Some(2), "{listed}");
+
+    // A partition's resume under the handler's pause lifts it but says
+    // the broader pause still holds; the handler's resume lifts the rest.
+    let (status, answer) = post(&admin_a, "/handlers/billing/resume", json!({ "topic": topic, "partition": 1 })).await;
+    assert_eq!((status, &answer["lifted"]), (200, &json!(1)), "{answer}");
+    assert!(answer["message"].as_str().is_some_and(|m| m.contains("still held")), "{answer}");
+    tokio::time::sleep(OBEYED).await;
+    assert_eq!(env.count(CHARGES).await, 70, "still held by the handler's pause");
+    let (status, answer) = post(&admin_a, "/handlers/billing/resume", json!({})).await;
+    assert_eq!((status, &answer["lifted"]), (200, &json!(1)), "{answer}");
+    env.charged(100, Duration::from_secs(60)).await;
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 100);
+    assert_eq!(env.count(CHARGES).await, 100, "each order charged once");
+    assert_eq!(env.provider.charges(), 100, "the provider saw each charge's key once");
+
+    // The audit trail names each pause and resume and who asked.
+    let trail = get(&admin_a, "/audit?handler=billing").await.unwrap_or_default();
+    for action in ["/handlers/billing/pause", "/handlers/billing/resume"] {
+        assert!(trail.contains(action), "{action} in the audit trail: {trail}");
+    }
+    host_a.stop().await;
+    host_b.stop().await;
+    env.finish().await;
+}
