@@ -129,7 +129,7 @@ impl Combiner {
 
     /// The queued batches, oldest first, up to `max_events` events in all
     /// (the first whatever its size), skipping any that shares an event id
-    /// with those taken; a stopped partition's are answered at once.
+    /// with those taken; a stopped or paused partition's are answered at once.
     fn take(&self, max_events: usize) -> Vec<Submission> {
         let mut queue = self.queue();
         let (mut taken, mut kept) = (Vec::new(), VecDeque::new());
@@ -137,6 +137,12 @@ impl Combiner {
         while let Some(submission) = queue.pop_front() {
             if submission.state.is_stopped() {
                 let _ = submission.reply.send((None, BatchEnd::Failed(BatchFailure::Stopped)));
+                continue;
+            }
+            // Paused by an operator while it waited: its lane submits it
+            // again once the pause is lifted.
+            if submission.state.is_held() {
+                let _ = submission.reply.send((None, BatchEnd::Again));
                 continue;
             }
             let fits = taken.is_empty() || events + submission.events.len() <= max_events;

@@ -39,6 +39,8 @@ pub(crate) struct PartitionState {
     pub paused: AtomicBool,
     /// Its queue is too long (flow control's own state, with hysteresis).
     pub full: AtomicBool,
+    /// librdkafka was told `paused` at least once in this assignment.
+    pub told: AtomicBool,
     /// An operator paused it ([`super::pauses`]): its workers take no record.
     held: watch::Sender<bool>,
     /// Where the partition resumed, to detect offset resets.
@@ -86,6 +88,7 @@ impl PartitionState {
             // for good. Assume it may be, so that flow control resumes it.
             paused: AtomicBool::new(true),
             full: AtomicBool::new(false),
+            told: AtomicBool::new(false),
             held: watch::channel(false).0,
             start: Mutex::new(Start::default()),
             crash_mark: tokio::sync::OnceCell::new(),

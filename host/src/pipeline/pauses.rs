@@ -77,6 +77,7 @@ pub async fn follow(pool: sqlx::PgPool, mut stop: watch::Receiver<bool>) -> anyh
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(REFRESH) => {}
+                // Stopped, or the process is ending (the sender is gone).
                 _ = stop.wait_for(|s| *s) => return,
             }
             match read(&pool).await {

@@ -1,10 +1,15 @@
 // JSON text for request bodies, emitted events and `json` parameters.
 
+/** The integers idem's host reads exactly from JSON: int64 and uint64. */
+const MIN_EXACT = -(2n ** 63n);
+const MAX_EXACT = 2n ** 64n - 1n;
+
 /**
  * `JSON.stringify`, except that a `bigint` (an `int8` column read back, an
  * id beyond 2^53 read from a payload) is written as the JSON integer it is,
  * every digit exact, instead of a TypeError; `parse` reads it back as the
- * same `bigint`.
+ * same `bigint`. One outside int64 and uint64 is a TypeError naming it:
+ * the host would read it as a double, rounded.
  *
  * @internal
  */
@@ -12,17 +17,23 @@ export function stringify(value: unknown): string {
     // A bigint goes in as a string that no other string of `value` can be
     // (a mark carrying a fresh nonce), which is then replaced by its digits.
     const mark = `\u0000idem-bigint-${Math.random().toString(36).slice(2)}:`;
-    let found = false;
+    let bigints = 0;
     const text = JSON.stringify(value, (_key, v: unknown) => {
         if (typeof v !== 'bigint') return v;
-        found = true;
+        if (v < MIN_EXACT || v > MAX_EXACT) {
+            throw new TypeError(`${v} is beyond 64 bits: the host would round it; convert it to a string first`);
+        }
+        bigints += 1;
         return `${mark}${v}`;
     });
     // JSON.stringify answers `undefined` (not a string) for undefined, functions and symbols.
     if (text === undefined) throw new TypeError(`${typeof value} is not JSON`);
-    if (!found) return text;
+    if (bigints === 0) return text;
     const quoted = JSON.stringify(mark).slice(0, -1); // `"\u0000idem-bigint-…:` as it appears in `text`
-    return text.split(quoted).map((part, i) => (i === 0 ? part : part.replace(/^(-?\d+)"/, '$1'))).join('');
+    const parts = text.split(quoted);
+    // A string of `value` that happened to hold the mark would be taken for a bigint: refuse rather than guess.
+    if (parts.length !== bigints + 1) throw new TypeError('a string holds the mark bigints are written with; serialise it yourself');
+    return parts.map((part, i) => (i === 0 ? part : part.replace(/^(-?\d+)"/, '$1'))).join('');
 }
 
 /** What {@link parse} does with an integer outside ±(2^53 − 1). */

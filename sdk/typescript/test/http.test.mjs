@@ -37,6 +37,7 @@ test('a body that is not JSON is an invalid request, nothing sent', () => {
     const cycle = {};
     cycle.self = cycle;
     assert.throws(() => http.post('http://x/').json(cycle), { constructor: HttpError, kind: 'invalid-request', retryable: false });
+    assert.throws(() => http.post('http://x/').json({ n: 2n ** 64n }), /beyond 64 bits/);
     assert.equal(host.calls.length, 0);
 });
 

@@ -30,10 +30,11 @@ async fn get(admin: &str, path: &str) -> Option<String> {
     client.get(format!("{admin}{path}")).send().await.ok()?.text().await.ok()
 }
 
-/// Orders `from..=to`, order `i` on partition `i % 4`.
+/// Orders `from..=to`, order `i` on partition `i % partitions`.
 async fn send(env: &Env, from: i64, to: i64) {
+    let on = |i: i64| (i % i64::from(env.partitions)) as i32;
     let records: Vec<(i32, String, Vec<u8>)> =
-        (from..=to).map(|i| ((i % 4) as i32, format!("customer-{}", i % 50), order_payload(i).1)).collect();
+        (from..=to).map(|i| (on(i), format!("customer-{}", i % 50), order_payload(i).1)).collect();
     kafka::produce_all_keyed(&env.producer, &env.topic, &records).await;
 }
 
@@ -170,5 +171,54 @@ async fn a_paused_partition_runs_nothing_on_any_host_through_a_rebalance_and_a_r
     }
     host_a.stop().await;
     host_b.stop().await;
+    env.finish().await;
+}
+
+/// The documented use of a pause: the provider fails, an event is being
+/// retried, the operator pauses. From then on the host makes no call for it
+/// (an execution in flight ends; the retries wait for the resume) and spends
+/// no attempt; a host restarted meanwhile holds the partition from its
+/// assignment, its fetching paused; after the resume, with the provider
+/// back, the event is charged once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_event_being_retried_when_its_handler_is_paused_makes_no_call_until_the_resume() {
+    let env = Env::new(1).await;
+    env.provider.set_fault(idem_tests::provider::Fault::Unavailable);
+    let spec = idem_tests::host::HandlerSpec { max_attempts: 1_000, backoff_ms: (100, 200), ..env.billing() };
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let admin = host::admin_url(&config);
+    let running = host::InProcess::start(&config);
+    send(&env, 1, 1).await;
+    let posts = || env.provider.keys().len();
+    wait_until_async("the event is being retried", || async { posts() >= 3 }).await;
+
+    let (status, answer) = post(&admin, "/handlers/billing/pause", json!({ "reason": "provider down" })).await;
+    assert_eq!(status, 200, "{answer}");
+    tokio::time::sleep(OBEYED).await;
+    let before = posts();
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(posts(), before, "no call while paused");
+
+    // Restarted while paused: held from its assignment, fetching paused.
+    running.stop().await;
+    let running = host::InProcess::start(&config);
+    let topic = env.topic.clone();
+    wait_until_async("the restarted host holds the partition and pauses its fetching", || async {
+        let metrics = get(&admin, "/metrics").await.unwrap_or_default();
+        let labels = format!("{{handler=\"billing\",topic=\"{topic}\",partition=\"0\"}} 1");
+        metrics.contains(&format!("idem_partition_held{labels}"))
+            && metrics.contains(&format!("idem_partition_paused{labels}"))
+    })
+    .await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(posts(), before, "no call after the restart either");
+
+    env.provider.set_fault(idem_tests::provider::Fault::None);
+    let (status, answer) = post(&admin, "/handlers/billing/resume", json!({})).await;
+    assert_eq!((status, &answer["lifted"]), (200, &json!(1)), "{answer}");
+    env.charged(1, Duration::from_secs(60)).await;
+    assert_eq!(env.provider.charges(), 1, "charged once");
+    let reports = running.stop().await;
+    assert_eq!(reports[0].failed, 0, "no attempt ran out: {reports:?}");
     env.finish().await;
 }

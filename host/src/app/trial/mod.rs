@@ -179,6 +179,41 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
     Ok(failed == 0)
 }
 
+/// Components compiled by `idem test` kept at most (the newest), each tens
+/// of MB for an interpreter's.
+const TESTED_KEPT: usize = 8;
+
+/// The runtime `idem test` compiles with: `idem run`'s, but with the
+/// function cache (a rebuilt component compiles only what changed: a
+/// language's runtime is found there), and its compiled components kept
+/// apart from `idem run`'s (`tested/` beside them, the newest
+/// [`TESTED_KEPT`]): what the function cache produced is never loaded by
+/// `idem run`, and a second test of the same build still starts at once.
+fn tested_runtime(config: &Config) -> anyhow::Result<crate::runtime::Runtime> {
+    let Some(dir) = config.runtime.cache_dir() else { return super::startup::open_runtime(config) };
+    crate::runtime::compiler::cache_functions(dir.join("functions"));
+    let tested = dir.join("tested");
+    prune(&tested, TESTED_KEPT);
+    let mut config = config.clone();
+    config.runtime.cache_dir = Some(tested.display().to_string());
+    super::startup::open_runtime(&config)
+}
+
+/// Removes all but the `kept` newest files of `dir` (a cache: a failure
+/// costs only space).
+fn prune(dir: &std::path::Path, kept: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    files.sort_by_key(|f| std::cmp::Reverse(f.0));
+    for (_, path) in files.into_iter().skip(kept) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// The handler's executor as `idem run` builds it, on its own role, with
 /// the component under test, keeping a line per statement.
 async fn executor(
@@ -204,14 +239,7 @@ async fn executor(
         Some(r) => crate::capabilities::http::client_via(&settings.caps.http, &r.url, r.ca())?,
         None => crate::capabilities::http::client(&settings.caps.http)?,
     };
-    // The compiled-artifact cache `idem run` keeps: a second test of the
-    // same build starts at once. And, for a rebuilt component, its
-    // unchanged functions (a language's runtime) from the function cache
-    // beside it: the edit–test loop compiles only what changed.
-    if let Some(dir) = config.runtime.cache_dir() {
-        crate::runtime::compiler::cache_functions(dir.join("functions"));
-    }
-    let mut handler = Handler::load(&super::startup::open_runtime(config)?, &component, settings)?;
+    let mut handler = Handler::load(&tested_runtime(config)?, &component, settings)?;
     // A store that holds versions only takes claims that name the active
     // one: the test runs under it, and keeps nothing unless it is the same
     // module.

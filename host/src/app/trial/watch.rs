@@ -19,14 +19,14 @@ use super::Options;
 /// How often the inputs are looked at.
 const POLL: Duration = Duration::from_millis(300);
 
-/// Folders of a project that are outputs or tools, not sources.
-const SKIPPED: &[&str] = &[".idem", ".git", "target", "node_modules", "__pycache__", ".mypy_cache"];
+/// Folders of a project that are outputs or tools, not sources (besides
+/// every hidden one: `.idem`, `.git`, `.venv`, …).
+const SKIPPED: &[&str] = &["target", "node_modules", "__pycache__", "venv"];
 
-/// Runs the test, then again after every change of its inputs; ends with
-/// the process (Ctrl-C), or with an error only if the config cannot be read
-/// at the start.
+/// Runs the test, then again after every change of its inputs, until the
+/// process ends (Ctrl-C); a run that fails (a config that does not load, a
+/// component being rewritten) is printed, and the next change tries again.
 pub async fn watch(o: Options) -> anyhow::Result<()> {
-    Config::load(&o.config)?;
     loop {
         let before = stamp(&inputs(&o));
         match super::test(o.clone()).await {
@@ -80,14 +80,15 @@ fn walk(path: &Path, seen: &mut Vec<(PathBuf, u64, Option<SystemTime>)>) {
     }
     let Ok(entries) = std::fs::read_dir(path) else { return };
     for entry in entries.flatten() {
-        let child = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
         // A project's build writes its component into the folder: that is
-        // the result of a change, not one.
-        if SKIPPED.contains(&name.as_ref()) || name.ends_with(".wasm") {
+        // the result of a change, not one. A link inside the folder is not
+        // followed (one to `..` would walk for ever).
+        let linked = entry.file_type().is_ok_and(|t| t.is_symlink());
+        if linked || name.starts_with('.') || SKIPPED.contains(&name.as_ref()) || name.ends_with(".wasm") {
             continue;
         }
-        walk(&child, seen);
+        walk(&entry.path(), seen);
     }
 }

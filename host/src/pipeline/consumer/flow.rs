@@ -136,14 +136,20 @@ impl IdemContext {
                 Stats::add(&self.shared.stats.pauses);
             }
             let pause = full || held;
-            if pause == state.paused.load(Ordering::SeqCst) {
+            // The first pass tells librdkafka either way: a partition held
+            // from its assignment must have its fetching paused, whatever
+            // `paused` assumed.
+            if pause == state.paused.load(Ordering::SeqCst) && state.told.load(Ordering::SeqCst) {
                 continue;
             }
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition(&state.topic, state.partition);
             let result = if pause { consumer.pause(&tpl) } else { consumer.resume(&tpl) };
             match result {
-                Ok(()) => state.paused.store(pause, Ordering::SeqCst),
+                Ok(()) => {
+                    state.paused.store(pause, Ordering::SeqCst);
+                    state.told.store(true, Ordering::SeqCst);
+                }
                 Err(e) => tracing::warn!("failed to pause/resume {}/{}: {e}", state.topic, state.partition),
             }
         }

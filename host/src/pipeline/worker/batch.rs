@@ -149,7 +149,13 @@ pub(super) fn place<'a>(
 struct Lane<'a>(&'a mut Worker);
 
 impl BatchLane for Lane<'_> {
+    /// Runs `events` once the partition is not paused (a split's re-run
+    /// too); a batch of a partition paused while it waited for a
+    /// connection is answered `Again` by the combiner and waits here.
     async fn submit(&mut self, events: Vec<Event>) -> (Option<i32>, BatchEnd) {
+        if !self.0.state.until_released().await {
+            return (None, BatchEnd::Failed(crate::executor::BatchFailure::Stopped));
+        }
         Combiner::submit(&self.0.shared, events, &self.0.state).await
     }
 

@@ -124,7 +124,11 @@ impl Worker {
                 self.pending.push_back(Taken::new(record));
             }
             // An operator's pause: the record waits, fetched, until the
-            // partition is resumed or revoked; nothing runs meanwhile.
+            // partition is resumed or revoked; nothing runs meanwhile. The
+            // worker reads the latest pauses itself too: the polling thread
+            // applies them at its next pass, which a slow broker call delays.
+            let (name, topic, partition) = (&self.shared.name, &self.state.topic, self.state.partition);
+            self.state.hold(self.shared.pauses.holds(name, topic, partition));
             if !self.state.until_released().await {
                 return;
             }
@@ -136,6 +140,10 @@ impl Worker {
             let batching = batched && self.proven && self.crash_checked && !alone;
             if batching {
                 self.fill().await;
+                // Paused while the batch filled: back to the wait above.
+                if self.state.is_held() {
+                    continue;
+                }
             }
             // Busy before the stopped check: whoever stops the partition
             // then waits for it to clear, so it never misses this record.

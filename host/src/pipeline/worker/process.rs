@@ -148,6 +148,13 @@ impl Worker {
             },
             false => None,
         };
+        // Paused by an operator while it waited for the permit: it does not
+        // run; the wait after it (`sleep`) lasts until the pause is lifted,
+        // and spends no attempt.
+        if self.state.is_held() {
+            drop((serial, permit));
+            return Execution::Outage(Duration::ZERO);
+        }
         if unproven && !*counted {
             match crate::pipeline::attempts::count(&shared.idem_pool, &shared.name, record).await {
                 Ok(started) if started > shared.config.retry.max_attempts => {
@@ -245,7 +252,9 @@ impl AloneLane for Alone<'_> {
         self.worker.after_failure(self.record, self.event.id, tries, error, stale).await
     }
 
+    /// A backoff, then as long as an operator's pause holds the partition:
+    /// a retrying event makes no call while it is paused.
     async fn sleep(&mut self, wait: Duration) -> bool {
-        self.worker.state.sleep(wait).await
+        self.worker.state.sleep(wait).await && self.worker.state.until_released().await
     }
 }

@@ -20,6 +20,9 @@ use tokio_rustls::rustls::{self, pki_types::PrivateKeyDer};
 
 use super::Shared;
 
+/// Hosts one run issues certificates for, at most.
+const MAX_HOSTS: usize = 256;
+
 /// This run's certificate authority, and the server configurations of the
 /// hosts it has issued for.
 pub(super) struct Issuer {
@@ -50,6 +53,9 @@ impl Issuer {
         let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(config) = issued.get(host) {
             return Ok(config.clone());
+        }
+        if issued.len() >= MAX_HOSTS {
+            anyhow::bail!("more than {MAX_HOSTS} hosts in one test");
         }
         let key = KeyPair::generate()?;
         let issuer = rcgen::Issuer::from_params(&self.params, &self.key);
