@@ -64,33 +64,9 @@ pub async fn run(
     let pauses = crate::pipeline::pauses::follow(prepared.pool.clone(), stop_rx.clone()).await?;
     // Every consumer is made and subscribed before any polls, so a
     // failure here leaves nothing running behind.
-    let mut reports = Vec::new();
-    let mut pipelines = Vec::new();
-    let mut desks = Vec::new();
-    let shared_config = Arc::new(prepared.config.clone());
-    for (handler, stats) in std::mem::take(&mut prepared.handlers).into_iter().zip(counted) {
-        let config = handler.config.clone();
-        reports.push((config.name.clone(), stats.clone()));
-        // See `identity`: an automatic identity only under the classic protocol.
-        let kip848 = config.group_protocol == crate::config::GroupProtocol::Consumer;
-        let instance = if kip848 && identity.automatic() { None } else { identity.instance_id(&config.name) };
-        let wiring = Wiring {
-            idem_pool: prepared.pool.clone(),
-            stats: stats.clone(),
-            instance,
-            watch_drain: options.exit_when_drained,
-            pauses: pauses.clone(),
-        };
-        let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
-        desks.push(pipeline.desk(&shared_config));
-        telemetry.register(HandlerTelemetry {
-            name: config.name.clone(),
-            stats,
-            slot: pipeline.slot(),
-            tap: Arc::new(pipeline.tap()),
-        });
-        pipelines.push(pipeline);
-    }
+    let handlers = std::mem::take(&mut prepared.handlers);
+    let wired = Wired { identity: &identity, pauses: &pauses, telemetry: &telemetry, options: &options };
+    let Built { pipelines, desks, reports } = build(&prepared, handlers, counted, &wired)?;
     // The services start once every handler is registered: the admin API
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
@@ -115,17 +91,67 @@ pub async fn run(
     let joined = supervise(threads, shutdown, &stop_tx, &reports).await;
     let _ = stop_tx.send(true);
     drop(identity);
-    // The services stop on `stop_tx` too; one still busy (a retention pass
-    // mid-statement) is cut off rather than let hold the exit.
+    stop_services(services).await;
+    for result in joined {
+        result.context("a polling thread panicked")?;
+    }
+    Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
+}
+
+/// What every handler's pipeline is wired to.
+struct Wired<'a> {
+    identity: &'a crate::identity::Identity,
+    pauses: &'a crate::pipeline::pauses::Pauses,
+    telemetry: &'a Arc<Telemetry>,
+    options: &'a RunOptions,
+}
+
+/// Every handler's pipeline, made and subscribed (none polls yet), with its
+/// DLQ desk, and each handler's counters by name.
+struct Built {
+    pipelines: Vec<Pipeline>,
+    desks: Vec<crate::pipeline::replay::Desk>,
+    reports: Vec<(String, Arc<Stats>)>,
+}
+
+fn build(
+    prepared: &Prepared,
+    handlers: Vec<crate::pipeline::PreparedHandler>,
+    counted: Vec<Arc<Stats>>,
+    wired: &Wired<'_>,
+) -> anyhow::Result<Built> {
+    let mut built = Built { pipelines: Vec::new(), desks: Vec::new(), reports: Vec::new() };
+    let shared_config = Arc::new(prepared.config.clone());
+    for (handler, stats) in handlers.into_iter().zip(counted) {
+        let name = handler.config.name.clone();
+        built.reports.push((name.clone(), stats.clone()));
+        // See `identity`: an automatic identity only under the classic protocol.
+        let kip848 = handler.config.group_protocol == crate::config::GroupProtocol::Consumer;
+        let instance = if kip848 && wired.identity.automatic() { None } else { wired.identity.instance_id(&name) };
+        let wiring = Wiring {
+            idem_pool: prepared.pool.clone(),
+            stats: stats.clone(),
+            instance,
+            watch_drain: wired.options.exit_when_drained,
+            pauses: wired.pauses.clone(),
+        };
+        let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
+        built.desks.push(pipeline.desk(&shared_config));
+        let tap = Arc::new(pipeline.tap());
+        wired.telemetry.register(HandlerTelemetry { name, stats, slot: pipeline.slot(), tap });
+        built.pipelines.push(pipeline);
+    }
+    Ok(built)
+}
+
+/// The services stop on the stop signal too; one still busy (a retention
+/// pass mid-statement) is cut off rather than let hold the exit.
+async fn stop_services(services: Vec<tokio::task::JoinHandle<()>>) {
     for mut service in services {
         if tokio::time::timeout(Duration::from_secs(1), &mut service).await.is_err() {
             service.abort();
         }
     }
-    for result in joined {
-        result.context("a polling thread panicked")?;
-    }
-    Ok(reports.iter().map(|(name, stats)| stats.report(name)).collect())
 }
 
 /// This host's name in the fleet and the audit trail: its

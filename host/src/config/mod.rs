@@ -452,30 +452,49 @@ mod tests {
         assert_eq!(billing.auto_offset_reset, "earliest");
     }
 
+    /// The smallest config that loads; each case adds to it.
+    const BASE: &str = "[kafka]\nbrokers = \"b\"\n[database]\nurl = \"postgres://u@h/db\"\n[[handler]]\nname = \"h\"\n\
+                        topic = \"t\"\ngroup_id = \"g\"\ncomponent = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n";
+
+    /// `text` loaded from a config file of its own (the tests run at once).
+    fn load_text(text: &str) -> Result<Config, String> {
+        static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("idem-config-test-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("idem.toml");
+        std::fs::write(&path, text).expect("write");
+        let loaded = Config::load(&path).map_err(|e| format!("{e:#}"));
+        std::fs::remove_dir_all(&dir).ok();
+        loaded
+    }
+
+    /// [`BASE`] with `extra` after it.
+    fn load(extra: &str) -> Result<Config, String> {
+        load_text(&format!("{BASE}{extra}"))
+    }
+
+    /// [`BASE`] with `extra` is refused, the error saying `expected`.
+    fn refused(extra: &str, expected: &str) {
+        let err = load(extra).expect_err(extra);
+        assert!(err.contains(expected), "{extra}: {err}");
+    }
+
     #[test]
     fn unknown_keys_and_owned_properties_are_refused() {
-        let base = "[kafka]\nbrokers = \"b\"\n[database]\nurl = \"postgres://u@h/db\"\n[[handler]]\nname = \"h\"\ntopic = \"t\"\n\
-                    group_id = \"g\"\ncomponent = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n";
-        let dir = std::env::temp_dir().join(format!("idem-config-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let load = |text: String| {
-            let path = dir.join("idem.toml");
-            std::fs::write(&path, text).expect("write");
-            Config::load(&path).map_err(|e| format!("{e:#}"))
-        };
-        assert!(load(base.to_owned()).is_ok());
-        assert!(load(format!("{base}colour = \"red\"\n")).expect_err("unknown").contains("unknown field `colour`"));
-        let on = format!("{base}[handler.properties]\n\"enable.auto.commit\" = \"true\"\n");
-        assert!(load(on).expect_err("auto commit").contains("enable.auto.commit"));
-        let off = format!("{base}[handler.properties]\n\"enable.auto.offset.store\" = \"false\"\n");
-        assert!(load(off).is_ok(), "turning it off explicitly is harmless");
-        assert!(load(format!("{base}concurrency = 0\n")).expect_err("zero").contains("concurrency"));
-        assert!(load(format!("{base}timeout_ms = 0\n")).expect_err("zero").contains("timeout_ms"));
-        let refused = |extra: &str, expected: &str| {
-            let err = load(format!("{base}{extra}")).expect_err(extra);
-            assert!(err.contains(expected), "{extra}: {err}");
-        };
-        refused("native = \"billing\"\n", "more than one of `component`, `module` and `native`");
+        assert!(load("").is_ok());
+        refused("colour = \"red\"\n", "unknown field `colour`");
+        refused("[handler.properties]\n\"enable.auto.commit\" = \"true\"\n", "enable.auto.commit");
+        let off = load("[handler.properties]\n\"enable.auto.offset.store\" = \"false\"\n");
+        assert!(off.is_ok(), "turning it off explicitly is harmless");
+        refused("concurrency = 0\n", "concurrency");
+        refused("timeout_ms = 0\n", "timeout_ms");
+        let sync_off = BASE.replace("[database]\n", "[database]\nsynchronous_commit = \"off\"\n");
+        assert!(load_text(&sync_off).expect_err("off").contains("synchronous_commit"));
+    }
+
+    #[test]
+    fn ordering_lanes_and_events_at_once_are_checked() {
         refused("max_in_flight = 4\n", "needs ordering = \"key\" or \"none\"");
         refused("ordering = \"key\"\nmax_in_flight = 0\n", "max_in_flight = 0 must be between 1 and 256");
         refused("ordering = \"none\"\nmax_in_flight = 257\n", "max_in_flight = 257");
@@ -485,19 +504,27 @@ mod tests {
             "max_concurrent = 0 must be between 1 and 64",
         );
         refused("ordering = \"none\"\n[handler.batch]\nmax_concurrent = 65\n", "max_concurrent = 65");
-        let concurrent =
-            load(format!("{base}ordering = \"key\"\n[handler.batch]\nmax_concurrent = 8\n")).expect("8 at once");
+        let concurrent = load("ordering = \"key\"\n[handler.batch]\nmax_concurrent = 8\n").expect("8 at once");
         assert_eq!(concurrent.handlers[0].batch.max_concurrent, 8);
-        let keyed = load(format!("{base}ordering = \"key\"\n")).expect("ordering by key");
+        let keyed = load("ordering = \"key\"\n").expect("ordering by key");
         assert_eq!((keyed.handlers[0].ordering, keyed.handlers[0].lanes()), (Ordering::Key, DEFAULT_MAX_IN_FLIGHT));
-        let none = load(format!("{base}ordering = \"none\"\nmax_in_flight = 3\n")).expect("3 lanes");
-        assert_eq!(none.handlers[0].lanes(), 3);
-        assert_eq!(load(base.to_owned()).expect("default").handlers[0].lanes(), 1, "one lane by default");
-        let bodiless = base.replace("component = \"c\"\n", "");
-        assert!(load(bodiless.clone()).expect_err("no body").contains("no `component`"));
-        assert!(load(format!("{bodiless}module = \"store\"\n")).is_ok(), "from the store only");
-        assert!(load(format!("{bodiless}module = \"disk\"\n")).expect_err("store only").contains("\"store\""));
-        assert!(load(format!("{bodiless}native = \"billing\"\n")).is_ok(), "a native handler instead");
+        assert_eq!(load("ordering = \"none\"\nmax_in_flight = 3\n").expect("3 lanes").handlers[0].lanes(), 3);
+        assert_eq!(load("").expect("default").handlers[0].lanes(), 1, "one lane by default");
+    }
+
+    #[test]
+    fn a_handler_has_exactly_one_body() {
+        refused("native = \"billing\"\n", "more than one of `component`, `module` and `native`");
+        let bodiless = BASE.replace("component = \"c\"\n", "");
+        assert!(load_text(&bodiless).expect_err("no body").contains("no `component`"));
+        assert!(load_text(&format!("{bodiless}module = \"store\"\n")).is_ok(), "from the store only");
+        let disk = load_text(&format!("{bodiless}module = \"disk\"\n")).expect_err("store only");
+        assert!(disk.contains("\"store\""), "{disk}");
+        assert!(load_text(&format!("{bodiless}native = \"billing\"\n")).is_ok(), "a native handler instead");
+    }
+
+    #[test]
+    fn database_http_and_retention_keys_are_checked() {
         refused("[handler.database]\nschema = \"idem\"\n", "reserved");
         refused("[handler.database]\nschema = \"pg_catalog\"\n", "reserved");
         refused("[handler.database]\nschema = \"Bad-Name\"\n", "lowercase");
@@ -507,8 +534,24 @@ mod tests {
         refused("dedup_retention = \"30m\"\n", "dedup_retention = \"30m\" must be between 1h and 3650d");
         refused("dedup_retention = \"7 days\"\n", "the unit is one of");
         refused("stale_events = \"drop\"\n", "unknown variant `drop`");
+        let ok = load("dedup_retention = \"30d\"\nstale_events = \"process\"\n").expect("retention keys");
+        assert_eq!(ok.handlers[0].dedup_retention, super::Span::days(30));
+        assert_eq!(ok.handlers[0].stale_events, super::StalePolicy::Process);
+        let retention = |text: &str| load(&format!("[retention]\n{text}")).map(|c| c.retention);
+        assert_eq!(retention("mode = \"delete\"\n").expect("delete").mode, super::RetentionMode::Delete);
+        assert_eq!(retention("retention_mode = \"delete\"\n").expect("the alias").mode, super::RetentionMode::Delete);
+        assert!(retention("future_skew = \"3d\"\n").expect_err("skew").contains("future_skew"));
+        assert!(retention("interval = \"1d\"\n").expect_err("interval").contains("interval"));
+        assert!(retention("vacuum = true\n").expect_err("unknown").contains("unknown field `vacuum`"));
+        let two = "[handler.database]\nschema = \"s\"\n[[handler]]\nname = \"h2\"\ntopic = \"t\"\ngroup_id = \"g2\"\n\
+                   component = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n[handler.database]\nschema = \"s\"\n";
+        refused(two, "another handler's");
+    }
+
+    #[test]
+    fn emit_topics_and_outbox_producers_are_checked() {
         let emit = "[[handler.emit]]\ntopic = \"payments.requested\"\nevent_types = [\"p.v1\"]\nschema = \"p.json\"\n";
-        let emitting = load(format!("{base}{emit}")).expect("an emit topic");
+        let emitting = load(emit).expect("an emit topic");
         assert!(emitting.handlers[0].emit[0].schema.ends_with("p.json"), "relative to the config file");
         refused(
             &emit.replace("payments.requested", "payments requested"),
@@ -519,30 +562,9 @@ mod tests {
         refused("[handler.limits]\nmax_emit_bytes = 0\n", "limits.max_emit_bytes");
         let producer = "[[outbox.producer]]\nname = \"h\"\nrole = \"app\"\n[[outbox.producer.topic]]\ntopic = \"t\"\n\
                         event_types = [\"e\"]\n";
-        let taken = load(format!("{base}{producer}")).expect_err("a producer named as a handler");
-        assert!(taken.contains("the name is taken"), "{taken}");
+        refused(producer, "the name is taken");
         let without_topics =
             producer.split("[[outbox.producer.topic]]").next().unwrap_or_default().replace("\"h\"", "\"o\"");
-        let bare = load(format!("{base}{without_topics}")).expect_err("a producer without topics");
-        assert!(bare.contains("topic"), "{bare}");
-        let ok =
-            load(format!("{base}dedup_retention = \"30d\"\nstale_events = \"process\"\n")).expect("retention keys");
-        assert_eq!(ok.handlers[0].dedup_retention, super::Span::days(30));
-        assert_eq!(ok.handlers[0].stale_events, super::StalePolicy::Process);
-        let retention = |text: &str| load(format!("{base}[retention]\n{text}")).map(|c| c.retention);
-        assert_eq!(retention("mode = \"delete\"\n").expect("delete").mode, super::RetentionMode::Delete);
-        let alias = retention("retention_mode = \"delete\"\n").expect("the alias");
-        assert_eq!(alias.mode, super::RetentionMode::Delete);
-        assert!(retention("future_skew = \"3d\"\n").expect_err("skew").contains("future_skew"));
-        assert!(retention("interval = \"1d\"\n").expect_err("interval").contains("interval"));
-        assert!(retention("vacuum = true\n").expect_err("unknown").contains("unknown field `vacuum`"));
-        let sync_off = base.replace("[database]\n", "[database]\nsynchronous_commit = \"off\"\n");
-        assert!(load(sync_off).expect_err("off").contains("synchronous_commit"));
-        let two = format!(
-            "{base}[handler.database]\nschema = \"s\"\n[[handler]]\nname = \"h2\"\ntopic = \"t\"\ngroup_id = \"g2\"\n\
-             component = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n[handler.database]\nschema = \"s\"\n"
-        );
-        assert!(load(two).expect_err("shared schema").contains("another handler's"));
-        std::fs::remove_dir_all(&dir).ok();
+        refused(&without_topics, "topic");
     }
 }

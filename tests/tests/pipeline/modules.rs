@@ -352,6 +352,7 @@ async fn the_openapi_document_describes_the_running_api() {
     api.ready("billing").await;
     let url = |p: &str| format!("{}{p}", api.url);
     let c = &api.client;
+    let topic = env.topic.clone();
     let calls: Vec<(&str, &str, reqwest::RequestBuilder)> = vec![
         ("/handlers", "get", c.get(url("/handlers"))),
         ("/handlers/{name}", "get", c.get(url("/handlers/billing"))),
@@ -424,6 +425,20 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/outbox", "get", c.get(url("/outbox"))),
         ("/outbox/redrive", "post", c.post(url("/outbox/redrive")).json(&serde_json::json!({}))),
         ("/outbox/redrive", "post", c.post(url("/outbox/redrive")).json(&serde_json::json!({ "all": true }))),
+        // A partition paused, listed, refused (no topic), resumed; unknown.
+        (
+            "/handlers/{name}/pause",
+            "post",
+            c.post(url("/handlers/billing/pause")).json(&serde_json::json!({ "topic": topic, "partition": 0 })),
+        ),
+        ("/handlers/{name}/pauses", "get", c.get(url("/handlers/billing/pauses"))),
+        (
+            "/handlers/{name}/pause",
+            "post",
+            c.post(url("/handlers/billing/pause")).json(&serde_json::json!({ "partition": 0 })),
+        ),
+        ("/handlers/{name}/resume", "post", c.post(url("/handlers/billing/resume")).json(&serde_json::json!({}))),
+        ("/handlers/{name}/pauses", "get", c.get(url("/handlers/nobody/pauses"))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -445,7 +460,8 @@ async fn the_openapi_document_describes_the_running_api() {
         [200, 400, 200, 404],
         "a dry replay of a window, nothing matched, a dry discard, unknown"
     );
-    assert_eq!(statuses[31..], [200, 400, 200], "the outbox; a redrive naming nothing, then all");
+    assert_eq!(statuses[31..34], [200, 400, 200], "the outbox; a redrive naming nothing, then all");
+    assert_eq!(statuses[34..], [200, 200, 400, 200, 404], "paused, listed, refused, resumed; unknown");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()
