@@ -118,6 +118,21 @@ fn logging() -> anyhow::Result<Option<crate::traces::Provider>> {
     Ok(provider)
 }
 
+/// `idem pause` or `idem resume` (`action`) of `scope`, through a host's API.
+async fn pausing(
+    admin: &commands::AdminTarget,
+    scope: &commands::PauseScope,
+    action: &str,
+    reason: Option<String>,
+) -> anyhow::Result<()> {
+    let mut body = scope.body();
+    if let Some(reason) = reason {
+        body["reason"] = reason.into();
+    }
+    let answer = crate::admin::client::pause(&admin.target(), &scope.handler, action, &body).await?;
+    admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
+}
+
 async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
@@ -166,16 +181,8 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             let answer = crate::admin::client::rollback(&admin.target(), &handler, to).await?;
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
         }
-        Command::Pause { admin, scope, reason } => {
-            let mut body = scope.body();
-            body["reason"] = reason.into();
-            let answer = crate::admin::client::pause(&admin.target(), &scope.handler, "pause", &body).await?;
-            admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
-        }
-        Command::Resume { admin, scope } => {
-            let answer = crate::admin::client::pause(&admin.target(), &scope.handler, "resume", &scope.body()).await?;
-            admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
-        }
+        Command::Pause { admin, scope, reason } => pausing(&admin, &scope, "pause", Some(reason)).await,
+        Command::Resume { admin, scope } => pausing(&admin, &scope, "resume", None).await,
         Command::Token { command } => token(command).await,
         Command::Audit { admin, handler, actor, before, limit } => {
             let mut query = vec![("limit", limit.to_string())];
