@@ -75,8 +75,39 @@ pub(super) async fn json<T: serde::de::DeserializeOwned>(body: Body, timeout: Du
     let bytes = read(body, JSON_LIMIT, timeout, "a JSON request (64 KiB)")
         .await
         .map_err(|e| error(e.status(), e.to_string()).into_response())?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response())
+    // serde reads a struct from an array too (`[null, null]` would be a
+    // request of defaults); every JSON request here is an object.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        let message = "the request's JSON is not an object: send {…} with the fields the operation names";
+        return Err(error(StatusCode::BAD_REQUEST, message).into_response());
+    }
+    let refused =
+        |e: serde_json::Error| error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response();
+    let mut value: serde_json::Value = serde_json::from_slice(&bytes).map_err(refused)?;
+    if super::nul::in_json(&value) {
+        let message = "the request's JSON holds a NUL character (\\u0000), which no name or reason here can contain";
+        return Err(error(StatusCode::BAD_REQUEST, message).into_response());
+    }
+    whole_numbers(&mut value);
+    T::deserialize(value).map_err(refused)
+}
+
+/// JSON Schema's `integer` is any number without a fraction: `3.0` and
+/// `3e2` are integers there, and serde would refuse them for an `i32`.
+fn whole_numbers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => {
+            let whole = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15);
+            #[expect(clippy::cast_possible_truncation, reason = "a whole number below 2^53 in size, exact as i64")]
+            if let Some(f) = whole {
+                *n = serde_json::Number::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(whole_numbers),
+        Value::Object(map) => map.values_mut().for_each(whole_numbers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
 }
 
 #[cfg(test)]
@@ -86,7 +117,7 @@ mod tests {
     use axum::body::Body;
     use axum::http::{HeaderMap, HeaderValue, StatusCode};
 
-    use super::{BodyError, check_declared, read};
+    use super::{BodyError, check_declared, json, read};
 
     #[test]
     fn a_declared_length_over_the_limit_is_refused_before_reading() {
@@ -111,5 +142,38 @@ mod tests {
         let err = read(endless, 10, Duration::from_millis(50), "`h`").await.expect_err("timed out");
         assert_eq!(err.status(), StatusCode::REQUEST_TIMEOUT);
         assert!(err.to_string().contains("body_timeout"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn whole_numbers_written_with_a_fraction_are_integers() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Asked {
+            partition: Option<i32>,
+        }
+        let wait = Duration::from_secs(5);
+        for (sent, read) in [("2", 2), ("165201.0", 165_201), ("3e2", 300), ("-1.0", -1)] {
+            let asked = json::<Asked>(Body::from(format!("{{\"partition\": {sent}}}")), wait).await;
+            assert_eq!(asked.ok(), Some(Asked { partition: Some(read) }), "{sent}");
+        }
+        for sent in ["2.5", "1e10", "\"2\""] {
+            let asked = json::<Asked>(Body::from(format!("{{\"partition\": {sent}}}")), wait).await;
+            assert_eq!(asked.expect_err(sent).status(), StatusCode::BAD_REQUEST, "{sent}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_json_request_is_an_object_or_refused() {
+        #[derive(serde::Deserialize, Debug)]
+        struct Asked {
+            #[serde(default)]
+            #[expect(dead_code, reason = "only its parsing is under test")]
+            topic: Option<String>,
+        }
+        let wait = Duration::from_secs(5);
+        assert!(json::<Asked>(Body::from(" {\"topic\": \"t\"}"), wait).await.is_ok());
+        for sent in ["[null]", "[]", "null", "\"t\"", "", "  ", "{\"topic\": \"a\\u0000\"}"] {
+            let answer = json::<Asked>(Body::from(sent), wait).await.expect_err(sent);
+            assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{sent}");
+        }
     }
 }

@@ -26,6 +26,7 @@ mod console;
 mod dead_letters;
 mod fleet;
 mod listener;
+mod nul;
 mod operators;
 mod outbox;
 mod pauses;
@@ -175,6 +176,8 @@ impl Admin {
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))
+            // Inside `authorize`: a request without a token is 401 whatever it holds.
+            .layer(axum::middleware::from_fn(nul::refuse))
             .layer(axum::middleware::from_fn_with_state(state, authorize));
         listener::serve(self.listener, app, self.limits, telemetry, stop).await;
         sampler.abort();

@@ -48,14 +48,21 @@ impl Asked {
 }
 
 /// The scope's key for `name`, or the refusal naming what is wrong: an
-/// unknown handler, a topic it does not consume, a bad partition.
+/// unknown handler or a topic it does not consume (404), a bad partition
+/// (400).
 fn key_of(state: &AdminState, name: &str, scope: &Scope) -> Result<(String, i32), (StatusCode, String)> {
     let Some(desk) = state.dead_letters.desk(name) else {
         return Err((StatusCode::NOT_FOUND, format!("no handler `{name}` runs on this host")));
     };
+    // A partition alone is one of the topic the handler consumes.
+    let mut scope = scope.clone();
+    if scope.partition.is_some() {
+        scope.topic.get_or_insert_with(|| desk.topic().to_owned());
+    }
     let key = scope.key().map_err(|e| (StatusCode::BAD_REQUEST, e))?;
     if !key.0.is_empty() && key.0 != desk.topic() {
-        return Err((StatusCode::BAD_REQUEST, format!("`{name}` consumes `{}`, not `{}`", desk.topic(), key.0)));
+        // No such topic of this handler: what the request names is not there.
+        return Err((StatusCode::NOT_FOUND, format!("`{name}` consumes `{}`, not `{}`", desk.topic(), key.0)));
     }
     Ok(key)
 }

@@ -8,6 +8,7 @@ mod combine;
 mod consumer;
 pub mod dlq;
 mod faults;
+mod follow;
 mod incident;
 mod partition;
 pub mod pauses;

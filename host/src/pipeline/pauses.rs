@@ -17,12 +17,10 @@
 //! a host keeps its last reading: a pause does not lapse in an outage.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
-/// How often every host reads the pauses.
-pub const REFRESH: Duration = Duration::from_secs(1);
+pub use super::follow::REFRESH;
 
 /// One row of `idem.pause`.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
@@ -69,37 +67,9 @@ pub async fn read(pool: &sqlx::PgPool) -> sqlx::Result<Vec<Pause>> {
 
 /// Reads the pauses now (a host that cannot must not start consuming what
 /// an operator may have paused), then every [`REFRESH`] until `stop`.
-pub async fn follow(pool: sqlx::PgPool, mut stop: watch::Receiver<bool>) -> anyhow::Result<Pauses> {
-    let first = read(&pool).await.map_err(|e| anyhow::anyhow!("failed to read the operators' pauses (idem.pause): {e}"))?;
-    let (sender, receiver) = watch::channel(Arc::new(first));
-    tokio::spawn(async move {
-        let mut failing = false;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(REFRESH) => {}
-                // Stopped, or the process is ending (the sender is gone).
-                _ = stop.wait_for(|s| *s) => return,
-            }
-            match read(&pool).await {
-                Ok(now) => {
-                    failing = false;
-                    sender.send_if_modified(|held| {
-                        let changed = **held != now;
-                        if changed {
-                            *held = Arc::new(now);
-                        }
-                        changed
-                    });
-                }
-                Err(e) if !failing => {
-                    failing = true;
-                    tracing::warn!("failed to read the operators' pauses (the last reading holds): {e}");
-                }
-                Err(_) => {}
-            }
-        }
-    });
-    Ok(Pauses(receiver))
+pub async fn follow(pool: sqlx::PgPool, stop: watch::Receiver<bool>) -> anyhow::Result<Pauses> {
+    let read = |pool: sqlx::PgPool| async move { read(&pool).await };
+    Ok(Pauses(super::follow::follow(pool, stop, "the operators' pauses (idem.pause)", read).await?))
 }
 
 /// What a pause or a resume names: a handler, one of its topics, or one

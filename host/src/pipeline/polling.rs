@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer as _};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::watch;
 
@@ -28,6 +28,7 @@ use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
 use super::incident::Backoff;
 use super::shutdown;
 use crate::config::{Config, HandlerConfig};
+use crate::kafka_client::ProbeContext;
 use crate::stats::IncidentKind;
 
 /// Offsets resolved since the last commit are committed this often.
@@ -44,6 +45,9 @@ const REJOIN_EVERY: Duration = Duration::from_secs(2);
 /// What a handler's consumer is made of.
 pub(super) struct Recipe {
     client: ClientConfig,
+    /// A group-less client's properties (the handler's brokers and
+    /// credentials), for the stall probe (`stalled`).
+    probe: ClientConfig,
     pub context: Arc<IdemContext>,
     topic: String,
     what: String,
@@ -60,6 +64,7 @@ impl Recipe {
     ) -> anyhow::Result<Self> {
         let mut client =
             crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
+        let probe = client.clone();
         client
             .set("group.id", &handler.group_id)
             .set("client.id", format!("idem-{}", handler.name))
@@ -90,7 +95,7 @@ impl Recipe {
         let reset = handler.auto_offset_reset.clone();
         let context = Arc::new(IdemContext::new(shared, tokio::runtime::Handle::current(), revoke_grace, reset));
         let what = format!("the Kafka consumer of handler {}", handler.name);
-        Ok(Self { client, context, topic: handler.topic.clone(), what, instance })
+        Ok(Self { client, probe, context, topic: handler.topic.clone(), what, instance })
     }
 
     /// A consumer on the recipe's state, subscribed.
@@ -160,7 +165,7 @@ pub(super) fn poll_loop(
             consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::Moved);
             last_commit = Instant::now();
         }
-        stalled(recipe, &consumer);
+        stalled(recipe);
         if drained.load(Ordering::SeqCst) {
             tracing::info!("drained: every assigned partition is consumed to its end");
             how.leave.store(true, Ordering::SeqCst);
@@ -172,15 +177,23 @@ pub(super) fn poll_loop(
 }
 
 /// Reports the consumer stalled (`stall`): silent for a minute (no sign
-/// of being in its group) while brokers answer its metadata requests.
-fn stalled(recipe: &Recipe, consumer: &HandlerConsumer) {
+/// of being in its group) while brokers answer a client of their own.
+fn stalled(recipe: &Recipe) {
     if !recipe.context.watch().due(Instant::now()) {
         return;
     }
-    let answers = consumer.fetch_metadata(Some(&recipe.topic), Duration::from_secs(2)).is_ok();
+    // A new client, not the consumer's: a stuck consumer's own client was
+    // seen failing these requests while the broker answered others. Made
+    // only while the consumer is suspected, every ten seconds at most.
+    let answers = crate::kafka_client::create::<BaseConsumer<ProbeContext>, _>(
+        &recipe.probe,
+        ProbeContext::default(),
+        "a Kafka client",
+    )
+    .is_ok_and(|probe| probe.fetch_metadata(Some(&recipe.topic), Duration::from_secs(5)).is_ok());
     let Some(silence) = recipe.context.watch().answered(Instant::now(), answers) else { return };
     let account = format!(
-        "the consumer has shown no sign of being in its group (group state up, a commit confirmed) for {silence:?}, \
+        "the consumer has shown no sign of being in its group (its group state up and no join waiting on the broker, a commit confirmed) for {silence:?}, \
          its brokers answering"
     );
     recipe.context.handler().incident(IncidentKind::ConsumerStalled, account);

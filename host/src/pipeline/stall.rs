@@ -10,22 +10,33 @@
 //! The signs of health: a commit the broker confirmed (one goes out every
 //! few seconds while the consumer holds positions, and its answer comes
 //! back through `consumer::native`), and statistics with the group state
-//! `up` — but only while commits are answered and do not fail: in the
-//! stall seen in CI librdkafka went on reporting `up`. The watch keeps its
+//! `up` — but only while commits are answered and do not fail, and while
+//! the member is not waiting on the coordinator for a step of a join
+//! (`wait-join`, `wait-metadata`, `wait-sync`): in the stalls seen in CI
+//! librdkafka went on reporting `up`, once with its commits failing, once
+//! with nothing to commit and a JoinGroup never sent. The watch keeps its
 //! own clock rather than librdkafka's: the group state may flip between
 //! querying for the coordinator and waiting for its answer every second
 //! (its `stateage` never grows); the absence of any sign of health is what
-//! counts. A broker outage alone is never a stall: once the consumer is
-//! suspected, the polling thread asks a broker for metadata every
-//! [`PROBE_EVERY`], and only a consumer that stays silent while brokers
-//! have answered for [`BROKER_BACK_FOR`] is stalled (after an outage, a
-//! healthy consumer finds its coordinator within seconds).
+//! counts.
+//!
+//! A broker outage alone is never a stall: once the consumer has been
+//! silent for [`SUSPECT_AFTER`], the polling thread asks a broker for
+//! metadata every [`PROBE_EVERY`] through a new client of its own (the
+//! stuck consumer's own client was seen failing such requests while
+//! another reached the broker), and only a consumer silent for
+//! [`STALLED_AFTER`] while brokers have answered for [`BROKER_BACK_FOR`]
+//! is stalled (after an outage, a healthy consumer finds its coordinator
+//! within seconds).
 
 use std::time::{Duration, Instant};
 
 /// How long a consumer that was in its group may show no sign of it
 /// before a broker is asked whether it answers.
-pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(60);
+const SUSPECT_AFTER: Duration = Duration::from_secs(30);
+
+/// How long a consumer must have been silent to be stalled.
+const STALLED_AFTER: Duration = Duration::from_secs(60);
 
 /// How often a suspected consumer's broker is asked whether it answers.
 const PROBE_EVERY: Duration = Duration::from_secs(10);
@@ -106,21 +117,24 @@ impl StallWatch {
         }
     }
 
-    /// Statistics say the group state is `up`: a sign of health unless
-    /// commits fail or go unanswered, which is what a consumer stuck on
-    /// its coordinator looks like while librdkafka still reports `up`.
-    pub(crate) fn up(&mut self, now: Instant) {
+    /// Statistics say the group state is `up`, its join state
+    /// `join_state`: a sign of health unless the member waits on its
+    /// coordinator for a step of a join, or commits fail or go unanswered
+    /// — what a consumer stuck on its coordinator looks like while
+    /// librdkafka still reports `up`.
+    pub(crate) fn up(&mut self, now: Instant, join_state: &str) {
+        let joining = matches!(join_state, "wait-join" | "wait-metadata" | "wait-sync");
         let unanswered = self.unanswered_since.is_some_and(|at| now.saturating_duration_since(at) >= COMMIT_ANSWERED_WITHIN);
-        if !self.commits_failing && !unanswered {
+        if !self.commits_failing && !unanswered && !joining {
             self.healthy(now);
         }
     }
 
     /// Whether to ask a broker now: the consumer is suspected (in its
-    /// group, silent for [`STALLED_AFTER`]) and was not asked about for
+    /// group, silent for [`SUSPECT_AFTER`]) and was not asked about for
     /// [`PROBE_EVERY`].
     pub(crate) fn due(&mut self, now: Instant) -> bool {
-        let suspected = self.joined && now.saturating_duration_since(self.healthy_at) >= STALLED_AFTER;
+        let suspected = self.joined && now.saturating_duration_since(self.healthy_at) >= SUSPECT_AFTER;
         let asked = self.probed_at.is_some_and(|at| now.saturating_duration_since(at) < PROBE_EVERY);
         if suspected && !asked {
             self.probed_at = Some(now);
@@ -129,15 +143,16 @@ impl StallWatch {
     }
 
     /// What the probe found. `Some(silence)`: the consumer is stalled —
-    /// silent that long, brokers answering for [`BROKER_BACK_FOR`].
+    /// silent that long (at least [`STALLED_AFTER`]), brokers answering
+    /// for [`BROKER_BACK_FOR`].
     pub(crate) fn answered(&mut self, now: Instant, broker_answers: bool) -> Option<Duration> {
         if !broker_answers {
             self.answering_since = None;
             return None;
         }
         let since = *self.answering_since.get_or_insert(now);
-        (now.saturating_duration_since(since) >= BROKER_BACK_FOR)
-            .then(|| now.saturating_duration_since(self.healthy_at))
+        let silence = now.saturating_duration_since(self.healthy_at);
+        (now.saturating_duration_since(since) >= BROKER_BACK_FOR && silence >= STALLED_AFTER).then_some(silence)
     }
 }
 
@@ -157,15 +172,15 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_consumer_is_stalled_once_brokers_have_answered_for_thirty_seconds() {
+    fn a_silent_consumer_is_stalled_after_a_minute_of_brokers_answering() {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        assert!(!watch.due(at(t, 59)), "a minute of silence first");
-        for secs in [60, 70, 80] {
+        assert!(!watch.due(at(t, 29)), "half a minute of silence first");
+        for secs in [30, 40, 50] {
             assert_eq!(probe(&mut watch, t, secs, true), None, "{secs} s");
         }
-        assert_eq!(probe(&mut watch, t, 90, true), Some(Duration::from_secs(90)));
+        assert_eq!(probe(&mut watch, t, 60, true), Some(Duration::from_secs(60)));
     }
 
     #[test]
@@ -175,26 +190,39 @@ mod tests {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        for secs in [60, 70] {
+        for secs in [30, 40, 50, 60] {
             assert_eq!(probe(&mut watch, t, secs, false), None);
         }
-        assert_eq!(probe(&mut watch, t, 80, true), None, "the broker just came back");
+        assert_eq!(probe(&mut watch, t, 70, true), None, "the broker just came back");
         assert_eq!(probe(&mut watch, t, 90, true), None);
         watch.answered_commit(at(t, 95), true);
-        assert!(!watch.due(at(t, 110)), "it found its coordinator");
-        assert_eq!(probe(&mut watch, t, 155, true), None, "silent again: the clock starts over");
-        assert_eq!(probe(&mut watch, t, 185, true), Some(Duration::from_secs(90)));
+        assert!(!watch.due(at(t, 124)), "it found its coordinator");
+        assert_eq!(probe(&mut watch, t, 125, true), None, "silent again: the clock starts over");
+        assert_eq!(probe(&mut watch, t, 145, true), None, "brokers answering 20 s, silent 50 s");
+        assert_eq!(probe(&mut watch, t, 155, true), Some(Duration::from_secs(60)));
     }
 
     #[test]
-    fn any_sign_of_health_puts_the_suspicion_off_by_a_whole_minute() {
+    fn a_consumer_stuck_after_the_brokers_came_back_is_stalled_thirty_seconds_after_the_first_probe() {
+        // Brokers back at 20 s; the consumer never rejoins.
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        assert_eq!(probe(&mut watch, t, 60, true), None);
-        watch.answered_commit(at(t, 65), true);
-        assert!(!watch.due(at(t, 124)));
-        assert!(watch.due(at(t, 125)));
+        watch.up(at(t, 25), "wait-join");
+        assert_eq!(probe(&mut watch, t, 30, true), None);
+        assert_eq!(probe(&mut watch, t, 50, true), None);
+        assert_eq!(probe(&mut watch, t, 60, true), Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn any_sign_of_health_puts_the_suspicion_off_by_half_a_minute() {
+        let t = Instant::now();
+        let mut watch = StallWatch::new(t);
+        watch.assigned(t);
+        assert_eq!(probe(&mut watch, t, 30, true), None);
+        watch.answered_commit(at(t, 35), true);
+        assert!(!watch.due(at(t, 64)));
+        assert!(watch.due(at(t, 65)));
     }
 
     #[test]
@@ -203,13 +231,33 @@ mod tests {
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
         watch.sent(at(t, 1));
-        watch.up(at(t, 10));
-        assert!(!watch.due(at(t, 69)), "a commit 9 s unanswered: up still counts");
-        watch.up(at(t, 20));
-        assert!(watch.due(at(t, 70)), "a commit 19 s unanswered: up no longer counts");
-        watch.answered_commit(at(t, 71), true);
-        watch.up(at(t, 100));
-        assert!(!watch.due(at(t, 159)), "confirmed: up counts again");
+        watch.up(at(t, 10), "steady");
+        assert!(!watch.due(at(t, 39)), "a commit 9 s unanswered: up still counts");
+        watch.up(at(t, 20), "steady");
+        assert!(watch.due(at(t, 40)), "a commit 19 s unanswered: up no longer counts");
+        watch.answered_commit(at(t, 41), true);
+        watch.up(at(t, 100), "steady");
+        assert!(!watch.due(at(t, 129)), "confirmed: up counts again");
+    }
+
+    #[test]
+    fn the_group_state_up_is_no_health_while_the_member_waits_on_a_join() {
+        let t = Instant::now();
+        let mut watch = StallWatch::new(t);
+        watch.assigned(t);
+        for secs in (5..=60).step_by(5) {
+            watch.up(at(t, secs), "wait-join");
+            let stalled = if watch.due(at(t, secs)) { watch.answered(at(t, secs), true) } else { None };
+            assert_eq!(stalled.is_some(), secs == 60, "{secs} s");
+        }
+        // Any other join state is health: the member is in its group, or
+        // waits on this host (an assignment to apply), not the broker.
+        for state in ["wait-assign-call", "steady", "init"] {
+            let mut watch = StallWatch::new(t);
+            watch.assigned(t);
+            watch.up(at(t, 25), state);
+            assert!(!watch.due(at(t, 54)), "{state}");
+        }
     }
 
     #[test]
@@ -220,10 +268,10 @@ mod tests {
         for secs in (5..=90).step_by(5) {
             watch.sent(at(t, secs));
             watch.answered_commit(at(t, secs), false);
-            watch.up(at(t, secs));
-            if secs >= 60 {
+            watch.up(at(t, secs), "steady");
+            if secs >= 30 {
                 let stalled = if watch.due(at(t, secs)) { watch.answered(at(t, secs), true) } else { None };
-                assert_eq!(stalled.is_some(), secs == 90, "{secs} s");
+                assert_eq!(stalled.is_some(), secs >= 60 && secs % 10 == 0, "{secs} s");
             }
         }
     }
@@ -234,7 +282,7 @@ mod tests {
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
         for secs in (10..=300).step_by(10) {
-            watch.up(at(t, secs));
+            watch.up(at(t, secs), "steady");
             assert!(!watch.due(at(t, secs)), "{secs} s");
         }
     }
@@ -254,9 +302,9 @@ mod tests {
         let t = Instant::now();
         let mut watch = StallWatch::new(t);
         watch.assigned(t);
-        assert!(watch.due(at(t, 60)));
-        assert!(!watch.due(at(t, 61)));
-        assert!(!watch.due(at(t, 69)));
-        assert!(watch.due(at(t, 70)));
+        assert!(watch.due(at(t, 30)));
+        assert!(!watch.due(at(t, 31)));
+        assert!(!watch.due(at(t, 39)));
+        assert!(watch.due(at(t, 40)));
     }
 }

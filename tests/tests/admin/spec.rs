@@ -1,12 +1,13 @@
 //! Answers the fuzzing run found to differ from `docs/admin-api.json`:
-//! versions out of its range, and methods it does not list on the probes.
+//! versions out of its range, NUL bytes in filters, and methods it does
+//! not list on the probes.
 
 use serde_json::Value;
 
 use super::{Env, Host, bearer, request};
 
 #[tokio::test(flavor = "multi_thread")]
-async fn out_of_range_versions_and_unlisted_methods_are_answered_as_the_openapi_document_says() {
+async fn out_of_range_versions_nul_bytes_and_unlisted_methods_are_answered_as_the_openapi_document_says() {
     let doc: Value = serde_json::from_str(include_str!("../../../docs/admin-api.json")).expect("valid JSON");
     let version = &doc["paths"]["/handlers/{name}/activate"]["post"]["parameters"][1];
     assert_eq!(version["name"], "version");
@@ -35,6 +36,15 @@ async fn out_of_range_versions_and_unlisted_methods_are_answered_as_the_openapi_
         let message = body["error"].as_str().unwrap_or_default();
         assert!(message.contains(says), "?{query}: `{message}` does not say `{says}`");
         assert!(answer.head.to_ascii_lowercase().contains("content-type: application/json"), "{answer:?}");
+    }
+    // A NUL byte in a filter is the request's fault, not the database's;
+    // in a name it names nothing.
+    for (path, status) in
+        [("/outbox?producer=a%00b", 400), ("/audit?handler=%00", 400), ("/handlers/billing%00/pauses", 404)]
+    {
+        let answer = request(host.address, "GET", path, &auth).await;
+        assert_eq!(answer.status, status, "{path}: {answer:?}");
+        assert!(answer.body.contains("NUL"), "{path}: {answer:?}");
     }
     // In range but not stored: 404, as before.
     let answer = request(host.address, "POST", "/handlers/billing/activate?version=2147483647", &auth).await;

@@ -486,8 +486,9 @@ pub(super) struct PauseScope {
     /// Only this topic of the handler.
     #[arg(long)]
     pub(super) topic: Option<String>,
-    /// Only this partition of `--topic`.
-    #[arg(long, requires = "topic")]
+    /// Only this partition (of `--topic`, or of the topic the handler
+    /// consumes when `--topic` is left out).
+    #[arg(long)]
     pub(super) partition: Option<i32>,
 }
 

@@ -64,8 +64,10 @@ impl IdemContext {
         {
             self.joined.store(false, Ordering::SeqCst);
         }
-        if statistics.cgrp.as_ref().is_some_and(|group| group.state == "up") && !self.silent {
-            self.watch().up(Instant::now());
+        if let Some(group) = statistics.cgrp.as_ref().filter(|group| group.state == "up")
+            && !self.silent
+        {
+            self.watch().up(Instant::now(), &group.join_state);
         }
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
