@@ -19,6 +19,12 @@ pub struct OffsetTracker {
 }
 
 impl OffsetTracker {
+    /// A partition an operator rewound to `offset`: that is its position,
+    /// to commit, until a record moves it.
+    pub fn starting_at(offset: i64) -> Self {
+        Self { pending: VecDeque::new(), position: Some(offset), committed: None }
+    }
+
     /// A record was handed to the partition's worker.
     pub fn delivered(&mut self, offset: i64) {
         self.pending.push_back((offset, false));

@@ -186,6 +186,31 @@ try {
   await page.locator("#pauses").getByText("Not paused.").waitFor({ timeout: 15000 });
   await until("every partition runs again", async () => (await pausedCells()).every((c) => c !== "paused by an operator"), 30);
 
+  // ---- a rewind: counted first, asked only as counted, then applied ----
+  const summary = await page.evaluate(async (h) => (await (await fetch(`/console/api/handlers/${h}`)).json()).summary, handler);
+  // Not partition 0: its last record is the dead-lettered poison.
+  const back = summary.partitions.find((p) => p.assigned && p.partition !== 0 && p.position >= 3);
+  assert.ok(back, "a partition with records to rewind: " + JSON.stringify(summary.partitions));
+  const rewindButton = page.locator('button[data-action="rewind"]');
+  await page.locator("#rewind-to").fill(String(back.position - 3));
+  await page.locator("#rewind-partition").fill(String(back.partition));
+  assert.equal(await rewindButton.isDisabled(), true, "nothing to rewind before the window is counted");
+  await page.locator('button[data-action="rewind-count"]').click();
+  await page.locator(`#rewind-counts tr[data-rewind-partition="${back.partition}"]`).waitFor({ timeout: 30000 });
+  assert.match(await page.locator("#rewind-result").textContent(), /3 record\(s\) in the window, 3 of them applied already/);
+  assert.equal(await rewindButton.isDisabled(), false);
+  await page.locator("#rewind-reason").fill("browser test");
+  assert.equal(await rewindButton.isDisabled(), true, "a changed input withdraws what was counted");
+  await page.locator('button[data-action="rewind-count"]').click();
+  await until("counted again", async () => !(await rewindButton.isDisabled()), 30);
+  await rewindButton.click();
+  await page.locator("#rewind-result").getByText(/rewind \d+ asked/).waitFor({ timeout: 30000 });
+  await until("the rewind applied by the partition's owner", async () => {
+    const cell = page.locator('#rewind-list td[data-field="rewound"]').first();
+    return (await cell.count()) > 0 && (await cell.textContent()) === "1 of 1 partitions";
+  }, 30);
+  await shot(page, "handler-rewound");
+
   // ---- modules: a refused upload, a v2, events moving to it, a rollback ----
   const files = await need("modules");
   await page.goto(`${url}/console/#/modules/${handler}`);
@@ -318,6 +343,8 @@ try {
   await readPage.goto(`${url}/console/#/handler/${handler}`);
   await readPage.locator("#pauses").waitFor();
   assert.equal(await readPage.locator('#pauses button, #partitions button').count(), 0, "no pause or resume for a read session");
+  await readPage.locator("#rewinds").waitFor();
+  assert.equal(await readPage.locator("#rewind-form").count(), 0, "no rewind for a read session");
   await readPage.goto(`${url}/console/#/modules/${handler}`);
   await readPage.locator("#versions").waitFor();
   const deploy = await readPage.evaluate(async (h) => {

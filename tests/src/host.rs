@@ -511,7 +511,12 @@ pub fn signal(child: &Child, signal: &str) {
 
 /// An `order.confirmed.v1` payload with a fresh UUID v7 id.
 pub fn order_payload(order_id: i64) -> (uuid::Uuid, Vec<u8>) {
-    let id = uuid::Uuid::now_v7();
+    order_payload_with(order_id, uuid::Uuid::now_v7())
+}
+
+/// [`order_payload`] with the event id `id` (one made in the past, say:
+/// [`crate::v7_at`]).
+pub fn order_payload_with(order_id: i64, id: uuid::Uuid) -> (uuid::Uuid, Vec<u8>) {
     let payload = serde_json::json!({
         "eventId": id.to_string(), "eventType": "order.confirmed.v1", "occurredAt": "2026-11-30T12:00:00Z",
         "aggregateType": "Order", "orderId": order_id, "customerId": 1000 + order_id % 17,

@@ -397,6 +397,16 @@ pub async fn produce_with_headers(
     }
 }
 
+/// Sends one record with its own timestamp (`ms` since the epoch: a
+/// record from the past) and waits for its acknowledgement.
+pub async fn produce_at(producer: &Producer, topic: &str, partition: i32, key: &str, payload: &[u8], ms: i64) -> i64 {
+    let record = FutureRecord::to(topic).partition(partition).key(key).payload(payload).timestamp(ms);
+    match producer.inner.send(record, Duration::from_secs(10)).await {
+        Ok(delivery) => delivery.offset,
+        Err((e, _)) => panic!("produce to {topic}/{partition}: {e}"),
+    }
+}
+
 /// Writes one record as given: any key, a value or none, any headers.
 pub async fn produce_raw(
     producer: &Producer,

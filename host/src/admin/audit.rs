@@ -248,6 +248,11 @@ pub(crate) async fn show(
         }
         Err(e) => return answer::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
     };
+    for (name, value) in [("handler", &filter.handler), ("actor", &filter.actor)] {
+        if let Some(refusal) = super::nul::refused_in(name, value.as_deref()) {
+            return refusal;
+        }
+    }
     match list(&state.pool, &filter).await {
         Ok(rows) => {
             let full = i64::try_from(rows.len()).is_ok_and(|n| n == filter.limit.unwrap_or(DEFAULT_LISTED));

@@ -70,30 +70,54 @@ pub(super) async fn read(body: Body, limit: usize, timeout: Duration, what: &str
 }
 
 /// A small JSON request's body (at most 64 KiB), read within `timeout`
-/// and parsed, or the answer that names what was wrong with it.
+/// and parsed (a key twice is refused: readers disagree on which copy
+/// wins), or the answer that names what was wrong with it. A NUL character
+/// in any of its strings is refused: each is a name, a reason or a filter
+/// PostgreSQL would be handed as text, which cannot hold one.
 pub(super) async fn json<T: serde::de::DeserializeOwned>(body: Body, timeout: Duration) -> Result<T, Response> {
-    let bytes = read(body, JSON_LIMIT, timeout, "a JSON request (64 KiB)")
-        .await
-        .map_err(|e| error(e.status(), e.to_string()).into_response())?;
-    // serde reads a struct from an array too (`[null, null]` would be a
-    // request of defaults); every JSON request here is an object.
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        let message = "the request's JSON is not an object: send {…} with the fields the operation names";
-        return Err(error(StatusCode::BAD_REQUEST, message).into_response());
-    }
-    let refused =
-        |e: serde_json::Error| error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response();
-    let mut value: serde_json::Value = serde_json::from_slice(&bytes).map_err(refused)?;
+    let value = parsed(body, timeout).await?;
     if super::nul::in_json(&value) {
         let message = "the request's JSON holds a NUL character (\\u0000), which no name or reason here can contain";
         return Err(error(StatusCode::BAD_REQUEST, message).into_response());
     }
+    from_object(value).map_err(|(status, message)| error(status, message).into_response())
+}
+
+/// [`json`] for a dead-letter search, whose strings may hold NUL: a Kafka
+/// key is bytes, and the index keeps a NUL as `␀` and searches it so.
+pub(super) async fn search_json<T: serde::de::DeserializeOwned>(body: Body, timeout: Duration) -> Result<T, Response> {
+    let value = parsed(body, timeout).await?;
+    from_object(value).map_err(|(status, message)| error(status, message).into_response())
+}
+
+async fn parsed(body: Body, timeout: Duration) -> Result<serde_json::Value, Response> {
+    let bytes = read(body, JSON_LIMIT, timeout, "a JSON request (64 KiB)")
+        .await
+        .map_err(|e| error(e.status(), e.to_string()).into_response())?;
+    crate::strict_json::from_slice(&bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")).into_response())
+}
+
+/// A request read from JSON `value`: an object (serde reads a struct from
+/// an array too, so `[null, null]` would be a request of defaults), whole
+/// numbers written `3.0` read as integers; or the status and message that
+/// name what was wrong.
+pub(super) fn from_object<T: serde::de::DeserializeOwned>(
+    mut value: serde_json::Value,
+) -> Result<T, (StatusCode, String)> {
+    if !value.is_object() {
+        let message = "the request's JSON is not an object: send {…} with the fields the operation names";
+        return Err((StatusCode::BAD_REQUEST, message.to_owned()));
+    }
     whole_numbers(&mut value);
-    T::deserialize(value).map_err(refused)
+    T::deserialize(value).map_err(|e| (StatusCode::BAD_REQUEST, format!("the request's JSON: {e}")))
 }
 
 /// JSON Schema's `integer` is any number without a fraction: `3.0` and
 /// `3e2` are integers there, and serde would refuse them for an `i32`.
+/// Only below 2^53 in size, where a float is exact: `1e16` stays a float
+/// (and is refused where an integer is asked), as no offset, id or count
+/// here is read from a number a float cannot hold exactly.
 fn whole_numbers(value: &mut serde_json::Value) {
     use serde_json::Value;
     match value {
@@ -171,7 +195,16 @@ mod tests {
         }
         let wait = Duration::from_secs(5);
         assert!(json::<Asked>(Body::from(" {\"topic\": \"t\"}"), wait).await.is_ok());
-        for sent in ["[null]", "[]", "null", "\"t\"", "", "  ", "{\"topic\": \"a\\u0000\"}"] {
+        for sent in [
+            "[null]",
+            "[]",
+            "null",
+            "\"t\"",
+            "",
+            "  ",
+            "{\"topic\": \"a\\u0000\"}",
+            "{\"topic\": \"a\", \"topic\": \"b\"}",
+        ] {
             let answer = json::<Asked>(Body::from(sent), wait).await.expect_err(sent);
             assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{sent}");
         }

@@ -31,6 +31,7 @@ mod operators;
 mod outbox;
 mod pauses;
 mod peers;
+mod rewinds;
 mod routes;
 mod stall;
 
@@ -173,6 +174,7 @@ impl Admin {
             .merge(fleet::router(state.clone()))
             .merge(outbox::router(state.clone()))
             .merge(pauses::router(state.clone()))
+            .merge(rewinds::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))

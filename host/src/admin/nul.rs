@@ -1,9 +1,11 @@
-//! A NUL byte in a request's URL (`%00`) or in a string of its JSON body
-//! (`\u0000`) is refused before any handler sees it: no name, filter or
-//! reason here can hold one, and PostgreSQL refuses it in text, which
-//! would otherwise turn a bad request into a database error (503). In the
-//! path it names nothing there is (404); in the query or the body it is a
-//! bad request (400).
+//! A NUL byte where PostgreSQL would be handed it as text is refused:
+//! PostgreSQL refuses NUL in text, which would otherwise turn a bad
+//! request into a database error (503). In a URL's path (`%00`) it names
+//! nothing there is (404: the middleware, before any handler); in a JSON
+//! string (`\u0000`) it is a bad request (400: `body::json`); in a query
+//! parameter that is a name or a note, 400 ([`refused_in`]). A dead-letter
+//! search by key is the exception: a Kafka key may hold NUL bytes, and the
+//! index searches them as bytes.
 
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -28,17 +30,22 @@ pub(super) fn in_json(value: &Value) -> bool {
     }
 }
 
-/// The middleware: a path with `%00` is answered 404, a query 400.
+/// The middleware: a path with `%00` is answered 404.
 pub(super) async fn refuse(request: Request, next: Next) -> Response {
     if holds(request.uri().path()) {
         let message = "the path holds a NUL byte (%00): nothing here is named with one";
         return error(StatusCode::NOT_FOUND, message).into_response();
     }
-    if request.uri().query().is_some_and(holds) {
-        let message = "the query holds a NUL byte (%00), which no filter here can contain";
-        return error(StatusCode::BAD_REQUEST, message).into_response();
-    }
     next.run(request).await
+}
+
+/// The refusal of query parameter `name` if its (decoded) `value` holds a
+/// NUL character: no name or note here can.
+pub(super) fn refused_in(name: &str, value: Option<&str>) -> Option<Response> {
+    value.filter(|v| v.contains('\0')).map(|_| {
+        let message = format!("{name}: holds a NUL character (%00), which no name or note here can contain");
+        error(StatusCode::BAD_REQUEST, message).into_response()
+    })
 }
 
 #[cfg(test)]

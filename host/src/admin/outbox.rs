@@ -39,6 +39,9 @@ pub(super) async fn show(State(state): State<AdminState>, only: Result<Query<Onl
         Ok(only) => only,
         Err(e) => return routes::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
     };
+    if let Some(refusal) = super::nul::refused_in("producer", only.producer.as_deref()) {
+        return refusal;
+    }
     let producer = only.producer.as_deref().filter(|p| !p.is_empty());
     let mut summary = match store::summary(&state.pool, &state.producers).await {
         Ok(summary) => summary,

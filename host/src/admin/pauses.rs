@@ -105,7 +105,7 @@ pub(super) async fn pause(
         let message = format!("reason is longer than {MAX_REASON} characters");
         return routes::error(StatusCode::BAD_REQUEST, message).into_response();
     }
-    let shown = shown(&name, &key);
+    let (shown, scope) = (shown(&name, &key), scope_of(&key));
     match pauses::pause(&state.pool, &name, key, &asked.reason, &actor.name).await {
         Ok(new) => {
             tracing::info!(actor = %actor.name, reason = %asked.reason, "paused {shown}");
@@ -114,7 +114,7 @@ pub(super) async fn pause(
             } else {
                 format!("{shown} was paused already")
             };
-            let detail = audit::Detail(json!({ "scope": asked.scope(), "reason": asked.reason, "new": new }));
+            let detail = audit::Detail(json!({ "scope": scope, "reason": asked.reason, "new": new }));
             (Extension(detail), Json(json!({ "paused": new, "message": message }))).into_response()
         }
         Err(e) => routes::database(&e),
@@ -122,7 +122,7 @@ pub(super) async fn pause(
 }
 
 pub(super) async fn resume(State(state): State<AdminState>, Path(name): Path<String>, body: Body) -> Response {
-    let (asked, key) = match read(&state, &name, body).await {
+    let (_, key) = match read(&state, &name, body).await {
         Ok(read) => read,
         Err(refusal) => return refusal,
     };
@@ -145,8 +145,14 @@ pub(super) async fn resume(State(state): State<AdminState>, Path(name): Path<Str
         ),
         (n, false) => format!("{n} pause(s) lifted, but {shown} is still held by a broader pause: resume that one"),
     };
-    let detail = audit::Detail(json!({ "scope": asked.scope(), "lifted": lifted }));
+    let detail = audit::Detail(json!({ "scope": scope_of(&(topic, partition)), "lifted": lifted }));
     (Extension(detail), Json(json!({ "lifted": lifted, "still_held_by": still, "message": message }))).into_response()
+}
+
+/// A key as the scope it stands for (the handler's own topic filled in
+/// for a partition named alone), for the audit trail.
+fn scope_of((topic, partition): &(String, i32)) -> Scope {
+    Scope { topic: (!topic.is_empty()).then(|| topic.clone()), partition: (*partition >= 0).then_some(*partition) }
 }
 
 /// `billing`, `billing's orders` or `billing's orders/3`.

@@ -129,6 +129,9 @@ pub(super) async fn upload(
         Ok(Query(query)) => query,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
     };
+    if let Some(refusal) = super::nul::refused_in("note", query.note.as_deref()) {
+        return refusal;
+    }
     let limit = slot.max_module_bytes();
     let limit_of = format!("`{name}` (`max_module_mib`)");
     // Before a slot is taken or a byte read: a declared length over the

@@ -62,15 +62,17 @@ pub async fn run(
         crate::identity::Identity::resolve(&prepared.config.kafka.instance_id)?.with_secret(&prepared.pool).await?;
     // Read before any consumer polls: a paused partition never runs a record.
     let pauses = crate::pipeline::pauses::follow(prepared.pool.clone(), stop_rx.clone()).await?;
+    let host = host_name(&identity);
+    let rewinds = crate::pipeline::rewinds::follow(prepared.pool.clone(), stop_rx.clone(), host.clone()).await?;
     // Every consumer is made and subscribed before any polls, so a
     // failure here leaves nothing running behind.
     let handlers = std::mem::take(&mut prepared.handlers);
-    let wired = Wired { identity: &identity, pauses: &pauses, telemetry: &telemetry, options: &options };
+    let wired =
+        Wired { identity: &identity, pauses: &pauses, rewinds: &rewinds, telemetry: &telemetry, options: &options };
     let Built { pipelines, desks, reports } = build(&prepared, handlers, counted, &wired)?;
     // The services start once every handler is registered: the admin API
     // (bound above, so its clients wait in the listen queue meanwhile) then
     // answers `/readyz` with each handler's own state from its first answer.
-    let host = host_name(&identity);
     let mut services = services(&prepared, slots, admin.map(|a| (a, desks, host.clone())), &stop_rx);
     services.push(fleet(&prepared, host, telemetry.clone(), &stop_rx));
     let (relays, relay_stats) = crate::outbox::start(&prepared.config, &prepared.pool, &stop_rx)?;
@@ -102,6 +104,7 @@ pub async fn run(
 struct Wired<'a> {
     identity: &'a crate::identity::Identity,
     pauses: &'a crate::pipeline::pauses::Pauses,
+    rewinds: &'a crate::pipeline::rewinds::Rewinds,
     telemetry: &'a Arc<Telemetry>,
     options: &'a RunOptions,
 }
@@ -134,6 +137,7 @@ fn build(
             instance,
             watch_drain: wired.options.exit_when_drained,
             pauses: wired.pauses.clone(),
+            rewinds: wired.rewinds.clone(),
         };
         let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
         built.desks.push(pipeline.desk(&shared_config));

@@ -14,6 +14,7 @@ mod partition;
 pub mod pauses;
 mod polling;
 pub mod replay;
+pub mod rewinds;
 mod shutdown;
 mod stall;
 mod worker;
@@ -99,6 +100,8 @@ pub(crate) struct HandlerContext {
     pub stats: Arc<Stats>,
     /// Operators' pauses, as this host last read them.
     pub pauses: pauses::Pauses,
+    /// Operators' rewinds pending, as this host last read them.
+    pub rewinds: rewinds::Rewinds,
     /// An incident a worker reported, for the polling thread to act on.
     incident: incident::Reported,
     /// The crash tests' fault points (`faults.rs`; none without the
@@ -166,6 +169,8 @@ pub(crate) struct Wiring {
     pub watch_drain: bool,
     /// Operators' pauses, as this host last read them.
     pub pauses: pauses::Pauses,
+    /// Operators' rewinds pending, as this host last read them.
+    pub rewinds: rewinds::Rewinds,
 }
 
 impl Pipeline {
@@ -183,6 +188,7 @@ impl Pipeline {
             dead_letters,
             stats: wiring.stats,
             pauses: wiring.pauses,
+            rewinds: wiring.rewinds,
             incident: incident::Reported::default(),
             faults: faults::FaultPoints::from_env(),
             marks: attempts::marks_pool(&wiring.idem_pool),
@@ -237,6 +243,15 @@ impl Pipeline {
                 // Without the watcher the handler simply runs until stopped.
                 tracing::error!(handler = %config.name, "failed to start the drain watcher: {e}");
             }
+        }
+        let recipe = Arc::new(recipe);
+        let (watched, group, stopping) = (recipe.clone(), config.group_id.clone(), stop.clone());
+        let watcher = std::thread::Builder::new()
+            .name(format!("idem-stall-{}", config.name))
+            .spawn(move || polling::watch_stall(&watched, &group, &stopping));
+        if let Err(e) = watcher {
+            // Without the watcher a stalled consumer goes unnoticed; the handler runs.
+            tracing::error!(handler = %config.name, "failed to start the stall watcher: {e}");
         }
         tokio::task::spawn_blocking(move || polling::poll_loop(&recipe, consumer, stop, &drained, how))
     }

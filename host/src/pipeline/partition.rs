@@ -116,6 +116,14 @@ impl PartitionState {
         self.start.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// An operator rewound the partition to `to`: it resumes there, that
+    /// is its position to commit until a record moves it, and that is no
+    /// reset to report.
+    pub(crate) fn rewound(&self, to: i64) {
+        *self.tracker() = OffsetTracker::starting_at(to);
+        self.start().rewound(to);
+    }
+
     pub(crate) fn tracker(&self) -> MutexGuard<'_, OffsetTracker> {
         self.tracker.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -243,6 +251,12 @@ pub(crate) enum Reset {
 }
 
 impl Start {
+    /// The partition was rewound to `to` by an operator: it resumes there,
+    /// and that is no reset to report.
+    fn rewound(&mut self, to: i64) {
+        *self = Self { committed: Some(Some(to)), first: None, checked: true };
+    }
+
     /// The reset to report, once, when enough is known.
     pub(crate) fn check(&mut self) -> Option<Reset> {
         if self.checked {

@@ -28,7 +28,6 @@ use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
 use super::incident::Backoff;
 use super::shutdown;
 use crate::config::{Config, HandlerConfig};
-use crate::kafka_client::ProbeContext;
 use crate::stats::IncidentKind;
 
 /// Offsets resolved since the last commit are committed this often.
@@ -157,6 +156,7 @@ pub(super) fn poll_loop(
             }
         }
         ctx.look_up_starts(&consumer);
+        ctx.apply_rewinds(&consumer);
         ctx.flow_control(&consumer);
         if last_recommit.elapsed() >= RECOMMIT_INTERVAL {
             consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::All);
@@ -165,7 +165,6 @@ pub(super) fn poll_loop(
             consumer::commit(&consumer, &ctx.states(), CommitMode::Async, Positions::Moved);
             last_commit = Instant::now();
         }
-        stalled(recipe);
         if drained.load(Ordering::SeqCst) {
             tracing::info!("drained: every assigned partition is consumed to its end");
             how.leave.store(true, Ordering::SeqCst);
@@ -176,25 +175,66 @@ pub(super) fn poll_loop(
     shutdown::finish(consumer, &shutdown::Ending { deadline: Instant::now() + how.timeout, leave });
 }
 
-/// Reports the consumer stalled (`stall`): silent for a minute (no sign
-/// of being in its group) while brokers answer a client of their own.
-fn stalled(recipe: &Recipe) {
-    if !recipe.context.watch().due(Instant::now()) {
-        return;
+/// How long the stall probe waits for a broker's answer.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+
+/// Watches `recipe`'s consumer for a stall (`stall`) on a thread of its
+/// own until `stop`: while the consumer is suspected, asks a broker every
+/// ten seconds whether it answers and, when the member waits on a join,
+/// whether its group is rebalancing (which excuses the wait); reports the
+/// handler's incident when the consumer is stalled. Each probe is a new
+/// client, not the consumer's (a stuck consumer's own client was seen
+/// failing these requests while the broker answered others), made and
+/// dropped here so that the polling thread never waits on it.
+pub(super) fn watch_stall(recipe: &Recipe, group: &str, stop: &watch::Receiver<bool>) {
+    let mut warned = false;
+    while !*stop.borrow() {
+        std::thread::sleep(Duration::from_secs(1));
+        if !recipe.context.watch().due(Instant::now()) {
+            continue;
+        }
+        let probe = match crate::kafka_client::create::<BaseConsumer<Quiet>, _>(&recipe.probe, Quiet, "a Kafka client") {
+            Ok(probe) => probe,
+            Err(e) => {
+                if !std::mem::replace(&mut warned, true) {
+                    tracing::warn!("the consumer's stall probe could not be made (stalls go unnoticed): {e:#}");
+                }
+                continue;
+            }
+        };
+        let answers = probe.fetch_metadata(Some(&recipe.topic), PROBE_WAIT).is_ok();
+        let rebalancing = answers
+            && recipe.context.watch().joining()
+            && probe.fetch_group_list(Some(group), PROBE_WAIT).is_ok_and(|list| {
+                list.groups().iter().any(|g| matches!(g.state(), "PreparingRebalance" | "CompletingRebalance"))
+            });
+        drop(probe);
+        if rebalancing {
+            recipe.context.watch().excused(Instant::now());
+            continue;
+        }
+        stalled(recipe, answers);
     }
-    // A new client, not the consumer's: a stuck consumer's own client was
-    // seen failing these requests while the broker answered others. Made
-    // only while the consumer is suspected, every ten seconds at most.
-    let answers = crate::kafka_client::create::<BaseConsumer<ProbeContext>, _>(
-        &recipe.probe,
-        ProbeContext::default(),
-        "a Kafka client",
-    )
-    .is_ok_and(|probe| probe.fetch_metadata(Some(&recipe.topic), Duration::from_secs(5)).is_ok());
+}
+
+/// The stall probe's client context: librdkafka's lines are dropped (a
+/// probe made every ten seconds through an outage would say each
+/// connection's failure again; the consumer's own client says them once).
+struct Quiet;
+
+impl rdkafka::ClientContext for Quiet {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: rdkafka::error::KafkaError, _: &str) {}
+}
+
+impl rdkafka::consumer::ConsumerContext for Quiet {}
+
+/// Reports the consumer stalled if the probe's answer makes it so.
+fn stalled(recipe: &Recipe, answers: bool) {
     let Some(silence) = recipe.context.watch().answered(Instant::now(), answers) else { return };
     let account = format!(
-        "the consumer has shown no sign of being in its group (its group state up and no join waiting on the broker, a commit confirmed) for {silence:?}, \
-         its brokers answering"
+        "the consumer has shown no sign of being in its group (its group state up and no join waiting on the \
+         broker, a commit confirmed) for {silence:?}, its brokers answering"
     );
     recipe.context.handler().incident(IncidentKind::ConsumerStalled, account);
 }

@@ -14,16 +14,20 @@
 //! the member is not waiting on the coordinator for a step of a join
 //! (`wait-join`, `wait-metadata`, `wait-sync`): in the stalls seen in CI
 //! librdkafka went on reporting `up`, once with its commits failing, once
-//! with nothing to commit and a JoinGroup never sent. The watch keeps its
+//! with nothing to commit and a JoinGroup never sent. A join can also be
+//! long and sound (the broker holds it until every member has rejoined),
+//! so a member waiting on one is excused while the broker says its group
+//! is rebalancing ([`StallWatch::excused`]). The watch keeps its
 //! own clock rather than librdkafka's: the group state may flip between
 //! querying for the coordinator and waiting for its answer every second
 //! (its `stateage` never grows); the absence of any sign of health is what
 //! counts.
 //!
 //! A broker outage alone is never a stall: once the consumer has been
-//! silent for [`SUSPECT_AFTER`], the polling thread asks a broker for
-//! metadata every [`PROBE_EVERY`] through a new client of its own (the
-//! stuck consumer's own client was seen failing such requests while
+//! silent for [`SUSPECT_AFTER`], a thread of the handler's own
+//! (`polling::watch_stall`, so that the polling thread never waits on it)
+//! asks a broker for metadata every [`PROBE_EVERY`] through a new client
+//! (the stuck consumer's own client was seen failing such requests while
 //! another reached the broker), and only a consumer silent for
 //! [`STALLED_AFTER`] while brokers have answered for [`BROKER_BACK_FOR`]
 //! is stalled (after an outage, a healthy consumer finds its coordinator
@@ -61,8 +65,11 @@ pub(crate) struct StallWatch {
     joined: bool,
     /// The last sign of health: the consumer made or assigned, a commit
     /// confirmed, statistics with its group state `up` while commits are
-    /// answered.
+    /// answered and no join waits on the broker, the broker saying the
+    /// group rebalances while one does.
     healthy_at: Instant,
+    /// The last statistics found the member waiting on a step of a join.
+    joining: bool,
     /// When a broker was last asked ([`PROBE_EVERY`]).
     probed_at: Option<Instant>,
     /// Since when every probe has found a broker answering.
@@ -78,6 +85,7 @@ impl StallWatch {
         Self {
             joined: false,
             healthy_at: now,
+            joining: false,
             probed_at: None,
             answering_since: None,
             unanswered_since: None,
@@ -124,10 +132,23 @@ impl StallWatch {
     /// librdkafka still reports `up`.
     pub(crate) fn up(&mut self, now: Instant, join_state: &str) {
         let joining = matches!(join_state, "wait-join" | "wait-metadata" | "wait-sync");
+        self.joining = joining;
         let unanswered = self.unanswered_since.is_some_and(|at| now.saturating_duration_since(at) >= COMMIT_ANSWERED_WITHIN);
         if !self.commits_failing && !unanswered && !joining {
             self.healthy(now);
         }
+    }
+
+    /// Whether the member waits on a step of a join (the probe then asks
+    /// whether its group is rebalancing).
+    pub(crate) fn joining(&self) -> bool {
+        self.joining
+    }
+
+    /// The broker says the member's group is rebalancing: its wait on a
+    /// join is sound, a sign of health.
+    pub(crate) fn excused(&mut self, now: Instant) {
+        self.healthy(now);
     }
 
     /// Whether to ask a broker now: the consumer is suspected (in its

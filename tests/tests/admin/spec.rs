@@ -39,9 +39,12 @@ async fn out_of_range_versions_nul_bytes_and_unlisted_methods_are_answered_as_th
     }
     // A NUL byte in a filter is the request's fault, not the database's;
     // in a name it names nothing.
-    for (path, status) in
-        [("/outbox?producer=a%00b", 400), ("/audit?handler=%00", 400), ("/handlers/billing%00/pauses", 404)]
-    {
+    for (path, status) in [
+        ("/outbox?producer=a%00b", 400),
+        ("/audit?handler=%00", 400),
+        ("/audit?actor=a%00", 400),
+        ("/handlers/billing%00/pauses", 404),
+    ] {
         let answer = request(host.address, "GET", path, &auth).await;
         assert_eq!(answer.status, status, "{path}: {answer:?}");
         assert!(answer.body.contains("NUL"), "{path}: {answer:?}");

@@ -425,7 +425,7 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/outbox", "get", c.get(url("/outbox"))),
         ("/outbox/redrive", "post", c.post(url("/outbox/redrive")).json(&serde_json::json!({}))),
         ("/outbox/redrive", "post", c.post(url("/outbox/redrive")).json(&serde_json::json!({ "all": true }))),
-        // A partition paused, listed, refused (no topic), resumed; unknown.
+        // A partition paused, listed, refused (an empty topic), resumed; unknown.
         (
             "/handlers/{name}/pause",
             "post",
@@ -435,10 +435,24 @@ async fn the_openapi_document_describes_the_running_api() {
         (
             "/handlers/{name}/pause",
             "post",
-            c.post(url("/handlers/billing/pause")).json(&serde_json::json!({ "partition": 0 })),
+            c.post(url("/handlers/billing/pause")).json(&serde_json::json!({ "topic": "" })),
         ),
         ("/handlers/{name}/resume", "post", c.post(url("/handlers/billing/resume")).json(&serde_json::json!({}))),
         ("/handlers/{name}/pauses", "get", c.get(url("/handlers/nobody/pauses"))),
+        // A rewind's dry run, one refused (no target), the rewinds, a report of none; unknown.
+        (
+            "/handlers/{name}/rewind",
+            "post",
+            c.post(url("/handlers/billing/rewind")).json(&serde_json::json!({ "to": "earliest", "dry_run": true })),
+        ),
+        (
+            "/handlers/{name}/rewind",
+            "post",
+            c.post(url("/handlers/billing/rewind")).json(&serde_json::json!({ "to": "x" })),
+        ),
+        ("/handlers/{name}/rewinds", "get", c.get(url("/handlers/billing/rewinds"))),
+        ("/handlers/{name}/rewinds/{id}", "get", c.get(url("/handlers/billing/rewinds/999"))),
+        ("/handlers/{name}/rewinds", "get", c.get(url("/handlers/nobody/rewinds"))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -461,7 +475,8 @@ async fn the_openapi_document_describes_the_running_api() {
         "a dry replay of a window, nothing matched, a dry discard, unknown"
     );
     assert_eq!(statuses[31..34], [200, 400, 200], "the outbox; a redrive naming nothing, then all");
-    assert_eq!(statuses[34..], [200, 200, 400, 200, 404], "paused, listed, refused, resumed; unknown");
+    assert_eq!(statuses[34..39], [200, 200, 400, 200, 404], "paused, listed, refused, resumed; unknown");
+    assert_eq!(statuses[39..], [200, 400, 200, 404, 404], "a dry rewind, refused, listed, no such rewind; unknown");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

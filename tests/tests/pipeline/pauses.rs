@@ -10,6 +10,7 @@ use idem_tests::host::{self, order_payload};
 use idem_tests::{kafka, wait_until_async};
 use serde_json::{Value, json};
 
+use crate::operate::{get, named, owners, post};
 use crate::{CHARGES, DISTINCT_ORDERS, Env};
 
 /// A pause is obeyed within 2 s (README, "Pausing a handler"); a little
@@ -18,17 +19,6 @@ const OBEYED: Duration = Duration::from_millis(2_500);
 
 /// How long the test watches a paused partition run nothing.
 const WATCHED: Duration = Duration::from_secs(3);
-
-async fn post(admin: &str, path: &str, body: Value) -> (u16, Value) {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
-    let response = client.post(format!("{admin}{path}")).json(&body).send().await.expect("the admin API answers");
-    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(admin: &str, path: &str) -> Option<String> {
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
-    client.get(format!("{admin}{path}")).send().await.ok()?.text().await.ok()
-}
 
 /// Orders `from..=to`, order `i` on partition `i % partitions`.
 async fn send(env: &Env, from: i64, to: i64) {
@@ -42,21 +32,6 @@ async fn send(env: &Env, from: i64, to: i64) {
 async fn charged_on(env: &Env, partition: i64, from: i64) -> i64 {
     env.count(&format!("SELECT count(*) FROM billing.charge WHERE order_id >= {from} AND order_id % 4 = {partition}"))
         .await
-}
-
-/// `config` with the host's own static-membership name.
-fn named(config: &std::path::Path, name: &str) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(config).expect("config");
-    std::fs::write(config, text.replace("[kafka]\n", &format!("[kafka]\ninstance_id = \"{name}\"\n"))).expect("config");
-    config.to_path_buf()
-}
-
-/// Which hosts own the four partitions, as `GET /fleet` says.
-async fn owners(admin: &str) -> Vec<String> {
-    let Some(text) = get(admin, "/fleet").await else { return Vec::new() };
-    let fleet: Value = serde_json::from_str(&text).unwrap_or_default();
-    let partitions = fleet["partitions"].as_array().cloned().unwrap_or_default();
-    partitions.iter().filter(|p| p["owned"] == true).filter_map(|p| p["host"].as_str().map(str::to_owned)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 pub mod operators;
+pub mod rewinds;
 pub mod status;
 
 /// The admin API could not be reached or refused the request.

@@ -44,7 +44,7 @@ struct ReplayRequest {
 /// time on a host.
 pub(crate) async fn replay(State(state): State<AdminState>, Path(name): Path<String>, body: Body) -> Response {
     let Some(desk) = state.dead_letters.desk(&name) else { return unknown(&name) };
-    let request: ReplayRequest = match body::json(body, state.body_timeout).await {
+    let request: ReplayRequest = match body::search_json(body, state.body_timeout).await {
         Ok(request) => request,
         Err(refusal) => return refusal,
     };
@@ -154,7 +154,7 @@ pub(crate) async fn discard(State(state): State<AdminState>, Path(name): Path<St
     if state.slot(&name).is_none() {
         return unknown(&name);
     }
-    let request: DiscardRequest = match body::json(body, state.body_timeout).await {
+    let request: DiscardRequest = match body::search_json(body, state.body_timeout).await {
         Ok(request) => request,
         Err(refusal) => return refusal,
     };

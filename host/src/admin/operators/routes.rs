@@ -27,18 +27,23 @@ pub(crate) struct NewOperator {
 pub(crate) async fn create(
     State(state): State<AdminState>,
     Extension(actor): Extension<Actor>,
-    body: Result<Json<NewOperator>, JsonRejection>,
+    body: Result<Json<serde_json::Value>, JsonRejection>,
 ) -> Response {
     if let Some(refusal) = own(&actor) {
         return refusal;
     }
-    let Json(new) = match body {
-        Ok(body) => body,
+    let value = match body {
+        Ok(Json(value)) => value,
         // 415 without `Content-Type: application/json`, else 400.
         Err(e) if e.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE => {
             return answer::error(e.status(), e.body_text()).into_response();
         }
         Err(e) => return answer::error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
+    };
+    // NUL in a name is refused by `valid_name`, naming it.
+    let new: NewOperator = match crate::admin::body::from_object(value) {
+        Ok(new) => new,
+        Err((status, message)) => return answer::error(status, message).into_response(),
     };
     if !state.tokens.any() {
         let message = "this host requires no token (none in $IDEM_ADMIN_TOKEN): set the host's own token first, \

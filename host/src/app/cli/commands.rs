@@ -135,6 +135,13 @@ pub(super) enum Command {
         #[command(flatten)]
         scope: PauseScope,
     },
+    /// Sends a handler's group back to `--to` (`earliest`, an offset, or
+    /// an RFC 3339 time) on every host of the group, none stopped: the
+    /// events of the window applied already are skipped as duplicates.
+    /// Counts the window first (records, applied already, to run, past the
+    /// dedup retention) and prints it; `--dry-run` stops there. `--list`
+    /// shows the handler's rewinds, `--report ID` one's outcome.
+    Rewind(RewindArgs),
     /// Named operators' tokens: issued per person, revocable, each named
     /// in the audit trail as the actor of what is done with it.
     Token {
@@ -543,4 +550,41 @@ impl DlqTarget {
 /// `$IDEM_ADMIN_READ_TOKEN`, if set.
 pub(super) fn read_token() -> Option<String> {
     crate::env::non_blank(crate::env::ADMIN_READ_TOKEN)
+}
+
+/// What `idem rewind` was asked.
+#[derive(clap::Args)]
+pub(super) struct RewindArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminTarget,
+    /// The handler (its `name`).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// Where to: `earliest`, an offset (`40`), or a time
+    /// (`2026-12-04T09:00:00Z`, the first record at or after it).
+    #[arg(long, required_unless_present_any = ["list", "report"])]
+    pub(super) to: Option<String>,
+    /// Only this topic of the handler (its own).
+    #[arg(long)]
+    pub(super) topic: Option<String>,
+    /// Only this partition.
+    #[arg(long)]
+    pub(super) partition: Option<i32>,
+    /// Count only: rewind nothing.
+    #[arg(long)]
+    pub(super) dry_run: bool,
+    /// Rewind although the window reaches past the handler's dedup
+    /// retention (its events there may be applied a second time).
+    #[arg(long)]
+    pub(super) force: bool,
+    /// Why (kept with the rewind and in the audit trail).
+    #[arg(long, default_value = "")]
+    pub(super) reason: String,
+    /// The handler's rewinds instead, newest first.
+    #[arg(long, conflicts_with_all = ["to", "report"])]
+    pub(super) list: bool,
+    /// Rewind ID's report instead: per partition, its window's events
+    /// applied before the rewind (duplicates), since (anew), and not.
+    #[arg(long, value_name = "ID", conflicts_with = "to")]
+    pub(super) report: Option<i64>,
 }

@@ -133,6 +133,24 @@ async fn pausing(
     admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
 }
 
+/// `idem rewind`: a rewind (or its dry run), the handler's rewinds, or
+/// one's report, through a host's API.
+async fn rewinding(args: commands::RewindArgs) -> anyhow::Result<()> {
+    use crate::admin::client::rewinds;
+    let (admin, handler) = (&args.admin, args.handler.as_str());
+    if args.list {
+        return admin.print(&rewinds::list(&admin.reading(), handler).await?, rewinds::render_list);
+    }
+    if let Some(id) = args.report {
+        return admin.print(&rewinds::report(&admin.reading(), handler, id).await?, rewinds::render_report);
+    }
+    let body = serde_json::json!({
+        "to": args.to, "topic": args.topic, "partition": args.partition,
+        "dry_run": args.dry_run, "force": args.force, "reason": args.reason,
+    });
+    admin.print(&rewinds::rewind(&admin.target(), handler, &body).await?, rewinds::render_asked)
+}
+
 async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
@@ -183,6 +201,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         }
         Command::Pause { admin, scope, reason } => pausing(&admin, &scope, "pause", Some(reason)).await,
         Command::Resume { admin, scope } => pausing(&admin, &scope, "resume", None).await,
+        Command::Rewind(args) => rewinding(args).await,
         Command::Token { command } => token(command).await,
         Command::Audit { admin, handler, actor, before, limit } => {
             let mut query = vec![("limit", limit.to_string())];

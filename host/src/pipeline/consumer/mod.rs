@@ -27,6 +27,7 @@ mod commits;
 mod context;
 mod flow;
 mod native;
+mod rewind;
 
 use commits::nothing_new;
 pub(crate) use commits::{Positions, commit, settle, unconfirmed};
@@ -73,6 +74,8 @@ pub(crate) struct IdemContext {
     pub(crate) stall: Mutex<StallWatch>,
     /// Its signs of health are hidden (`faults::silent_consumer`).
     silent: bool,
+    /// The rewinds it applied, by (rewind, partition) (`rewind`).
+    rewound: Mutex<std::collections::HashSet<(i64, i32)>>,
 }
 
 impl IdemContext {
@@ -99,6 +102,7 @@ impl IdemContext {
             repeats: Default::default(),
             stall: Mutex::new(StallWatch::new(Instant::now())),
             silent,
+            rewound: Mutex::default(),
         }
     }
 
@@ -144,32 +148,33 @@ impl IdemContext {
         });
     }
 
+    /// A new state for `topic`/`partition`, its workers started (one per
+    /// lane), held from its first record if an operator paused it.
+    fn start_partition(&self, topic: &str, partition: i32) -> Arc<PartitionState> {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let config = &self.shared.config;
+        let (state, queues) = PartitionState::with_lanes(topic, partition, config.ordering, config.lanes());
+        tracing::debug!(topic, partition, generation, lanes = queues.len(), "partition worker started");
+        state.hold(self.shared.pauses.holds(&self.shared.name, topic, partition));
+        for (lane, queue) in queues.into_iter().enumerate() {
+            self.start_worker(&state, lane, queue);
+        }
+        state
+    }
+
     fn assign(&self, tpl: &TopicPartitionList) {
         if self.closing.load(Ordering::SeqCst) {
             tracing::debug!(handler = %self.shared.name, partitions = ?keys(tpl), "assigned while shutting down: not started");
             return;
         }
         Stats::add(&self.shared.stats.rebalances);
+        let started: Vec<_> =
+            tpl.elements().iter().map(|e| (e.topic().to_owned(), self.start_partition(e.topic(), e.partition()))).collect();
         let mut map = self.partitions();
-        for element in tpl.elements() {
-            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-            let config = &self.shared.config;
-            let (state, queues) =
-                PartitionState::with_lanes(element.topic(), element.partition(), config.ordering, config.lanes());
-            tracing::debug!(
-                topic = element.topic(),
-                partition = element.partition(),
-                generation,
-                lanes = queues.len(),
-                "partition worker started"
-            );
-            // An operator's pause holds it from its first record.
-            state.hold(self.shared.pauses.holds(&self.shared.name, element.topic(), element.partition()));
-            for (lane, queue) in queues.into_iter().enumerate() {
-                self.start_worker(&state, lane, queue);
-            }
-            map.insert((element.topic().to_owned(), element.partition()), state);
+        for (topic, state) in started {
+            map.insert((topic, state.partition), state);
         }
+        drop(map);
         self.lookups_pending.store(true, Ordering::SeqCst);
         tracing::info!(handler = %self.shared.name, partitions = ?keys(tpl), "partitions assigned");
     }

@@ -50,6 +50,12 @@ impl Desk {
         &self.handler.name
     }
 
+    /// The host's config and the handler's pipeline, for the other levers
+    /// an operator pulls on it (`rewinds`).
+    pub(crate) fn parts(&self) -> (Arc<Config>, Arc<HandlerContext>) {
+        (self.config.clone(), self.handler.clone())
+    }
+
     fn keys(&self) -> anyhow::Result<Keys> {
         match &self.handler.dead_letters {
             Some(d) => Ok(d.keys().clone()),

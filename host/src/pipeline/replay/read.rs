@@ -52,27 +52,38 @@ pub(super) fn failed_at(message: &OwnedMessage) -> Option<chrono::DateTime<chron
         .map(|t| t.with_timezone(&chrono::Utc))
 }
 
-/// A DLQ consumer of bounded appetite: it fetches and queues a few MiB,
-/// not librdkafka's 64 MiB, and says when it reached a partition's end.
+/// A DLQ consumer of bounded appetite ([`small_reader`]) that reads every
+/// record, not only those up to the last stable offset: a producer holding
+/// a transaction open on the DLQ topic must not stall a reader or hide
+/// what idem wrote after it (idem writes no transactions there; the seal
+/// decides what is trusted).
 pub(super) fn small_consumer(
     config: &Config,
     handler: &HandlerConfig,
 ) -> anyhow::Result<BaseConsumer<crate::kafka_client::ProbeContext>> {
+    small_reader(config, handler, "read_uncommitted", "a DLQ reader")
+}
+
+/// A group-less reader of bounded appetite: it fetches and queues a few
+/// MiB, not librdkafka's 64 MiB, and says when it reached a partition's
+/// end. `isolation` is its `isolation.level`; `what` names it in errors.
+pub(crate) fn small_reader(
+    config: &Config,
+    handler: &HandlerConfig,
+    isolation: &str,
+    what: &str,
+) -> anyhow::Result<BaseConsumer<crate::kafka_client::ProbeContext>> {
     let mut client =
         crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
     client
-        .set("group.id", format!("idem-dlq-reader-{}", uuid::Uuid::now_v7()))
+        .set("group.id", format!("idem-reader-{}", uuid::Uuid::now_v7()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
-        // Every record, not only those up to the last stable offset: a
-        // producer holding a transaction open on the DLQ topic must not
-        // stall a reader or hide what idem wrote after it (idem writes
-        // no transactions there; the seal decides what is trusted).
-        .set("isolation.level", "read_uncommitted")
+        .set("isolation.level", isolation)
         .set("queued.max.messages.kbytes", "4096")
         .set("fetch.max.bytes", "4194304")
         .set("max.partition.fetch.bytes", "1048576");
-    crate::kafka_client::create(&client, Default::default(), "a DLQ reader")
+    crate::kafka_client::create(&client, Default::default(), what)
 }
 
 /// What one poll of a DLQ reader brought.

@@ -504,6 +504,80 @@ function pausesSection(name, pauses) {
     operate() ? pauseControls(name) : el("p", { class: "muted" }, "Read-only session: pausing needs a token of scope operate."));
 }
 
+// An operator's rewind (POST /handlers/{name}/rewind): counted before it
+// is asked. "Count" shows each partition's window against the dedup
+// ledger; "Rewind" acts only on the window just shown, with the same
+// inputs (changing one withdraws it). The form outlives the page's
+// refreshes (it is being filled in).
+let rewindForm = null;
+
+function countsTable(counts) {
+  const rows = counts.map((c) => el("tr", { "data-rewind-partition": String(c.partition) },
+    num(c.partition), el("td", {}, fmt(c.to) + " … " + fmt(c.end)), num(c.records), num(c.applied_before), num(c.not_applied),
+    num(c.past_retention), num(c.invalid)));
+  return rows.length ? table(["Partition", "Window", "records", "applied already", "to run", "past retention", "invalid"], rows, { id: "rewind-counts" }) : null;
+}
+
+function rewindControls(name) {
+  if (rewindForm && rewindForm.dataset.handler === name) return rewindForm;
+  const to = el("input", { type: "text", id: "rewind-to", placeholder: "earliest, an offset, or 2026-12-04T09:00:00Z" });
+  const partition = el("input", { type: "number", id: "rewind-partition", min: 0, placeholder: "every one" });
+  const reason = el("input", { type: "text", id: "rewind-reason", maxlength: 500, placeholder: "why (kept with the rewind)" });
+  const force = el("input", { type: "checkbox", id: "rewind-force" });
+  const out = el("div", { id: "rewind-result", "aria-live": "polite" });
+  const count = el("button", { type: "button", "data-action": "rewind-count" }, "Count");
+  const go = el("button", { type: "button", class: "danger", "data-action": "rewind", disabled: true }, "Rewind");
+  const asked = (dry) => ({ to: to.value.trim(), partition: partition.value === "" ? null : Number(partition.value),
+    reason: reason.value, force: force.checked, dry_run: dry });
+  let counted = null;
+  const withdraw = () => { counted = null; go.disabled = true; };
+  for (const input of [to, partition, reason, force]) input.addEventListener("input", () => { withdraw(); out.replaceChildren(); });
+  const send = (body) => api("/handlers/" + enc(name) + "/rewind", { method: "POST", json: body });
+  count.addEventListener("click", async () => {
+    withdraw();
+    out.replaceChildren(el("p", { class: "muted" }, "Counting the window…"));
+    const body = asked(true);
+    try {
+      const answer = await send(body);
+      out.replaceChildren(countsTable(answer.partitions), message(answer.message));
+      if (answer.partitions.length) { counted = JSON.stringify(body); go.disabled = false; }
+    } catch (e) {
+      out.replaceChildren(message(e.message, true));
+    }
+  });
+  go.addEventListener("click", async () => {
+    const body = asked(false);
+    // Only what was counted and shown, as it was asked.
+    if (counted !== JSON.stringify(Object.assign({}, body, { dry_run: true }))) { withdraw(); return; }
+    withdraw();
+    try {
+      const answer = await send(body);
+      out.replaceChildren(countsTable(answer.partitions), message(answer.message));
+    } catch (e) {
+      out.replaceChildren(message(e.message, true));
+    }
+    route();
+  });
+  rewindForm = el("div", { id: "rewind-form", "data-handler": name },
+    el("div", { class: "inline" }, el("label", {}, "To", to), el("label", {}, "Partition", partition), el("label", {}, "Reason", reason),
+      el("label", {}, force, " past the dedup retention"), count, go),
+    out);
+  return rewindForm;
+}
+
+function rewindsSection(name, rewinds) {
+  const rows = rewinds.map((r) => {
+    const done = r.partitions.filter((p) => p.applied_at).length;
+    return el("tr", { "data-rewind": String(r.id) }, num(r.id), el("td", {}, new Date(r.requested_at).toLocaleString()),
+      el("td", {}, r.target), el("td", {}, r.requested_by), el("td", { "data-field": "rewound" }, done + " of " + r.partitions.length + " partitions"),
+      el("td", { class: "reason" }, r.reason || ""));
+  });
+  return el("section", { id: "rewinds", "aria-label": "Rewinds" },
+    el("h2", {}, "Rewinds"),
+    rows.length ? table(["Id", "Asked", "To", "By", "Rewound", "Reason"], rows, { id: "rewind-list" }) : el("p", { class: "muted" }, "None asked."),
+    operate() ? rewindControls(name) : el("p", { class: "muted" }, "Read-only session: rewinding needs a token of scope operate."));
+}
+
 function button(label, onClick, attrs) {
   const b = el("button", Object.assign({ type: "button" }, attrs || {}), label);
   b.addEventListener("click", () => { b.disabled = true; onClick(); });
@@ -511,8 +585,9 @@ function button(label, onClick, attrs) {
 }
 
 async function handlerPage(name, gen) {
-  const [data, history, pauses] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true)),
-    api("/handlers/" + enc(name) + "/pauses").then((r) => r.pauses).catch(() => [])]);
+  const [data, history, pauses, rewinds] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true)),
+    api("/handlers/" + enc(name) + "/pauses").then((r) => r.pauses).catch(() => []),
+    api("/handlers/" + enc(name) + "/rewinds").then((r) => r.rewinds).catch(() => [])]);
   if (gen !== generation) return;
   navFor(name);
   const s = data.summary;
@@ -544,6 +619,7 @@ async function handlerPage(name, gen) {
     pausesSection(name, pauses),
     el("h2", {}, "Partitions"),
     table(["Topic", "Partition", "Assigned", "Paused", "Committed offset", "End", "lag", "Queued", "lag, 2 min", "~Actions"], partitions, { id: "partitions" }),
+    rewindsSection(name, rewinds),
     el("h2", {}, "Recent failures"),
     failures.length ? table(["At", "Class", "Record", "attempts", "Reason"], failures, { id: "failures" }) : el("p", { class: "muted" }, "None since this host started."),
     el("h2", {}, "Events per module version (this host)"),
