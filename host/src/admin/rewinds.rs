@@ -122,13 +122,21 @@ pub(super) async fn rewind(
         Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
     };
     let past: u64 = counts.iter().map(|c| c.past_retention).sum();
-    let risk = (past > 0).then(|| {
-        format!(
-            "the window holds {past} event(s) older than `{name}`'s dedup_retention ({}): their dedup rows may be \
-             gone, so they may be applied a second time",
-            handler.config.dedup_retention
-        )
-    });
+    let retention = handler.config.dedup_retention;
+    let risk = if past > 0 {
+        Some(format!(
+            "the window holds {past} event(s) older than `{name}`'s dedup_retention ({retention}): their dedup rows \
+             may be gone, so they may be applied a second time (or dead-lettered, under stale_events = \"dlq\")"
+        ))
+    } else if counts.iter().any(|c| c.capped) {
+        Some(format!(
+            "the window holds more than {} records: what lies past them was not counted, nor checked against the \
+             dedup retention",
+            census::MAX_COUNTED
+        ))
+    } else {
+        None
+    };
     if let Some(risk) = risk.as_ref().filter(|_| !asked.force && !asked.dry_run) {
         let message = format!("{risk}; rewind to a later point, or ask again with force to accept that");
         return (StatusCode::CONFLICT, Json(json!({ "error": message, "partitions": counts }))).into_response();

@@ -62,6 +62,9 @@ pub fn start(config: &Config, pool: &PgPool, stop: &watch::Receiver<bool>) -> an
     let mut wakes = HashMap::new();
     let (mut tasks, mut stats) = (Vec::new(), Vec::new());
     for producer in producers {
+        if relay::fault_no_relay() {
+            continue;
+        }
         let wake = Arc::new(Notify::new());
         let relay = Relay::new(config, pool.clone(), &producer, &holder, wake.clone())?;
         stats.push((producer.clone(), relay.stats.clone()));

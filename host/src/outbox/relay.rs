@@ -281,6 +281,18 @@ fn fault_after_publish() {
     }
 }
 
+/// The crash tests' host whose relays never start
+/// (`IDEM_TEST_OUTBOX_NO_RELAY`; only with the `test-hooks` feature): what
+/// its handlers commit stays unpublished until it dies, as a host that
+/// dies right after a commit leaves it, without racing its own relay.
+pub(super) fn fault_no_relay() -> bool {
+    #[cfg(feature = "test-hooks")]
+    if crate::env::get("IDEM_TEST_OUTBOX_NO_RELAY").is_some() {
+        return true;
+    }
+    false
+}
+
 /// The backoff to wait now; the next one doubles, up to [`MAX_BACKOFF`].
 fn next_backoff(backoff: &mut Duration) -> Duration {
     let now = *backoff;

@@ -18,7 +18,9 @@
 //!   no activation, as one whose notifications and polls were lost would;
 //! - `IDEM_TEST_OUTBOX_ABORT_AFTER_PUBLISH`: abort once the broker has
 //!   acknowledged an outbox relay's rows, before they are marked published
-//!   (in `outbox/relay.rs`: the outbox does not depend on the pipeline).
+//!   (in `outbox/relay.rs`: the outbox does not depend on the pipeline);
+//! - `IDEM_TEST_OUTBOX_NO_RELAY`: start no outbox relay, so that what the
+//!   handlers commit stays unpublished (in `outbox/relay.rs` too).
 
 #[cfg(feature = "test-hooks")]
 mod enabled {

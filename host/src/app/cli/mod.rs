@@ -12,6 +12,7 @@ use crate::output::outln;
 use crate::runtime::NativeHandlers;
 
 mod actions;
+mod args;
 mod commands;
 mod dlq;
 mod outbox;

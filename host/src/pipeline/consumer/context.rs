@@ -40,8 +40,8 @@ impl ConsumerContext for Ctx {
     fn post_rebalance(&self, _consumer: &HandlerConsumer, rebalance: &Rebalance<'_>) {
         self.0.on_post_rebalance(rebalance);
     }
-    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
-        self.0.on_commit(result);
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        self.0.on_commit(result, offsets);
     }
 }
 
@@ -69,6 +69,13 @@ impl IdemContext {
         {
             self.watch().up(Instant::now(), &group.join_state);
         }
+        let mut lows = self.lows.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, topic) in &statistics.topics {
+            for (partition, p) in topic.partitions.iter().filter(|(_, p)| p.lo_offset >= 0) {
+                lows.insert((name.clone(), *partition), p.lo_offset);
+            }
+        }
+        drop(lows);
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
             for (partition, p) in &topic.partitions {
@@ -114,7 +121,7 @@ impl IdemContext {
     /// one is logged, and its positions go out again with the periodic
     /// re-commit (`Positions::All`); a confirmed one is the surest sign the
     /// consumer is in its group (`stall`).
-    fn on_commit(&self, result: KafkaResult<()>) {
+    fn on_commit(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
         // Every offset was committed already: nothing was needed.
         let result = result.or_else(|e| if nothing_new(&e) { Ok(()) } else { Err(e) });
         let stats = &self.shared.stats;
@@ -126,6 +133,9 @@ impl IdemContext {
         }
         if !self.silent {
             self.watch().answered_commit(Instant::now(), result.is_ok());
+        }
+        if result.is_ok() {
+            self.confirm_rewinds(offsets);
         }
     }
 

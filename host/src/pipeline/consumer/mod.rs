@@ -66,6 +66,9 @@ pub(crate) struct IdemContext {
     /// Every partition ever assigned, with its high watermark as the last
     /// statistics said (-1 unknown): metrics report revoked ones as such.
     pub(crate) watermarks: Mutex<std::collections::BTreeMap<(String, i32), i64>>,
+    /// Each assigned partition's low watermark as the last statistics said
+    /// (the earliest offset kept: a rewind never seeks before it).
+    lows: Mutex<std::collections::BTreeMap<(String, i32), i64>>,
     /// Shutting down: an assignment that arrives now starts no worker.
     pub(crate) closing: AtomicBool,
     /// Client errors an outage repeats on every poll, said once a while.
@@ -76,6 +79,8 @@ pub(crate) struct IdemContext {
     silent: bool,
     /// The rewinds it applied, by (rewind, partition) (`rewind`).
     rewound: Mutex<std::collections::HashSet<(i64, i32)>>,
+    /// Those whose offset's commit is not confirmed yet (`rewind`).
+    unconfirmed: Mutex<Vec<rewind::Unconfirmed>>,
 }
 
 impl IdemContext {
@@ -98,11 +103,13 @@ impl IdemContext {
             lookups_pending,
             joined: AtomicBool::new(false),
             watermarks: Mutex::default(),
+            lows: Mutex::default(),
             closing: AtomicBool::new(false),
             repeats: Default::default(),
             stall: Mutex::new(StallWatch::new(Instant::now())),
             silent,
             rewound: Mutex::default(),
+            unconfirmed: Mutex::default(),
         }
     }
 

@@ -79,6 +79,9 @@ pub(crate) fn small_reader(
         .set("group.id", format!("idem-reader-{}", uuid::Uuid::now_v7()))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
+        // An offset retention deleted is read from the earliest kept, not
+        // skipped to the end.
+        .set("auto.offset.reset", "earliest")
         .set("isolation.level", isolation)
         .set("queued.max.messages.kbytes", "4096")
         .set("fetch.max.bytes", "4194304")

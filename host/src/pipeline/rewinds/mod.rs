@@ -28,6 +28,7 @@ pub mod census;
 pub mod target;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::Serialize;
 use tokio::sync::watch;
@@ -75,14 +76,16 @@ impl Rewinds {
         self.pending.borrow().iter().any(|p| p.handler == handler)
     }
 
-    /// Records `pending` applied, the partition having stood at `from`: in
-    /// a task of its own, tried again every second until it is recorded
-    /// (the polling thread does not wait on PostgreSQL).
-    pub(crate) fn applied(&self, runtime: &tokio::runtime::Handle, pending: &Pending, from: Option<i64>) {
+    /// Records `pending` applied at `at` (when its partition restarted),
+    /// the partition having stood at `from`: in a task of its own, tried
+    /// again every second until it is recorded (the polling thread does not
+    /// wait on PostgreSQL). The time recorded is PostgreSQL's, less the
+    /// time since `at`: the report splits the ledger's rows at it.
+    pub(crate) fn applied(&self, runtime: &tokio::runtime::Handle, pending: &Pending, from: Option<i64>, at: Instant) {
         let (pool, host, pending) = (self.pool.clone(), self.host.clone(), pending.clone());
         runtime.spawn(async move {
             for attempt in 0u32.. {
-                match record_applied(&pool, &pending, from, &host).await {
+                match record_applied(&pool, &pending, from, &host, at.elapsed()).await {
                     Ok(()) => return,
                     Err(e) if attempt % 30 == 0 => {
                         tracing::warn!(rewind = pending.id, "failed to record a rewind applied (trying again): {e}");
@@ -95,15 +98,22 @@ impl Rewinds {
     }
 }
 
-async fn record_applied(pool: &sqlx::PgPool, p: &Pending, from: Option<i64>, host: &str) -> sqlx::Result<()> {
+async fn record_applied(
+    pool: &sqlx::PgPool,
+    p: &Pending,
+    from: Option<i64>,
+    host: &str,
+    ago: std::time::Duration,
+) -> sqlx::Result<()> {
     sqlx::query(
-        "UPDATE idem.rewind_partition SET applied_at = now(), applied_by = $3, from_offset = $4 \
-         WHERE rewind = $1 AND \"partition\" = $2 AND applied_at IS NULL",
+        "UPDATE idem.rewind_partition SET applied_at = now() - make_interval(secs => $5), applied_by = $3, \
+         from_offset = $4 WHERE rewind = $1 AND \"partition\" = $2 AND applied_at IS NULL",
     )
     .bind(p.id)
     .bind(p.partition)
     .bind(host)
     .bind(from)
+    .bind(ago.as_secs_f64())
     .execute(pool)
     .await
     .map(drop)

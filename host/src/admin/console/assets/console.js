@@ -506,9 +506,9 @@ function pausesSection(name, pauses) {
 
 // An operator's rewind (POST /handlers/{name}/rewind): counted before it
 // is asked. "Count" shows each partition's window against the dedup
-// ledger; "Rewind" acts only on the window just shown, with the same
-// inputs (changing one withdraws it). The form outlives the page's
-// refreshes (it is being filled in).
+// ledger; "Rewind" asks only with the inputs just counted (changing one
+// withdraws it), and the host counts and checks again when asked. The
+// form outlives the page's refreshes (it is being filled in).
 let rewindForm = null;
 
 function countsTable(counts) {
