@@ -116,9 +116,8 @@ impl PartitionState {
         self.start.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An operator rewound the partition to `to`: it resumes there, that
-    /// is its position to commit until a record moves it, and that is no
-    /// reset to report.
+    /// An operator rewound the partition to `to`: it resumes there, and
+    /// that is its position to commit until a record moves it.
     pub(crate) fn rewound(&self, to: i64) {
         *self.tracker() = OffsetTracker::starting_at(to);
         self.start().rewound(to);
@@ -252,9 +251,10 @@ pub(crate) enum Reset {
 
 impl Start {
     /// The partition was rewound to `to` by an operator: it resumes there,
-    /// and that is no reset to report.
+    /// and a first record elsewhere (the offset deleted before the seek,
+    /// librdkafka resetting it) is a reset to report.
     fn rewound(&mut self, to: i64) {
-        *self = Self { committed: Some(Some(to)), first: None, checked: true };
+        *self = Self { committed: Some(Some(to)), first: None, checked: false };
     }
 
     /// The reset to report, once, when enough is known.

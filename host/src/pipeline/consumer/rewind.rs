@@ -23,6 +23,8 @@ const SEEK_WAIT: Duration = Duration::from_secs(5);
 pub(crate) struct Unconfirmed {
     pending: Pending,
     from: Option<i64>,
+    /// The offset sought.
+    to: i64,
     state: Arc<PartitionState>,
     at: Instant,
 }
@@ -129,7 +131,7 @@ impl IdemContext {
                 from = ?from, to, "rewound: the partition runs again from the rewind's offset (events applied before \
                 are skipped as duplicates)"
             );
-            started.push(Unconfirmed { pending, from, state, at: Instant::now() });
+            started.push(Unconfirmed { pending, from, to, state, at: Instant::now() });
         }
         match consumer.commit(&tpl, CommitMode::Sync) {
             Ok(()) => {
@@ -156,8 +158,13 @@ impl IdemContext {
         if waiting.is_empty() {
             return;
         }
+        // Only a commit of the new state's positions: an earlier commit of
+        // the old position, answered late, confirms nothing.
         let confirmed = |u: &Unconfirmed| {
-            offsets.find_partition(&u.state.topic, u.state.partition).is_some_and(|e| e.error().is_ok())
+            let stands = u.state.tracker().position().unwrap_or(u.to);
+            offsets.find_partition(&u.state.topic, u.state.partition).is_some_and(|e| {
+                e.error().is_ok() && matches!(e.offset(), Offset::Offset(n) if (u.to..=stands).contains(&n))
+            })
         };
         let (done, left): (Vec<_>, Vec<_>) = waiting.drain(..).partition(confirmed);
         *waiting = left;

@@ -151,10 +151,6 @@ fn read_ids(
         let mut deadline = Instant::now() + Duration::from_secs(60);
         let mut capped = false;
         loop {
-            if left == 0 {
-                capped = true;
-                break;
-            }
             match reader.poll(Duration::from_millis(200)) {
                 None if Instant::now() > deadline => {
                     bail!("reading {topic}/{}: no record for a minute before offset {}", window.partition, window.end)
@@ -164,6 +160,11 @@ fn read_ids(
                 Some(Err(e)) => return Err(e).with_context(|| format!("failed to read {topic}/{}", window.partition)),
                 Some(Ok(message)) => {
                     if rdkafka::Message::offset(&message) >= window.end {
+                        break;
+                    }
+                    if left == 0 {
+                        // A record of the window past the cap.
+                        capped = true;
                         break;
                     }
                     let record = crate::pipeline::consumer::record(&message);
