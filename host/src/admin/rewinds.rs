@@ -83,6 +83,26 @@ fn check(asked: &Asked, topic: &str) -> Result<Target, Refusal> {
     Ok(target)
 }
 
+/// What a rewind over `counts` risks, if anything: events past the dedup
+/// retention, or a window too large to have been checked whole.
+fn risk(name: &str, counts: &[census::Count], retention: crate::config::Span) -> Option<String> {
+    let past: u64 = counts.iter().map(|c| c.past_retention).sum();
+    if past > 0 {
+        Some(format!(
+            "the window holds {past} event(s) older than `{name}`'s dedup_retention ({retention}): their dedup rows \
+             may be gone, so they may be applied a second time (or dead-lettered, under stale_events = \"dlq\")"
+        ))
+    } else if counts.iter().any(|c| c.capped) {
+        Some(format!(
+            "the window holds more than {} records: what lies past them was not counted, nor checked against the \
+             dedup retention",
+            census::MAX_COUNTED
+        ))
+    } else {
+        None
+    }
+}
+
 /// The status a refused plan is answered with.
 fn plan_refused(e: &Refused) -> Response {
     let status = match e {
@@ -121,22 +141,7 @@ pub(super) async fn rewind(
         Ok(counts) => counts,
         Err(e) => return refused(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
     };
-    let past: u64 = counts.iter().map(|c| c.past_retention).sum();
-    let retention = handler.config.dedup_retention;
-    let risk = if past > 0 {
-        Some(format!(
-            "the window holds {past} event(s) older than `{name}`'s dedup_retention ({retention}): their dedup rows \
-             may be gone, so they may be applied a second time (or dead-lettered, under stale_events = \"dlq\")"
-        ))
-    } else if counts.iter().any(|c| c.capped) {
-        Some(format!(
-            "the window holds more than {} records: what lies past them was not counted, nor checked against the \
-             dedup retention",
-            census::MAX_COUNTED
-        ))
-    } else {
-        None
-    };
+    let risk = risk(&name, &counts, handler.config.dedup_retention);
     if let Some(risk) = risk.as_ref().filter(|_| !asked.force && !asked.dry_run) {
         let message = format!("{risk}; rewind to a later point, or ask again with force to accept that");
         return (StatusCode::CONFLICT, Json(json!({ "error": message, "partitions": counts }))).into_response();

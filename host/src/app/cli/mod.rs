@@ -134,6 +134,22 @@ async fn pausing(
     admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
 }
 
+/// `idem audit`: the trail, newest first, narrowed by the filters given.
+async fn audit(
+    admin: &commands::AdminTarget,
+    handler: Option<String>,
+    actor: Option<String>,
+    before: Option<i64>,
+    limit: u32,
+) -> anyhow::Result<()> {
+    let mut query = vec![("limit", limit.to_string())];
+    query.extend(handler.map(|h| ("handler", h)));
+    query.extend(actor.map(|a| ("actor", a)));
+    query.extend(before.map(|b| ("before", b.to_string())));
+    let trail = crate::admin::client::operators::audit(&admin.reading(), &query).await?;
+    admin.print(&trail, crate::admin::client::operators::render_audit)
+}
+
 /// `idem rewind`: a rewind (or its dry run), the handler's rewinds, or
 /// one's report, through a host's API.
 async fn rewinding(args: commands::RewindArgs) -> anyhow::Result<()> {
@@ -204,14 +220,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::Resume { admin, scope } => pausing(&admin, &scope, "resume", None).await,
         Command::Rewind(args) => rewinding(args).await,
         Command::Token { command } => token(command).await,
-        Command::Audit { admin, handler, actor, before, limit } => {
-            let mut query = vec![("limit", limit.to_string())];
-            query.extend(handler.map(|h| ("handler", h)));
-            query.extend(actor.map(|a| ("actor", a)));
-            query.extend(before.map(|b| ("before", b.to_string())));
-            let trail = crate::admin::client::operators::audit(&admin.reading(), &query).await?;
-            admin.print(&trail, crate::admin::client::operators::render_audit)
-        }
+        Command::Audit { admin, handler, actor, before, limit } => audit(&admin, handler, actor, before, limit).await,
         Command::Status { url, token, once } => {
             let token = token.filter(|t| !t.is_empty()).or_else(commands::read_token);
             crate::admin::client::status::show(&url, token.as_deref(), once).await
