@@ -105,6 +105,11 @@ pub enum ExecError {
     /// The event id's time lies further ahead than `future_skew`.
     #[error("event id in the future: {0}")]
     FutureEvent(String),
+    /// A destination of the handler's requests asked to be left alone
+    /// (`Retry-After`), or its rate, longer than the invocation could
+    /// wait: the event waits too, spending no attempt.
+    #[error("throttled: {0}")]
+    Throttled(String),
 }
 
 impl ExecError {
@@ -115,9 +120,11 @@ impl ExecError {
                 ErrorClass::Permanent
             }
             Self::Database(e) => sql_class(e),
-            Self::Infrastructure(_) | Self::Deadline(_) | Self::InBatch(_) | Self::StaleModule(_) => {
-                ErrorClass::Unavailable
-            }
+            Self::Infrastructure(_)
+            | Self::Deadline(_)
+            | Self::InBatch(_)
+            | Self::StaleModule(_)
+            | Self::Throttled(_) => ErrorClass::Unavailable,
             Self::Schema(_) => ErrorClass::Fatal,
             Self::Conflict | Self::RequestChanged(_) => ErrorClass::Conflicting,
         }

@@ -52,6 +52,7 @@ pub mod stats;
 mod strict_json;
 pub(crate) mod telemetry;
 pub(crate) mod text;
+pub mod throttle;
 pub(crate) mod traces;
 pub(crate) mod transaction;
 pub(crate) mod validate;

@@ -31,6 +31,17 @@ pub struct Stats {
     pub rebalances: AtomicU64,
     pub transactions: AtomicU64,
     pub batch_splits: AtomicU64,
+    /// Records parked in the quarantine (`pipeline::quarantine`).
+    pub parked: AtomicU64,
+    /// Parked events that ran (or were dead-lettered) and left it.
+    pub unparked: AtomicU64,
+    /// Events dead-lettered because the quarantine was full.
+    pub quarantine_overflow: AtomicU64,
+    /// The quarantine now, as the handler's runner last counted it: keys,
+    /// events, and the age of the oldest in seconds.
+    pub quarantine_keys: AtomicU64,
+    pub quarantine_events: AtomicU64,
+    pub quarantine_oldest_seconds: AtomicU64,
     /// Offset commits the broker confirmed.
     pub commits_confirmed: AtomicU64,
     /// Offset commits the broker answered with a failure.
@@ -167,6 +178,12 @@ impl Default for Stats {
             rebalances: AtomicU64::default(),
             transactions: AtomicU64::default(),
             batch_splits: AtomicU64::default(),
+            parked: AtomicU64::default(),
+            unparked: AtomicU64::default(),
+            quarantine_overflow: AtomicU64::default(),
+            quarantine_keys: AtomicU64::default(),
+            quarantine_events: AtomicU64::default(),
+            quarantine_oldest_seconds: AtomicU64::default(),
             commits_confirmed: AtomicU64::default(),
             commits_failed: AtomicU64::default(),
             failed_by_class: Default::default(),

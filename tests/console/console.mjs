@@ -211,6 +211,41 @@ try {
   }, 30);
   await shot(page, "handler-rewound");
 
+  // ---- a quarantined key: listed with its failure, released after a confirmation ----
+  const parked = await need("quarantine");
+  await page.goto(`${url}/console/#/handler/${handler}`);
+  const parkedRow = page.locator(`#parked-keys tr[data-parked-key="${parked.key_base64}"]`);
+  // (The page may have drawn the key while it was still retrying.)
+  await until("the parked key shown held", async () =>
+    (await parkedRow.count()) > 0 && (await parkedRow.locator('td[data-field="state"]').textContent()) === "held", 30);
+  assert.equal(await parkedRow.locator('td[data-field="events"]').textContent(), String(parked.events));
+  assert.match(await parkedRow.textContent(), /503/, "the failure that parked it is shown");
+  await parkedRow.locator('button[data-quarantine-action="release"]').click();
+  await parkedRow.locator('button[data-confirm="release"]').waitFor();
+  const question = await parkedRow.textContent();
+  assert.match(question, new RegExp(`Run the ${parked.events} parked event\\(s\\) of key ${parked.key} again, in order\\?`), question);
+  await shot(page, "handler-quarantine");
+  await parkedRow.locator('button[data-confirm="release"]').click();
+  await page.locator("#quarantine").getByText(/released key/).waitFor({ timeout: 15000 });
+  await until("the released key is let go", async () => {
+    await page.reload();
+    await page.locator("#quarantine").waitFor();
+    return (await page.locator(`#parked-keys tr[data-parked-key="${parked.key_base64}"]`).count()) === 0;
+  }, 60);
+  await need("released");
+
+  // ---- a throttle: set at run time, shown in force, back to the config's ----
+  await page.locator("#throttle-target").fill("events");
+  await page.locator("#throttle-rate").fill("500");
+  await page.locator("#throttle-reason").fill("browser test");
+  await page.locator('button[data-action="throttle-set"]').click();
+  await page.locator("#throttles").getByText(/events: 500 a second/).waitFor({ timeout: 15000 });
+  await until("the rate in force", async () =>
+    (await page.locator('#throttle-list tr[data-throttle="events"] td[data-field="in-force"]').textContent().catch(() => "")).startsWith("500/s"), 15);
+  await shot(page, "handler-throttled");
+  await page.locator('button[data-action="throttle-reset"]').click();
+  await page.locator("#throttles").getByText(/back to the configured rate/).waitFor({ timeout: 15000 });
+
   // ---- modules: a refused upload, a v2, events moving to it, a rollback ----
   const files = await need("modules");
   await page.goto(`${url}/console/#/modules/${handler}`);

@@ -17,6 +17,11 @@ use tokio::net::{TcpListener, TcpStream};
 pub const SLOW_MARKER: &str = "\"SLO\"";
 pub const SLOW_LATENCY: Duration = Duration::from_secs(2);
 
+/// While [`PaymentProvider::fail_marked`] is on, a request whose body
+/// contains this (an order in currency `FAI`) is answered `503` without
+/// charging: a provider failing for one customer only.
+pub const FAILING_MARKER: &str = "\"FAI\"";
+
 /// One request as the provider saw it.
 #[derive(Debug, Clone)]
 pub struct Seen {
@@ -44,6 +49,10 @@ pub enum Fault {
     /// Answer `503` without charging, with this `Retry-After` (if any), for
     /// the next `n` requests: a short overload.
     UnavailableTimes(u32, Option<&'static str>),
+    /// Answer `429 Too Many Requests` without charging, with this
+    /// `Retry-After`, for the next `n` requests: a provider asking to be
+    /// called less.
+    TooManyTimes(u32, &'static str),
     /// Charge, then reset the connection, for one POST in every `n`, until
     /// the fault is changed: a provider dropping 1/n of its connections.
     ResetEvery(u32),
@@ -62,6 +71,8 @@ struct State {
     latency: Duration,
     /// POSTs seen, for `ResetEvery`.
     posts: u64,
+    /// Requests with [`FAILING_MARKER`] are answered 503.
+    fail_marked: bool,
     /// Requests being answered right now, and the most there ever were.
     in_flight: usize,
     most_in_flight: usize,
@@ -109,6 +120,16 @@ impl PaymentProvider {
         self.state().fault = fault;
     }
 
+    /// Answers requests with [`FAILING_MARKER`] 503 (`true`) or as any other.
+    pub fn fail_marked(&self, on: bool) {
+        self.state().fail_marked = on;
+    }
+
+    /// The fault in force now (a counted one turns `None` once spent).
+    pub fn fault(&self) -> Fault {
+        self.state().fault
+    }
+
     pub fn set_latency(&self, latency: Duration) {
         self.state().latency = latency;
     }
@@ -144,8 +165,11 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         if request.method == "POST" {
             s.posts += 1;
         }
-        if matches!(s.fault, Fault::Unavailable | Fault::UnavailableTimes(..)) {
+        let failing_marked = s.fail_marked && request.body.contains(FAILING_MARKER);
+        if failing_marked || matches!(s.fault, Fault::Unavailable | Fault::UnavailableTimes(..)) {
             status = "503 Service Unavailable";
+        } else if matches!(s.fault, Fault::TooManyTimes(..)) {
+            status = "429 Too Many Requests";
         } else if matches!(s.fault, Fault::RejectTimes(_)) {
             status = "422 Unprocessable Entity";
         } else if request.method == "POST" {
@@ -162,6 +186,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             Fault::ResetAfterCharge(n) if n > 1 => Fault::ResetAfterCharge(n - 1),
             Fault::UnavailableTimes(n, after) if n > 1 => Fault::UnavailableTimes(n - 1, after),
             Fault::RejectTimes(n) if n > 1 => Fault::RejectTimes(n - 1),
+            Fault::TooManyTimes(n, after) if n > 1 => Fault::TooManyTimes(n - 1, after),
             Fault::Unavailable | Fault::ResetEvery(_) => fault,
             _ => Fault::None,
         };
@@ -206,7 +231,7 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
             tokio::time::sleep(delay).await;
             let _ = respond(&mut stream, status, "").await;
         }
-        (Fault::UnavailableTimes(_, Some(after)), status) => {
+        (Fault::UnavailableTimes(_, Some(after)) | Fault::TooManyTimes(_, after), status) => {
             let _ = respond(&mut stream, status, &format!("retry-after: {after}\r\n")).await;
         }
         (Fault::None | Fault::Unavailable | Fault::UnavailableTimes(..) | Fault::RejectTimes(_), status) => {

@@ -31,9 +31,11 @@ mod operators;
 mod outbox;
 mod pauses;
 mod peers;
+mod quarantine;
 mod rewinds;
 mod routes;
 mod stall;
+mod throttles;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,6 +177,8 @@ impl Admin {
             .merge(outbox::router(state.clone()))
             .merge(pauses::router(state.clone()))
             .merge(rewinds::router(state.clone()))
+            .merge(quarantine::router(state.clone()))
+            .merge(throttles::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))

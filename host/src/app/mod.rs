@@ -142,7 +142,8 @@ fn build(
         let pipeline = Pipeline::new(&prepared.config, handler, wiring)?;
         built.desks.push(pipeline.desk(&shared_config));
         let tap = Arc::new(pipeline.tap());
-        wired.telemetry.register(HandlerTelemetry { name, stats, slot: pipeline.slot(), tap });
+        let throttles = pipeline.slot().executor().throttles().clone();
+        wired.telemetry.register(HandlerTelemetry { name, stats, slot: pipeline.slot(), tap, throttles });
         built.pipelines.push(pipeline);
     }
     Ok(built)

@@ -95,6 +95,18 @@ pub(crate) struct Shared {
     /// What the handler sent under each key, when its events run side by
     /// side in a transaction (`http::SentKeys`).
     pub sent_keys: Option<Arc<super::http::SentKeys>>,
+    /// The handler's rates on this host (`crate::throttle`), kept across
+    /// module versions.
+    pub throttles: Arc<crate::throttle::Throttles>,
+}
+
+/// What the capabilities said of an invocation, after it.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    /// The event must not commit, for this reason.
+    pub veto: Option<ExecError>,
+    /// A retryable failure of the guest's was really this.
+    pub excuse: Option<ExecError>,
 }
 
 /// What [`Capability::finish`] may say besides what it leaves.
@@ -103,11 +115,20 @@ pub(crate) struct After<'a> {
     pub stats: Option<&'a Stats>,
     /// The first capability's reason the event must not commit.
     pub veto: Option<ExecError>,
+    /// What a retryable failure of the guest's really was, when a
+    /// capability knows better (a destination that asked to be left
+    /// alone): it replaces the guest's failure.
+    pub excuse: Option<ExecError>,
 }
 
 impl After<'_> {
     /// Vetoes the commit, unless another capability did first.
     pub(crate) fn veto(&mut self, error: ExecError) {
         self.veto.get_or_insert(error);
+    }
+
+    /// Names what a retryable failure of the guest's really was.
+    pub(crate) fn excuse(&mut self, error: ExecError) {
+        self.excuse.get_or_insert(error);
     }
 }

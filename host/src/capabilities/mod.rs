@@ -23,7 +23,7 @@ pub(crate) mod log;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use factor::{After, Call, Capability, Shared};
+pub(crate) use factor::{After, Call, Capability, Shared, Verdict};
 pub use fault::HostFault;
 
 use std::sync::Arc;
@@ -101,10 +101,10 @@ macro_rules! capabilities {
 
             /// After the call: each capability's counters, its veto of the
             /// commit (the first one's), and what it left.
-            pub(crate) fn finish(&mut self, stats: Option<&crate::stats::Stats>) -> (Option<ExecError>, Left) {
-                let mut after = After { stats, veto: None };
+            pub(crate) fn finish(&mut self, stats: Option<&crate::stats::Stats>) -> (Verdict, Left) {
+                let mut after = After { stats, veto: None, excuse: None };
                 let left = Left { $($field: self.$field.finish(&mut after),)+ };
-                (after.veto, left)
+                (Verdict { veto: after.veto, excuse: after.excuse }, left)
             }
         }
 

@@ -63,6 +63,7 @@ auto_offset_reset = "earliest"
 dedup_retention = "7d"
 stale_events = "dlq"
 trust_input_trace_headers = false
+max_events_per_second = 200.0
 
 [handler.batch]
 max_events = 100
@@ -74,6 +75,10 @@ max_attempts = 12
 initial_backoff_ms = 500
 max_backoff_ms = 60000
 on_failure = "dlq"
+
+[handler.failure]
+on_exhausted = "dlq"
+max_parked = 100000
 
 [handler.database]
 schema = "billing"
@@ -90,6 +95,8 @@ allow = ["http://127.0.0.1:18080"]
 timeout_ms = 5000
 key_prefix = "billing"
 allow_private = ["http://127.0.0.1:18080"]
+[handler.http.rate]
+"127.0.0.1" = { per_second = 50, burst = 100 }
 [handler.http.retry]
 max_attempts = 3
 initial_backoff_ms = 10

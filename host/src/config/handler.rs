@@ -82,6 +82,10 @@ pub struct HandlerConfig {
     /// Moved to `[handler.retry] max_attempts`; kept only to say so.
     #[serde(default)]
     pub(super) max_attempts: Option<u32>,
+    /// Events a second this handler runs on one host at most (none: no
+    /// limit); an operator may change it at run time (see `throttle`).
+    #[serde(default)]
+    pub max_events_per_second: Option<f64>,
     /// Wall-clock limit of one execution, in milliseconds.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
@@ -130,6 +134,9 @@ pub struct HandlerConfig {
     pub limits: HandlerLimits,
     #[serde(default)]
     pub retry: HandlerRetry,
+    /// What becomes of an event whose retries are spent: `[handler.failure]`.
+    #[serde(default)]
+    pub failure: super::HandlerFailure,
     #[serde(default)]
     pub batch: HandlerBatch,
     /// The topics it may emit events to (the outbox): `[[handler.emit]]`.
@@ -361,6 +368,9 @@ pub struct HandlerHttp {
     /// Re-sending transient failures with the same key (on by default).
     #[serde(default)]
     pub retry: HttpRetry,
+    /// Requests a second to a destination host, by host name.
+    #[serde(default)]
+    pub rate: BTreeMap<String, super::HttpRate>,
 }
 
 /// `[handler.http.retry]`: a request that meets a transient failure
@@ -420,6 +430,7 @@ impl Default for HandlerHttp {
             allow_private: Vec::new(),
             credentials: Vec::new(),
             retry: HttpRetry::default(),
+            rate: BTreeMap::new(),
         }
     }
 }
@@ -450,6 +461,7 @@ impl HandlerConfig {
             max_in_flight: None,
             max_events: None,
             max_attempts: None,
+            max_events_per_second: None,
             timeout_ms: default_timeout_ms(),
             max_memory_mib: default_max_memory_mib(),
             events_per_instance: None,
@@ -463,6 +475,7 @@ impl HandlerConfig {
             database: HandlerDatabase::default(),
             limits: HandlerLimits::default(),
             retry: HandlerRetry::default(),
+            failure: super::HandlerFailure::default(),
             batch: HandlerBatch::default(),
             emit: Vec::new(),
             dedup_retention: retention::default_dedup_retention(),
@@ -474,6 +487,17 @@ impl HandlerConfig {
     /// Lanes per partition (see `config/ordering.rs`).
     pub fn lanes(&self) -> u32 {
         super::ordering::lanes(self.ordering, self.max_in_flight)
+    }
+
+    /// Whether an exhausted event parks its key (`[handler.failure]`).
+    pub fn quarantines(&self) -> bool {
+        self.failure.on_exhausted == super::OnExhausted::Quarantine
+    }
+
+    /// The handler's configured rates by target (`events`, a host), as
+    /// checked when the config loaded.
+    pub fn rates(&self) -> BTreeMap<String, crate::throttle::Rate> {
+        super::rates::check("", self.max_events_per_second, &self.http.rate).unwrap_or_default()
     }
 
     /// The handler's dead-letter topic.

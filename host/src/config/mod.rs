@@ -10,17 +10,20 @@ use serde::Deserialize;
 
 mod admin;
 mod dlq;
+mod failure;
 mod group;
 mod handler;
 mod ordering;
 mod outbox;
 mod properties;
 mod ranges;
+mod rates;
 mod retention;
 mod runtime;
 
 pub use admin::AdminConfig;
 pub use dlq::DlqConfig;
+pub use failure::{HandlerFailure, OnExhausted};
 pub use group::GroupProtocol;
 pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, HttpRetry,
@@ -29,6 +32,7 @@ pub use handler::{
 pub use ordering::{DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, Ordering, key_lane};
 pub use outbox::{HandlerEmit, OutboxConfig, OutboxProducer, ProducerTopic};
 use properties::check_properties;
+pub use rates::{HttpRate, MAX_PER_SECOND, check_rate};
 pub use retention::{RetentionConfig, RetentionMode, Span, StalePolicy};
 pub use runtime::RuntimeConfig;
 
@@ -258,6 +262,8 @@ impl Config {
         if dlq == h.topic {
             bail!("{at}: retry.dlq_topic is the handler's own topic");
         }
+        failure::check(&at, &h.failure, h.ordering, h.retry.on_failure)?;
+        rates::check(&at, h.max_events_per_second, &h.http.rate)?;
         if !ranges::is_topic_name(&dlq) {
             bail!("{at}: retry.dlq_topic `{dlq}` is not a valid topic name");
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sqlx::PgPool;
 
-use crate::capabilities::{Call, Capabilities, HostFault, Left, Shared};
+use crate::capabilities::{Call, Capabilities, HostFault, Left, Shared, Verdict};
 use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
@@ -63,7 +63,8 @@ impl Executor {
         // Keys are checked across events only where events run side by
         // side in one transaction (see `http::SentKeys`).
         let side_by_side = handler.settings().max_concurrent > 1;
-        let shared = Shared { http_client: http, sent_keys: side_by_side.then(Arc::default) };
+        let throttles = Arc::new(crate::throttle::Throttles::new(handler.settings().rates.clone()));
+        let shared = Shared { http_client: http, sent_keys: side_by_side.then(Arc::default), throttles };
         Self { handler, pool, shared, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false }
     }
 
@@ -71,6 +72,11 @@ impl Executor {
     #[must_use]
     pub fn with_stats(&self, stats: Arc<Stats>) -> Self {
         Self { stats: Some(stats), ..self.clone() }
+    }
+
+    /// The handler's rates on this host (its events', its destinations').
+    pub fn throttles(&self) -> &Arc<crate::throttle::Throttles> {
+        &self.shared.throttles
     }
 
     pub(crate) fn stats(&self) -> Option<&Stats> {
@@ -284,17 +290,22 @@ impl Executor {
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(started.elapsed());
         }
-        let (veto, left) = caps.finish(self.stats());
-        (caps.tx, result(invocation, veto, &stderr), left)
+        let (verdict, left) = caps.finish(self.stats());
+        (caps.tx, result(invocation, verdict, &stderr), left)
     }
 }
 
 /// What an invocation comes to. Whatever the guest made of it (a refused
 /// request, a failed statement), a capability's veto fails the event.
-fn result(invocation: Invocation, veto: Option<ExecError>, stderr: &str) -> Result<Outcome, ExecError> {
-    match (invocation, veto) {
+fn result(invocation: Invocation, verdict: Verdict, stderr: &str) -> Result<Outcome, ExecError> {
+    match (invocation, verdict.veto) {
         (Invocation::Ok | Invocation::Failed { .. }, Some(veto)) => Err(veto),
         (Invocation::Ok, None) => Ok(Outcome::Processed),
+        // A destination asked to be left alone longer than the budget:
+        // the event waits, spending no attempt.
+        (Invocation::Failed { retryable: true, .. }, None) if verdict.excuse.is_some() => {
+            Err(verdict.excuse.unwrap_or(ExecError::Throttled(String::new())))
+        }
         // The guest's words are data wherever they are shown (logs, DLQ
         // headers, `idem dlq list`): escaped and capped here, once.
         (Invocation::Failed { retryable: true, message }, None) => {

@@ -13,8 +13,10 @@ mod incident;
 mod partition;
 pub mod pauses;
 mod polling;
+pub mod quarantine;
 pub mod replay;
 pub mod rewinds;
+pub mod throttles;
 mod shutdown;
 mod stall;
 mod worker;
@@ -102,6 +104,8 @@ pub(crate) struct HandlerContext {
     pub pauses: pauses::Pauses,
     /// Operators' rewinds pending, as this host last read them.
     pub rewinds: rewinds::Rewinds,
+    /// The keys parked in the handler's quarantine, as this host knows them.
+    pub quarantine: quarantine::Quarantine,
     /// An incident a worker reported, for the polling thread to act on.
     incident: incident::Reported,
     /// The crash tests' fault points (`faults.rs`; none without the
@@ -188,6 +192,7 @@ impl Pipeline {
             dead_letters,
             stats: wiring.stats,
             pauses: wiring.pauses,
+            quarantine: quarantine::Quarantine::new(&config, wiring.rewinds.host().to_owned()),
             rewinds: wiring.rewinds,
             incident: incident::Reported::default(),
             faults: faults::FaultPoints::from_env(),
@@ -232,7 +237,11 @@ impl Pipeline {
     /// Polls on a thread of its own until `stop` (or, with a drain
     /// watcher, until drained), then closes as `how` says.
     pub(crate) fn spawn(self, stop: watch::Receiver<bool>, how: Stopping) -> tokio::task::JoinHandle<()> {
-        let Self { config, recipe, consumer, probe, .. } = self;
+        let Self { config, recipe, consumer, probe, shared, .. } = self;
+        follow_throttles(&shared, &stop);
+        if shared.quarantine.on() {
+            quarantine::spawn(shared, stop.clone());
+        }
         let drained = Arc::new(AtomicBool::new(false));
         if let Some(probe) = probe {
             let (context, drained, stop) = (recipe.context.clone(), drained.clone(), stop.clone());
@@ -272,6 +281,26 @@ pub(crate) async fn switch_module(shared: &HandlerContext, failed: Option<i32>) 
             false
         }
     }
+}
+
+/// Applies the operators' rates for the handler (`throttles`) from now
+/// until `stop`; a first reading that fails is tried again each second.
+fn follow_throttles(shared: &HandlerContext, stop: &watch::Receiver<bool>) {
+    let (pool, name, stop) = (shared.idem_pool.clone(), shared.name.clone(), stop.clone());
+    let limits = shared.slot.executor().throttles().clone();
+    tokio::spawn(async move {
+        for attempt in 0u32.. {
+            match throttles::follow(pool.clone(), stop.clone(), name.clone(), limits.clone()).await {
+                Ok(()) => return,
+                Err(e) if attempt == 0 => tracing::warn!(handler = %name, "{e:#} (trying again each second)"),
+                Err(_) => {}
+            }
+            if *stop.borrow() {
+                return;
+            }
+            tokio::time::sleep(follow::REFRESH).await;
+        }
+    });
 }
 
 /// Sets `drained` once every assigned partition is resolved to its end.

@@ -50,6 +50,9 @@ pub(crate) struct PartitionState {
     pub(super) crash_mark: tokio::sync::OnceCell<Option<i64>>,
     /// The crashed host's marks were cleared (`worker::Worker::unmark`).
     pub(super) crash_cleared: AtomicBool,
+    /// The handler's parked keys were read for this assignment, before
+    /// any lane of it ran a record (`worker::parking`).
+    pub(super) parked_read: tokio::sync::OnceCell<()>,
     /// One queue per lane.
     lanes: Vec<mpsc::UnboundedSender<Record>>,
     ordering: RecordOrder,
@@ -93,6 +96,7 @@ impl PartitionState {
             start: Mutex::new(Start::default()),
             crash_mark: tokio::sync::OnceCell::new(),
             crash_cleared: AtomicBool::new(false),
+            parked_read: tokio::sync::OnceCell::new(),
             lanes: senders,
             ordering,
             turn: AtomicUsize::new(0),

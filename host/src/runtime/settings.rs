@@ -35,6 +35,9 @@ pub struct HandlerSettings {
     /// `trust_input_trace_headers`: emits carry on the input record's
     /// correlation id and trace (see `capabilities::emit::write::provenance`).
     pub trust_input_trace_headers: bool,
+    /// The configured rates, by target (`events`, a destination host):
+    /// where `crate::throttle` starts from.
+    pub rates: std::collections::BTreeMap<String, crate::throttle::Rate>,
 }
 
 impl HandlerSettings {
@@ -64,6 +67,7 @@ impl HandlerSettings {
             max_concurrent: h.batch.max_concurrent,
             events_per_instance: h.events_per_instance.unwrap_or(0),
             trust_input_trace_headers: h.trust_input_trace_headers,
+            rates: h.rates(),
         }
     }
 }

@@ -86,6 +86,8 @@ pub struct HandlerTelemetry {
     pub slot: Arc<dyn ModuleView>,
     /// Its consumer's partitions and group state.
     pub(crate) tap: Arc<dyn ConsumerView>,
+    /// Its rates on this host (events, destinations) and their waits.
+    pub throttles: Arc<crate::throttle::Throttles>,
 }
 
 impl std::fmt::Debug for HandlerTelemetry {

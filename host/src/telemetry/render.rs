@@ -79,10 +79,35 @@ pub(super) fn render(
     labelled(&mut e, handlers);
     histograms(&mut e, handlers);
     partitions(&mut e, handlers);
+    throttles(&mut e, handlers);
     pools(&mut e, handlers, pool);
     process(&mut e, listener);
     outbox(&mut e, relays);
     e.out
+}
+
+/// Each handler's rates in force (events, destination hosts) and how long
+/// its events and requests waited for them.
+fn throttles(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
+    e.family("idem_throttle_per_second", "gauge", "The rate in force, by target (events, or a destination host).");
+    for h in handlers {
+        for t in h.throttles.effective() {
+            if let Some(rate) = h.throttles.rate(&t.target) {
+                e.sample("idem_throttle_per_second", &[("handler", &h.name), ("target", &t.target)], rate.per_second);
+            }
+        }
+    }
+    e.family(
+        "idem_throttle_waited_seconds_total",
+        "counter",
+        "Seconds events or requests waited for their target's rate or Retry-After, by target.",
+    );
+    for h in handlers {
+        for t in h.throttles.effective() {
+            let labels = [("handler", h.name.as_str()), ("target", t.target.as_str())];
+            e.sample("idem_throttle_waited_seconds_total", &labels, t.waited_seconds);
+        }
+    }
 }
 
 /// Each handler's counters of records and of what became of them.
@@ -111,7 +136,7 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample("idem_offset_commits_total", &[("handler", &h.name), ("result", result)], n);
         }
     }
-    let counters: [Family<AtomicU64>; 10] = [
+    let counters: [Family<AtomicU64>; 13] = [
         ("idem_records_delivered_total", "Records handed to the partition workers.", |s| &s.delivered),
         ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| &s.dead_lettered),
         ("idem_dead_letter_envelopes_total", "Of them, envelopes: the topic refused the record as it was.", |s| {
@@ -132,9 +157,35 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
         ("idem_offset_resets_total", "Partitions that resumed away from their committed offset.", |s| &s.offset_resets),
         ("idem_transactions_total", "Transactions that committed events (a batch is one).", |s| &s.transactions),
         ("idem_db_statements_total", "Statements handlers ran.", |s| &s.db_statements),
+        ("idem_parked_total", "Records parked in the quarantine (a key's failing event and those behind it).", |s| {
+            &s.parked
+        }),
+        ("idem_unparked_total", "Parked events that ran again or were dead-lettered, leaving the quarantine.", |s| {
+            &s.unparked
+        }),
+        (
+            "idem_quarantine_overflow_total",
+            "Events dead-lettered instead of parked: the quarantine held failure.max_parked events.",
+            |s| &s.quarantine_overflow,
+        ),
     ];
     for (name, help, read) in counters {
         e.family(name, "counter", help);
+        for h in handlers {
+            e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
+        }
+    }
+    let gauges: [Family<AtomicU64>; 3] = [
+        ("idem_quarantined_keys", "Keys parked in the quarantine now (counted every few seconds).", |s| {
+            &s.quarantine_keys
+        }),
+        ("idem_quarantined_events", "Events parked in the quarantine now.", |s| &s.quarantine_events),
+        ("idem_quarantine_oldest_seconds", "Age of the oldest parked event (0: none).", |s| {
+            &s.quarantine_oldest_seconds
+        }),
+    ];
+    for (name, help, read) in gauges {
+        e.family(name, "gauge", help);
         for h in handlers {
             e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
         }

@@ -43,7 +43,11 @@ async fn produce_orders(producer: &kafka::Producer, topic: &str, first: i64, n: 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_operator_watches_deploys_and_replays_in_a_browser() {
     let env = Env::new().await;
-    let config = env.config(&env.billing(), "");
+    // Under quarantine: a key failing at the provider is parked (and
+    // released from the console); the poison's 422 still goes to the DLQ.
+    let mut spec = env.billing().with_lanes("key", 4);
+    spec.extra.push_str("failure = { on_exhausted = \"quarantine\" }\n");
+    let config = env.config(&spec, "");
     let host = Host::start(&config, None).await;
     let port = host.address.port();
     let shots = screenshots();
@@ -92,6 +96,32 @@ async fn an_operator_watches_deploys_and_replays_in_a_browser() {
                     let (partition, offset) = dead_lettered(&dlq_topic, id).await;
                     serde_json::json!({ "partition": partition, "offset": offset, "markup": markup })
                 }
+                "quarantine" => {
+                    env.provider.fail_marked(true);
+                    for id in [800_001, 800_002] {
+                        let (_, payload) = host::order_payload(id);
+                        let mut order: serde_json::Value = serde_json::from_slice(&payload).expect("order");
+                        order["currency"] = "FAI".into();
+                        kafka::produce(&producer, &env.topic, 1, "customer-q", order.to_string().as_bytes()).await;
+                    }
+                    let held =
+                        "SELECT count(*) FROM idem.parked_key WHERE key = 'customer-q'::bytea AND state = 'held'";
+                    let parked = "SELECT count(*) FROM idem.parked_event WHERE key = 'customer-q'::bytea";
+                    idem_tests::wait_until_async("customer-q held with its two orders", || async {
+                        env.db.count(held).await == 1 && env.db.count(parked).await == 2
+                    })
+                    .await;
+                    env.provider.fail_marked(false);
+                    serde_json::json!({ "key": "customer-q", "key_base64": "Y3VzdG9tZXItcQ==", "events": 2 })
+                }
+                "released" => {
+                    let charged = "SELECT count(*) FROM billing.charge WHERE order_id IN (800001, 800002)";
+                    idem_tests::wait_until_async("both orders of customer-q charged", || async {
+                        env.db.count(charged).await == 2
+                    })
+                    .await;
+                    serde_json::json!(null)
+                }
                 "modules" => {
                     let dir = std::env::temp_dir().join(idem_tests::unique_name("console_modules"));
                     std::fs::create_dir_all(&dir).expect("dir");
@@ -132,9 +162,16 @@ async fn an_operator_watches_deploys_and_replays_in_a_browser() {
         posts, 2,
         "the provider saw the refused charge and the replay's, nothing for the dry run or the duplicate"
     );
-    for name in
-        ["login", "overview-draining", "overview", "handler", "modules", "dead-letters", "dead-letters-replayed"]
-    {
+    for name in [
+        "login",
+        "overview-draining",
+        "overview",
+        "handler",
+        "handler-quarantine",
+        "modules",
+        "dead-letters",
+        "dead-letters-replayed",
+    ] {
         let shot = shots.join(format!("{name}.png"));
         let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10_000, "{} is missing or empty", shot.display());

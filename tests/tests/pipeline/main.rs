@@ -28,12 +28,14 @@ mod operate;
 mod outbox;
 mod outbox_rules;
 mod pauses;
+mod quarantine;
 mod restarts;
 mod retention;
 mod revocation;
 mod rewinds;
 mod security;
 mod spanning;
+mod throttles;
 mod transactions;
 
 struct Env {

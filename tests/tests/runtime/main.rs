@@ -237,15 +237,20 @@ async fn a_reset_after_the_charge_is_re_sent_with_the_key_and_the_event_commits_
 }
 
 /// 503 with `Retry-After`: honoured when it fits the budget, not waited for
-/// when it does not (the guest gets the 503 at once), ignored when garbage.
+/// when it does not (the guest gets the 503 at once, and the event fails as
+/// throttled: it waits without spending an attempt), the destination held
+/// for every later request meanwhile; ignored when garbage.
 #[tokio::test]
 async fn retry_after_is_honoured_within_the_budget_and_capped_by_it() {
     let s = Setup::new().await;
-    let billing = s.executor("billing", {
-        let mut settings = s.settings("billing");
-        settings.timeout = Duration::from_secs(5);
-        settings
-    });
+    let executor = |s: &Setup| {
+        s.executor("billing", {
+            let mut settings = s.settings("billing");
+            settings.timeout = Duration::from_secs(5);
+            settings
+        })
+    };
+    let billing = executor(&s);
     let posts = |s: &Setup| s.provider.seen().iter().filter(|r| r.method == "POST").count();
 
     s.provider.set_fault(Fault::UnavailableTimes(1, Some("1")));
@@ -255,17 +260,24 @@ async fn retry_after_is_honoured_within_the_budget_and_capped_by_it() {
     assert_eq!(posts(&s), 2);
 
     for huge in ["3600", "99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"] {
+        // A fresh executor: the destination held by the last one is not held here.
+        let billing = executor(&s);
         s.provider.set_fault(Fault::UnavailableTimes(1, Some(huge)));
         let began = std::time::Instant::now();
         let before = posts(&s);
         let result = billing.execute(&order(), 1).await;
         let sent = posts(&s) - before;
         let err = result.expect_err(&format!("{huge}: the guest got the 503 ({sent} sent)"));
-        assert_eq!(err.class(), ErrorClass::Retryable, "{huge}: {err}");
+        assert_eq!(err.class(), ErrorClass::Unavailable, "{huge}: throttled, no attempt spent: {err}");
+        assert!(err.to_string().contains("throttled"), "{huge}: {err}");
         assert!(began.elapsed() < Duration::from_secs(2), "{huge}: not waited for: {:?}", began.elapsed());
         assert_eq!(posts(&s) - before, 1, "{huge}: sent once");
+        // The destination asked to be left alone: the next event sends nothing.
+        let err = billing.execute(&order(), 1).await.expect_err("held");
+        assert_eq!((err.class(), posts(&s) - before), (ErrorClass::Unavailable, 1), "{huge}: {err}");
     }
 
+    let billing = executor(&s);
     s.provider.set_fault(Fault::UnavailableTimes(2, Some("soon")));
     assert_eq!(billing.execute(&order(), 1).await.expect("garbage ignored"), Outcome::Processed);
     s.finish().await;

@@ -10,8 +10,10 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 pub mod operators;
+pub mod quarantine;
 pub mod rewinds;
 pub mod status;
+pub mod throttles;
 
 /// The admin API could not be reached or refused the request.
 #[derive(Debug, thiserror::Error)]

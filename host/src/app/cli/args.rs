@@ -243,3 +243,62 @@ pub(super) struct RewindArgs {
     #[arg(long, value_name = "ID", conflicts_with = "to")]
     pub(super) report: Option<i64>,
 }
+
+/// `idem quarantine`: a handler's parked keys, or an operator's release
+/// or dead-lettering of one.
+#[derive(clap::Args)]
+pub(super) struct QuarantineArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminTarget,
+    /// The handler (its `name`).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// Releases this key: its parked events run again, in their order,
+    /// each once.
+    #[arg(long, value_name = "KEY", conflicts_with = "dead_letter")]
+    pub(super) release: Option<String>,
+    /// Sends this key's parked events to the dead-letter topic, in order,
+    /// and lets the key go.
+    #[arg(long, value_name = "KEY")]
+    pub(super) dead_letter: Option<String>,
+    /// The KEY given is base64 (a key that is not text: as listed under
+    /// `key_base64`).
+    #[arg(long)]
+    pub(super) base64: bool,
+    /// Why (kept in the audit trail).
+    #[arg(long, default_value = "")]
+    pub(super) reason: String,
+    /// Keys listed at most.
+    #[arg(long, default_value_t = 100)]
+    pub(super) limit: u32,
+}
+
+/// `idem throttle`: a handler's rates, or an operator's change of one.
+#[derive(clap::Args)]
+pub(super) struct ThrottleArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminTarget,
+    /// The handler (its `name`).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// What to change: `events` (the handler's events a second), or a
+    /// destination host of its HTTP requests.
+    #[arg(long)]
+    pub(super) target: Option<String>,
+    /// The new rate, a second (on each host).
+    #[arg(long, requires = "target", conflicts_with_all = ["unlimited", "reset"])]
+    pub(super) per_second: Option<f64>,
+    /// Events or requests that may go at once after a quiet spell
+    /// (default: one second's worth).
+    #[arg(long, requires = "per_second")]
+    pub(super) burst: Option<u32>,
+    /// No limit for the target (whatever the config says).
+    #[arg(long, requires = "target", conflicts_with = "reset")]
+    pub(super) unlimited: bool,
+    /// Back to the config's rate for the target.
+    #[arg(long, requires = "target")]
+    pub(super) reset: bool,
+    /// Why (kept in the audit trail).
+    #[arg(long, default_value = "")]
+    pub(super) reason: String,
+}

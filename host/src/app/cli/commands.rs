@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
-pub(super) use super::args::{AdminTarget, DlqFilters, DlqPage, DlqTarget, PauseScope, RewindArgs, read_token};
+pub(super) use super::args::{
+    AdminTarget, DlqFilters, DlqPage, DlqTarget, PauseScope, QuarantineArgs, RewindArgs, ThrottleArgs, read_token,
+};
 
 #[derive(Subcommand)]
 pub(super) enum Command {
@@ -143,6 +145,18 @@ pub(super) enum Command {
     /// dedup retention) and prints it; `--dry-run` stops there. `--list`
     /// shows the handler's rewinds, `--report ID` one's outcome.
     Rewind(RewindArgs),
+    /// A handler's quarantine (`[handler.failure] on_exhausted =
+    /// "quarantine"`): its parked keys, oldest first, with the failure that
+    /// parked each; `--release KEY` runs a key's parked events again, in
+    /// order, each once; `--dead-letter KEY` sends them to the dead-letter
+    /// topic.
+    Quarantine(QuarantineArgs),
+    /// A handler's rates on each host — its events' (`max_events_per_second`)
+    /// and its requests' to each destination host (`[handler.http.rate]`)
+    /// — as configured and as changed; `--target T --per-second N` changes
+    /// one on every host within seconds, `--unlimited` lifts it, `--reset`
+    /// goes back to the config's.
+    Throttle(ThrottleArgs),
     /// Named operators' tokens: issued per person, revocable, each named
     /// in the audit trail as the actor of what is done with it.
     Token {

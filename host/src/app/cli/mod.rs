@@ -168,6 +168,43 @@ async fn rewinding(args: commands::RewindArgs) -> anyhow::Result<()> {
     admin.print(&rewinds::rewind(&admin.target(), handler, &body).await?, rewinds::render_asked)
 }
 
+/// `idem quarantine`: the parked keys, or a key released or
+/// dead-lettered, through a host's API.
+async fn quarantining(args: commands::QuarantineArgs) -> anyhow::Result<()> {
+    use crate::admin::client::quarantine;
+    let (admin, handler) = (&args.admin, args.handler.as_str());
+    let (action, key) = match (args.release, args.dead_letter) {
+        (Some(key), None) => ("release", key),
+        (None, Some(key)) => ("dead-letter", key),
+        _ => {
+            let listed = quarantine::list(&admin.reading(), handler, args.limit).await?;
+            return admin.print(&listed, quarantine::render_list);
+        }
+    };
+    let named = if args.base64 { "key_base64" } else { "key" };
+    let body = serde_json::json!({ named: key, "reason": args.reason });
+    let answer = quarantine::act(&admin.target(), handler, action, &body).await?;
+    admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
+}
+
+/// `idem throttle`: the handler's rates, or a change of one, through a
+/// host's API.
+async fn throttling(args: commands::ThrottleArgs) -> anyhow::Result<()> {
+    use crate::admin::client::throttles;
+    let (admin, handler) = (&args.admin, args.handler.as_str());
+    let Some(target) = args.target else {
+        return admin.print(&throttles::list(&admin.reading(), handler).await?, throttles::render_list);
+    };
+    if args.per_second.is_none() && !args.unlimited && !args.reset {
+        anyhow::bail!("--target {target}: say --per-second N, --unlimited or --reset");
+    }
+    let body = serde_json::json!({
+        "target": target, "per_second": args.per_second, "burst": args.burst, "reset": args.reset, "reason": args.reason,
+    });
+    let answer = throttles::change(&admin.target(), handler, &body).await?;
+    admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
+}
+
 async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
@@ -219,6 +256,8 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
         Command::Pause { admin, scope, reason } => pausing(&admin, &scope, "pause", Some(reason)).await,
         Command::Resume { admin, scope } => pausing(&admin, &scope, "resume", None).await,
         Command::Rewind(args) => rewinding(args).await,
+        Command::Quarantine(args) => quarantining(args).await,
+        Command::Throttle(args) => throttling(args).await,
         Command::Token { command } => token(command).await,
         Command::Audit { admin, handler, actor, before, limit } => audit(&admin, handler, actor, before, limit).await,
         Command::Status { url, token, once } => {

@@ -32,13 +32,17 @@ impl Capability for HttpCapability {
             call.deadline,
         );
         http.sent_keys = call.shared.sent_keys.clone();
+        http.throttles = call.shared.throttles.clone();
         http.keep = call.transcript;
         http
     }
 
     /// The same client and no allowance.
     fn husk(&self) -> Self {
-        Self::new(self.client.clone(), self.policy.clone(), String::new(), 0, tokio::time::Instant::now())
+        let mut husk =
+            Self::new(self.client.clone(), self.policy.clone(), String::new(), 0, tokio::time::Instant::now());
+        husk.throttles = self.throttles.clone();
+        husk
     }
 
     /// Whatever the guest made of the refusal, an event that sent a
@@ -54,6 +58,9 @@ impl Capability for HttpCapability {
         }
         if let Some(key) = self.changed_key.take() {
             after.veto(ExecError::RequestChanged(key));
+        }
+        if let Some(why) = self.throttled.take() {
+            after.excuse(ExecError::Throttled(why));
         }
         if self.keep { std::mem::take(&mut self.sent) } else { Vec::new() }
     }
@@ -85,6 +92,8 @@ impl HttpCapability {
             sent_keys: None,
             changed_key: None,
             keep: false,
+            throttles: Arc::default(),
+            throttled: None,
         }
     }
 }

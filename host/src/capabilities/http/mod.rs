@@ -36,6 +36,9 @@ pub use policy::{Credential, HttpPolicy};
 use retry::Transient;
 pub(crate) use sent::SentKeys;
 
+/// Times one request goes again after a `Retry-After` (each waits it out).
+const MAX_HELD: u32 = 20;
+
 /// Largest response body handed to a guest.
 const MAX_RESPONSE_BYTES: usize = 8 << 20;
 
@@ -67,6 +70,10 @@ pub(crate) struct HttpCapability {
     changed_key: Option<String>,
     /// Keep `sent` for `idem test` to show.
     keep: bool,
+    /// The handler's rates and its destinations' `Retry-After`s.
+    throttles: Arc<crate::throttle::Throttles>,
+    /// A destination held this invocation's request past its budget: why.
+    throttled: Option<String>,
 }
 
 impl HttpCapability {
@@ -176,7 +183,7 @@ impl HttpCapability {
         if let Some(body) = request.body {
             builder = builder.body(body);
         }
-        let host = url.host_str().unwrap_or_default().to_owned();
+        let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
         self.send_with_retries(builder, &method, host).await
     }
 
@@ -189,8 +196,15 @@ impl HttpCapability {
         method: &Method,
         host: String,
     ) -> Result<Response, HttpError> {
-        let mut attempt = 1;
+        let (mut attempt, mut held) = (1, 0);
         loop {
+            // The destination's turn: its rate, and any `Retry-After` it asked for.
+            let latest = self.deadline.checked_sub(retry::MIN_ATTEMPT).unwrap_or(self.deadline);
+            if let Err(wait) = self.throttles.pass(&host, Some(latest)).await {
+                let why = format!("`{host}` may be sent to again in {wait:?}, past the invocation's budget");
+                self.throttled = Some(why.clone());
+                return Err(HttpError::Timeout(format!("not sent: {why}")));
+            }
             // A body of bytes is always cloneable; `None` would be a stream.
             let Some(mut this) = builder.try_clone() else {
                 return Err(HttpError::InvalidRequest("the request body cannot be re-sent".into()));
@@ -212,6 +226,20 @@ impl HttpCapability {
                 Ok((response, retry_after)) => retry::transient_status(response.status, retry_after.as_deref()),
                 Err((_, why)) => *why,
             };
+            // A destination that asks to be left alone (429 or 503 with
+            // `Retry-After`): every request to it waits that long, this one
+            // included, and goes again without spending a re-send.
+            if let Some(throttled @ Transient::Status(code, Some(asked))) = why {
+                self.throttles.hold(&host, asked);
+                self.resent.push((host.clone(), throttled.label()));
+                held += 1;
+                let left = self.deadline.saturating_duration_since(tokio::time::Instant::now());
+                if held <= MAX_HELD && asked + retry::MIN_ATTEMPT <= left {
+                    continue;
+                }
+                self.throttled = Some(format!("`{host}` answered {code} asking to wait {asked:?}"));
+                return answer.map(|(response, _)| response).map_err(|(error, _)| error);
+            }
             let Some((why, wait)) =
                 why.and_then(|why| Some((why, self.policy.retry.wait(attempt, why, self.deadline)?)))
             else {

@@ -61,6 +61,11 @@ pub struct Rewinds {
 }
 
 impl Rewinds {
+    /// This host's name in the fleet.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
     /// `handler`'s oldest rewind pending for `topic`/`partition`.
     pub(crate) fn first_for(&self, handler: &str, topic: &str, partition: i32) -> Option<Pending> {
         self.pending

@@ -36,6 +36,9 @@ pub(super) enum Next {
     Abandon,
     /// The failure is final.
     Final(Failure),
+    /// Park the event's key, to retry after this wait (the quarantine's
+    /// non-blocking retry): the lane goes on meanwhile.
+    Park(Failure, Duration),
 }
 
 /// How the loop ended.
@@ -47,6 +50,8 @@ pub(super) enum Resolution {
     Abandoned,
     /// The event's failure is final.
     Final(Failure),
+    /// The event's key is to be parked, retrying after this wait.
+    Park(Failure, Duration),
 }
 
 /// What the loop needs of a worker.
@@ -93,6 +98,7 @@ pub(super) async fn until_resolved<L: AloneLane>(lane: &mut L, from_batch: Optio
             Next::Wait(wait) if lane.sleep(wait).await => continue,
             Next::Wait(_) | Next::Abandon => return Resolution::Abandoned,
             Next::Final(failure) => return Resolution::Final(failure),
+            Next::Park(failure, wait) => return Resolution::Park(failure, wait),
         }
     }
 }

@@ -52,7 +52,7 @@ impl Worker {
     /// holds, waiting up to `max_wait_ms` for more while the batch is not
     /// full.
     pub(super) async fn fill(&mut self) {
-        let max = self.shared.config.batch.max_events;
+        let max = self.batch_cap();
         while self.pending.len() < max {
             match self.queue.try_recv() {
                 Ok(record) => self.pending.push_back(Taken::new(record)),
@@ -72,9 +72,16 @@ impl Worker {
     /// invalid record, or an id already in the batch (redelivered within
     /// it), ends the batch; the next one starts with it.
     fn next_batch(&mut self) -> Vec<Event> {
-        let mut ids = HashSet::new();
+        let (mut ids, cap) = (HashSet::new(), self.batch_cap());
         let mut events = Vec::new();
         for taken in self.pending.iter_mut() {
+            if events.len() >= cap {
+                break;
+            }
+            // A parked key's record is parked behind it, not run.
+            if self.shared.quarantine.holds(taken.record.key.as_deref()) {
+                break;
+            }
             match taken.checked(&self.shared) {
                 Ok(event) if ids.insert(event.id) => events.push(event.clone()),
                 _ => break,
@@ -103,6 +110,12 @@ impl Worker {
             return self.resolve_alone(None).await;
         }
         self.marked = Some(range.0);
+        // The handler's events' rate, for the batch's events at once.
+        let n = u32::try_from(events.len()).unwrap_or(u32::MAX);
+        let throttles = shared.slot.executor().throttles().clone();
+        if state.until_stopped(throttles.pass_many(crate::throttle::EVENTS, n, None)).await.is_none() {
+            return self.unmark().await;
+        }
         for event in &events {
             shared.abort_point(&event.payload);
         }
@@ -115,6 +128,12 @@ impl Worker {
         if let Some(own) = failed {
             self.resolve_alone(own).await;
         }
+    }
+
+    /// Events one batch holds at most: `max_events`, or fewer under an
+    /// events' rate (its burst).
+    fn batch_cap(&self) -> usize {
+        self.shared.slot.executor().throttles().batch_cap(self.shared.config.batch.max_events)
     }
 
     /// A batch of `outcomes` committed on `version`: its records are resolved.

@@ -16,6 +16,7 @@ mod alone;
 mod batch;
 mod decide;
 mod final_failure;
+mod parking;
 mod process;
 mod shrink;
 
@@ -132,12 +133,17 @@ impl Worker {
             if !self.state.until_released().await {
                 return;
             }
+            // A parked key's record waits behind its key's parked events.
+            if self.shared.quarantine.on() && !self.parked_known().await {
+                return;
+            }
+            let behind = self.behind_parked();
             let batched = self.shared.config.batch.max_events > 1;
             if batched && !self.crash_checked {
                 self.check_crash().await;
             }
             let alone = self.pending.front().is_some_and(|t| t.record.offset <= self.alone_through);
-            let batching = batched && self.proven && self.crash_checked && !alone;
+            let batching = batched && self.proven && self.crash_checked && !alone && !behind;
             if batching {
                 self.fill().await;
                 // Paused while the batch filled: back to the wait above.
@@ -151,7 +157,9 @@ impl Worker {
             if !self.state.set_busy(self.lane) {
                 return;
             }
-            if batching {
+            if behind {
+                self.park_behind().await;
+            } else if batching {
                 self.run_batch().await;
             } else {
                 self.resolve_alone(None).await;

@@ -56,6 +56,10 @@ impl Worker {
                 true
             }
             Resolution::Abandoned => false,
+            Resolution::Park(failure, wait) => self.park_failed(record, failure, Some(wait)).await,
+            // A retryable failure whose attempts are spent parks its key,
+            // held, where the handler quarantines (and the record has a key).
+            Resolution::Final(failure) if parks(&shared, record, &failure) => self.park_failed(record, failure, None).await,
             Resolution::Final(failure) => super::final_failure::resolve(&shared, &self.state, record, failure).await,
         }
     }
@@ -72,7 +76,10 @@ impl Worker {
     ) -> Next {
         let shared = &self.shared;
         let at = *tries;
-        let decision = decide::after_failure(tries, error.class(), stale, shared.config.retry.max_attempts, |n| {
+        // A throttled event is never blamed either: the destination said
+        // when to come back, and the database answering changes nothing.
+        let unblamed = stale || matches!(error, ExecError::Throttled(_));
+        let decision = decide::after_failure(tries, error.class(), unblamed, shared.config.retry.max_attempts, |n| {
             shared.config.backoff(n)
         });
         // Shown as data wherever it goes (logs, the DLQ reason): a guest's
@@ -99,6 +106,11 @@ impl Worker {
                 );
                 Stats::add(&shared.stats.unavailable);
                 Next::Wait(wait)
+            }
+            Step::Retry(wait) if shared.quarantine.on() && record.key.is_some() => {
+                Stats::add(&shared.stats.retries);
+                let failure = Failure { class: ErrorClass::Retryable, reason: error, attempts: at.attempt, replays: 0 };
+                Next::Park(failure, wait)
             }
             Step::Retry(wait) => {
                 let attempt = at.attempt;
@@ -134,6 +146,12 @@ impl Worker {
         counted: &mut bool,
     ) -> Execution {
         let shared = self.shared.clone();
+        // The handler's events' rate (`max_events_per_second`), waited for
+        // before a connection is taken.
+        let throttles = shared.slot.executor().throttles().clone();
+        if self.state.until_stopped(throttles.pass(crate::throttle::EVENTS, None)).await.is_none() {
+            return Execution::Abandoned;
+        }
         let Some(Ok(permit)) = self.state.until_stopped(shared.permits.acquire()).await else {
             return Execution::Abandoned;
         };
@@ -221,6 +239,11 @@ impl Worker {
             Outcome::Skipped => Stats::add(&stats.skipped),
         }
     }
+}
+
+/// Whether `failure` parks `record`'s key rather than dead-letters it.
+fn parks(shared: &HandlerContext, record: &Record, failure: &Failure) -> bool {
+    shared.quarantine.on() && record.key.is_some() && failure.class == ErrorClass::Retryable
 }
 
 async fn database_answers(shared: &HandlerContext) -> bool {

@@ -578,6 +578,107 @@ function rewindsSection(name, rewinds) {
     operate() ? rewindControls(name) : el("p", { class: "muted" }, "Read-only session: rewinding needs a token of scope operate."));
 }
 
+// The handler's quarantine (GET /handlers/{name}/quarantine): its parked
+// keys, oldest first, with the failure that parked each. Release (its
+// events run again, in order) and dead-letter (its events go to the DLQ)
+// each ask for a confirmation naming the key and how many events it holds.
+let quarantineNote = null;
+
+async function quarantineAct(name, action, k) {
+  try {
+    const answer = await api("/handlers/" + enc(name) + "/quarantine/" + action, { method: "POST", json: { key_base64: k.key_base64 } });
+    quarantineNote = message(answer.message);
+  } catch (e) {
+    quarantineNote = message(e.message, true);
+  }
+  route();
+}
+
+// The handler's rates (GET /handlers/{name}/throttles): its events' and
+// its destinations', in force, as configured, and the waits they caused.
+// A change (POST /handlers/{name}/throttle) names its target and rate and
+// is in force on every host within 2 s; the form outlives the refreshes.
+let throttleForm = null;
+let throttleNote = null;
+
+function rateText(r) {
+  return r ? fmt(r.per_second) + "/s, burst " + fmt(r.burst) : "no limit";
+}
+
+function throttleControls(name) {
+  if (throttleForm && throttleForm.dataset.handler === name) return throttleForm;
+  const target = el("input", { type: "text", id: "throttle-target", placeholder: "events, or a host" });
+  const rate = el("input", { type: "number", id: "throttle-rate", min: 0, step: "any", placeholder: "per second (empty: no limit)" });
+  const reason = el("input", { type: "text", id: "throttle-reason", maxlength: 500, placeholder: "why" });
+  const send = async (body) => {
+    try {
+      const answer = await api("/handlers/" + enc(name) + "/throttle", { method: "POST", json: body });
+      throttleNote = message(answer.message);
+    } catch (e) {
+      throttleNote = message(e.message, true);
+    }
+    route();
+  };
+  const set = el("button", { type: "button", class: "danger", "data-action": "throttle-set" }, "Set");
+  set.addEventListener("click", () => send({ target: target.value.trim(), per_second: rate.value === "" ? null : Number(rate.value), reason: reason.value }));
+  const reset = el("button", { type: "button", "data-action": "throttle-reset" }, "Back to the config's");
+  reset.addEventListener("click", () => send({ target: target.value.trim(), reset: true, reason: reason.value }));
+  throttleForm = el("div", { class: "inline", id: "throttle-form", "data-handler": name },
+    el("label", {}, "Target", target), el("label", {}, "Rate", rate), el("label", {}, "Reason", reason), set, reset);
+  return throttleForm;
+}
+
+function throttlesSection(name, t) {
+  if (!t) return null;
+  const rows = t.throttles.map((r) => el("tr", { "data-throttle": r.target },
+    el("td", {}, r.target), el("td", { "data-field": "in-force" }, rateText(r.in_force) + (r.changed ? " (changed)" : "")),
+    el("td", {}, rateText(r.configured)), num(r.waited_seconds)));
+  return el("section", { id: "throttles", "aria-label": "Throttles" },
+    el("h2", {}, "Throttles"),
+    throttleNote,
+    rows.length ? table(["Target", "In force", "Configured", "waited (s)"], rows, { id: "throttle-list" }) : el("p", { class: "muted" }, "No rate: events and requests are not throttled."),
+    operate() ? throttleControls(name) : el("p", { class: "muted" }, "Read-only session: changing a rate needs a token of scope operate."));
+}
+
+// The confirmation being asked, kept across the page's refreshes (each
+// rebuilds the table): { name, key (base64), action }.
+let quarantineAsk = null;
+
+function quarantineActions(name, k) {
+  const asking = quarantineAsk && quarantineAsk.name === name && quarantineAsk.key === k.key_base64 ? quarantineAsk.action : null;
+  if (asking) {
+    const what = asking === "release" ? "Run the " + fmt(k.events) + " parked event(s) of key " + k.key + " again, in order? "
+      : "Send the " + fmt(k.events) + " parked event(s) of key " + k.key + " to the dead-letter topic? ";
+    const yes = el("button", { type: "button", class: "danger", "data-confirm": asking }, "Confirm");
+    const no = el("button", { type: "button" }, "Cancel");
+    no.addEventListener("click", () => { quarantineAsk = null; route(); });
+    yes.addEventListener("click", () => { quarantineAsk = null; yes.disabled = true; quarantineAct(name, asking, k); });
+    return el("span", { class: "confirm" }, what, yes, no);
+  }
+  const ask = (action, label) => {
+    const b = el("button", { type: "button", class: action === "dead-letter" ? "danger" : null, "data-quarantine-action": action }, label);
+    b.addEventListener("click", () => { quarantineAsk = { name, key: k.key_base64, action }; route(); });
+    return b;
+  };
+  return el("span", {}, ask("release", "Release"), " ", ask("dead-letter", "Dead-letter"));
+}
+
+function quarantineSection(name, q) {
+  if (!q || (!q.quarantines && !q.keys.length)) return null;
+  const rows = q.keys.map((k) => el("tr", { "data-parked-key": k.key_base64 },
+    el("td", { class: "key" }, k.key), el("td", {}, k.topic + "/" + k.partition), el("td", { "data-field": "state" }, k.state),
+    num(k.events, { "data-field": "events" }), num(k.first_offset), el("td", {}, new Date(k.parked_at).toLocaleString()),
+    el("td", { class: "reason" }, k.first_failure), el("td", { class: "reason" }, k.last_failure),
+    el("td", {}, operate() ? quarantineActions(name, k) : "")));
+  const t = q.totals;
+  return el("section", { id: "quarantine", "aria-label": "Quarantine" },
+    el("h2", {}, "Quarantine" + (t.keys ? " (" + fmt(t.keys) + " keys, " + fmt(t.events) + " events)" : "")),
+    quarantineNote,
+    rows.length ? table(["Key", "Partition", "State", "events", "first offset", "Parked", "First failure", "Latest failure", "~Actions"], rows, { id: "parked-keys" })
+      : el("p", { class: "muted" }, "No key parked."),
+    operate() ? null : el("p", { class: "muted" }, "Read-only session: releasing needs a token of scope operate."));
+}
+
 function button(label, onClick, attrs) {
   const b = el("button", Object.assign({ type: "button" }, attrs || {}), label);
   b.addEventListener("click", () => { b.disabled = true; onClick(); });
@@ -585,9 +686,11 @@ function button(label, onClick, attrs) {
 }
 
 async function handlerPage(name, gen) {
-  const [data, history, pauses, rewinds] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true)),
+  const [data, history, pauses, rewinds, parked, throttles] = await Promise.all([api("/handlers/" + enc(name)), historySection(name).catch((e) => message(e.message, true)),
     api("/handlers/" + enc(name) + "/pauses").then((r) => r.pauses).catch(() => []),
-    api("/handlers/" + enc(name) + "/rewinds").then((r) => r.rewinds).catch(() => [])]);
+    api("/handlers/" + enc(name) + "/rewinds").then((r) => r.rewinds).catch(() => []),
+    api("/handlers/" + enc(name) + "/quarantine").catch(() => null),
+    api("/handlers/" + enc(name) + "/throttles").catch(() => null)]);
   if (gen !== generation) return;
   navFor(name);
   const s = data.summary;
@@ -619,16 +722,18 @@ async function handlerPage(name, gen) {
     pausesSection(name, pauses),
     el("h2", {}, "Partitions"),
     table(["Topic", "Partition", "Assigned", "Paused", "Committed offset", "End", "lag", "Queued", "lag, 2 min", "~Actions"], partitions, { id: "partitions" }),
+    quarantineSection(name, parked),
+    throttlesSection(name, throttles),
     rewindsSection(name, rewinds),
     el("h2", {}, "Recent failures"),
     failures.length ? table(["At", "Class", "Record", "attempts", "Reason"], failures, { id: "failures" }) : el("p", { class: "muted" }, "None since this host started."),
     el("h2", {}, "Events per module version (this host)"),
     table(["Version", "processed", "duplicates", "failed"], versions, { id: "versions" }),
     el("h2", {}, "Batch sizes (events per transaction)"),
-    batches.length ? table(["Size", "transactions"], batches) : el("p", { class: "muted" }, "No transaction yet."),
+    batches.length ? table(["Size", "transactions"], batches, { id: "batch-sizes" }) : el("p", { class: "muted" }, "No transaction yet."),
     el("h2", {}, "HTTP calls by host and status class"),
     http.length ? table(["Host", "Status", "requests"], http, { id: "http" }) : el("p", { class: "muted" }, "No request yet."),
-    retries.length ? el("div", {}, el("h2", {}, "HTTP requests re-sent by the host"), table(["Host", "Reason", "retries"], retries)) : null);
+    retries.length ? el("div", {}, el("h2", {}, "HTTP requests re-sent by the host"), table(["Host", "Reason", "retries"], retries, { id: "http-resent" })) : null);
 }
 
 async function modulesPage(name, gen, notice) {
@@ -989,8 +1094,16 @@ function route() {
   run().catch(fail);
 }
 
+// Every second, the page is read again and drawn anew, unless the
+// operator is typing into one of its fields (a reason, a rewind's target):
+// drawing moves the field, and a keystroke could land nowhere.
+function typing() {
+  const a = document.activeElement;
+  return a !== null && main.contains(a) && a.matches("input:not([type=checkbox]):not([type=radio]), textarea, select");
+}
+
 setInterval(async () => {
-  if (!refresh || refreshing || document.hidden) return;
+  if (!refresh || refreshing || document.hidden || typing()) return;
   refreshing = true;
   const live = refresh;
   try { await live(); } catch (e) { if (refresh === live) failed(e); } finally { refreshing = false; }
