@@ -54,8 +54,8 @@ impl Bucket {
         self.tokens = (self.tokens + elapsed * rate.per_second).min(f64::from(rate.burst));
         self.at = now;
         self.tokens -= f64::from(n);
-        let wait =
-            if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / rate.per_second) };
+        let owed = if self.tokens >= 0.0 { 0.0 } else { -self.tokens / rate.per_second };
+        let wait = Duration::try_from_secs_f64(owed).unwrap_or(MAX_WAIT);
         wait.max(held)
     }
 
@@ -100,6 +100,10 @@ struct State {
 /// The longest a destination's `Retry-After` holds it.
 pub const MAX_HOLD: Duration = Duration::from_secs(60);
 
+/// The longest wait a bucket computes (a rate's floor keeps real ones far
+/// below it).
+const MAX_WAIT: Duration = Duration::from_secs(86_400);
+
 /// The target of the handler's events.
 pub const EVENTS: &str = "events";
 
@@ -138,7 +142,7 @@ impl Throttles {
             }
             let bucket = state.buckets.entry(target.to_owned()).or_insert_with(|| Bucket::new(rate, now));
             let wait = bucket.take(now, n);
-            if deadline.is_some_and(|d| now + wait > d) {
+            if deadline.is_some_and(|d| now.checked_add(wait).is_none_or(|at| at > d)) {
                 // Given back: this taker does not wait.
                 if bucket.rate.is_some() {
                     bucket.tokens += f64::from(n);
@@ -174,7 +178,7 @@ impl Throttles {
         let now = Instant::now();
         let rate = self.rate_of(&state, target);
         let bucket = state.buckets.entry(target.to_owned()).or_insert_with(|| Bucket::new(rate, now));
-        let until = now + wait;
+        let until = now.checked_add(wait).unwrap_or(now);
         bucket.held_until = Some(bucket.held_until.map_or(until, |held| held.max(until)));
     }
 

@@ -48,6 +48,10 @@ struct Asked {
     key: Option<String>,
     #[serde(default)]
     key_base64: Option<String>,
+    /// How many events the operator was shown: refused (409) if the key
+    /// holds another number now.
+    #[serde(default)]
+    events: Option<i64>,
     #[serde(default)]
     reason: String,
 }
@@ -110,13 +114,13 @@ pub(super) async fn list(
 }
 
 /// A release's or a dead-lettering's body, checked: the key and the reason.
-async fn read(state: &AdminState, body: Body) -> Result<(Vec<u8>, String), Response> {
+async fn read(state: &AdminState, body: Body) -> Result<(Vec<u8>, Option<i64>, String), Response> {
     let asked: Asked = body::json(body, state.body_timeout).await?;
     if asked.reason.chars().count() > MAX_REASON {
         return Err(refused(StatusCode::BAD_REQUEST, format!("reason is longer than {MAX_REASON} characters")));
     }
     let key = asked.key().map_err(|e| refused(StatusCode::BAD_REQUEST, e))?;
-    Ok((key, asked.reason))
+    Ok((key, asked.events, asked.reason))
 }
 
 fn shown(key: &[u8]) -> String {
@@ -132,19 +136,27 @@ pub(super) async fn release(
     if let Err(refusal) = handler(&state, &name) {
         return *refusal;
     }
-    let (key, reason) = match read(&state, body).await {
+    let (key, expected, reason) = match read(&state, body).await {
         Ok(read) => read,
         Err(refusal) => return refusal,
     };
-    match operate::release(&state.pool, &name, &key).await {
-        Ok(Some(events)) => {
+    match operate::release(&state.pool, &name, &key, expected).await {
+        Ok(events) => {
             tracing::info!(actor = %actor.name, %reason, key = %shown(&key), events, "quarantined key of `{name}` released");
             let message = format!("released key `{}`: its {events} event(s) run again, in order", shown(&key));
             let detail = audit::Detail(json!({ "key": shown(&key), "events": events, "reason": reason }));
             (Extension(detail), Json(json!({ "released": true, "events": events, "message": message }))).into_response()
         }
-        Ok(None) => refused(StatusCode::NOT_FOUND, format!("key `{}` of `{name}` is not parked", shown(&key))),
-        Err(e) => routes::database(&e),
+        Err(e) => refusal(&name, &key, e),
+    }
+}
+
+/// An act on a key refused: 404 not parked, 409 busy or changed, 503.
+fn refusal(name: &str, key: &[u8], e: Refused) -> Response {
+    match e {
+        Refused::NotParked => refused(StatusCode::NOT_FOUND, format!("key `{}` of `{name}` is not parked", shown(key))),
+        e @ (Refused::Busy | Refused::Changed { .. }) => refused(StatusCode::CONFLICT, e.to_string()),
+        e @ Refused::Failed(_) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
@@ -158,21 +170,17 @@ pub(super) async fn dead_letter(
         Ok(shared) => shared,
         Err(refusal) => return *refusal,
     };
-    let (key, reason) = match read(&state, body).await {
+    let (key, expected, reason) = match read(&state, body).await {
         Ok(read) => read,
         Err(refusal) => return refusal,
     };
-    match operate::dead_letter_key(&shared, &key, &actor.name).await {
+    match operate::dead_letter_key(&shared, &key, expected, &actor.name).await {
         Ok(sent) => {
             tracing::info!(actor = %actor.name, %reason, key = %shown(&key), sent, "quarantined key of `{name}` dead-lettered");
             let message = format!("dead-lettered key `{}`: {sent} event(s) went to the dead-letter topic", shown(&key));
             let detail = audit::Detail(json!({ "key": shown(&key), "events": sent, "reason": reason }));
             (Extension(detail), Json(json!({ "dead_lettered": sent, "message": message }))).into_response()
         }
-        Err(Refused::NotParked) => {
-            refused(StatusCode::NOT_FOUND, format!("key `{}` of `{name}` is not parked", shown(&key)))
-        }
-        Err(e @ Refused::Busy) => refused(StatusCode::CONFLICT, e.to_string()),
-        Err(e @ Refused::Failed(_)) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        Err(e) => refusal(&name, &key, e),
     }
 }

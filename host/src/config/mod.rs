@@ -555,6 +555,36 @@ mod tests {
     }
 
     #[test]
+    fn the_quarantine_and_the_rates_are_checked() {
+        let quarantine = "ordering = \"key\"\n[handler.failure]\non_exhausted = \"quarantine\"\n";
+        let keyed = load(quarantine).expect("quarantine by key");
+        assert!(keyed.handlers[0].quarantines());
+        assert_eq!(keyed.handlers[0].failure.max_parked, 100_000);
+        refused("[handler.failure]\non_exhausted = \"quarantine\"\n", "ordering = \"partition\" forbids");
+        refused(
+            &quarantine.replace("[handler.failure]", "[handler.retry]\non_failure = \"block\"\n[handler.failure]"),
+            "needs retry.on_failure = \"dlq\"",
+        );
+        refused(&format!("{quarantine}max_parked = 0\n"), "max_parked = 0");
+        refused("[handler.failure]\non_exhausted = \"park\"\n", "unknown variant `park`");
+        let rated = load("max_events_per_second = 250.0\n[handler.http]\nrate = { \"API.example.com\" = { per_second = 5, burst = 9 } }\n")
+            .expect("rates");
+        let rates = rated.handlers[0].rates();
+        assert_eq!(rates["events"].per_second, 250.0);
+        assert_eq!(
+            (rates["api.example.com"].per_second, rates["api.example.com"].burst),
+            (5.0, 9),
+            "host names in lowercase"
+        );
+        refused("max_events_per_second = 0.0\n", "max_events_per_second: per_second = 0 must be between 0.001");
+        refused("max_events_per_second = 1e-20\n", "must be between 0.001");
+        refused("max_events_per_second = 2000000.0\n", "must be between 0.001 and 1000000");
+        refused("[handler.http]\nrate = { \"h\" = { per_second = 1, burst = 0 } }\n", "burst must be at least 1");
+        refused("[handler.http]\nrate = { \"https://h\" = { per_second = 1 } }\n", "without scheme, port or path");
+        refused("[handler.http]\nrate = { \"events\" = { per_second = 1 } }\n", "name a destination host");
+    }
+
+    #[test]
     fn emit_topics_and_outbox_producers_are_checked() {
         let emit = "[[handler.emit]]\ntopic = \"payments.requested\"\nevent_types = [\"p.v1\"]\nschema = \"p.json\"\n";
         let emitting = load(emit).expect("an emit topic");

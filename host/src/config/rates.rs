@@ -21,11 +21,16 @@ pub struct HttpRate {
 
 /// The highest rate a throttle takes (above it, use none).
 pub const MAX_PER_SECOND: f64 = 1_000_000.0;
+/// The lowest: one a quarter of an hour (below it, pause the handler).
+pub const MIN_PER_SECOND: f64 = 0.001;
 
 /// Whether `per_second` and `burst` make a rate; the error names `what`.
 pub fn check_rate(what: &str, per_second: f64, burst: Option<u32>) -> Result<crate::throttle::Rate, String> {
-    if !(per_second.is_finite() && per_second > 0.0 && per_second <= MAX_PER_SECOND) {
-        return Err(format!("{what}: per_second = {per_second} must be above 0 and at most {MAX_PER_SECOND}"));
+    if !(per_second.is_finite() && (MIN_PER_SECOND..=MAX_PER_SECOND).contains(&per_second)) {
+        return Err(format!(
+            "{what}: per_second = {per_second} must be between {MIN_PER_SECOND} and {MAX_PER_SECOND} (to stop it, \
+             pause the handler)"
+        ));
     }
     let rate = crate::throttle::Rate::per_second(per_second);
     match burst {

@@ -180,11 +180,17 @@ async fn a_key_failing_at_its_provider_is_parked_in_order_while_the_others_drain
         "{listed}"
     );
 
+    // Asked with another count than the key holds (what the operator saw
+    // is not what is there): refused, nothing sent.
+    let (status, answer) =
+        post(&admin_a, "/handlers/billing/quarantine/dead-letter", json!({ "key": WORSE, "events": 5 })).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("holds 2 event(s) now, not the 5 shown")), "{answer}");
     // customer-worse dead-lettered through the API: its two orders go to the DLQ.
     let (status, answer) = post(
         &admin_a,
         "/handlers/billing/quarantine/dead-letter",
-        json!({ "key": WORSE, "reason": "refunded by hand" }),
+        json!({ "key": WORSE, "events": 2, "reason": "refunded by hand" }),
     )
     .await;
     assert_eq!((status, &answer["dead_lettered"]), (200, &json!(2)), "{answer}");
@@ -237,6 +243,17 @@ async fn a_key_failing_at_its_provider_is_parked_in_order_while_the_others_drain
             && audited.iter().any(|(a, _)| a.contains("release")),
         "{audited:?}"
     );
+    // The handler's own role reaches none of the operators' tables: it can
+    // neither read nor change the trail, the quarantine, the pauses,
+    // rewinds or rates.
+    let guest = env.db.handler_pool("billing", "billing").await;
+    for table in ["idem.audit", "idem.parked_key", "idem.parked_event", "idem.throttle", "idem.pause", "idem.rewind"] {
+        for sql in [format!("SELECT 1 FROM {table} LIMIT 1"), format!("DELETE FROM {table}")] {
+            let refused = sqlx::query(&sql).execute(&guest).await;
+            assert!(refused.as_ref().is_err_and(|e| e.to_string().contains("permission denied")), "{sql}: {refused:?}");
+        }
+    }
+    guest.close().await;
     host::signal(&host_a, "TERM");
     let _ = host::wait_report(host_a);
     env.finish().await;

@@ -197,6 +197,9 @@ impl HttpCapability {
         host: String,
     ) -> Result<Response, HttpError> {
         let (mut attempt, mut held) = (1, 0);
+        // Only the last request's throttle excuses a failure: the guest may
+        // have gone on without the throttled call's answer.
+        self.throttled = None;
         loop {
             // The destination's turn: its rate, and any `Retry-After` it asked for.
             let latest = self.deadline.checked_sub(retry::MIN_ATTEMPT).unwrap_or(self.deadline);

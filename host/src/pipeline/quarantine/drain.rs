@@ -1,8 +1,9 @@
 //! Running parked events: on every host, one task per quarantining handler
 //! leases a due key at a time and runs its events in order, each through
-//! the handler's executor under one of its `concurrency` permits, as the
-//! partition worker would. What each failure does to the key is
-//! [`after`]'s; the table's side of it is `store`'s.
+//! the handler's executor under its events' rate and one of its
+//! `concurrency` permits, as the partition worker would. What each failure
+//! does to the key is [`after`]'s; the table's side, fenced by the lease,
+//! is `lease`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::LEASE_SECONDS;
-use super::store::{self, Lease, ParkedEvent};
+use super::lease::{self, Finished, Lease, ParkedEvent};
 use crate::error::{ErrorClass, ExecError};
 use crate::executor::Outcome;
 use crate::pipeline::HandlerContext;
@@ -23,6 +24,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(250);
 const COUNT_EVERY: Duration = Duration::from_secs(5);
 /// How long a key waits after an outage (the database, the DLQ).
 const OUTAGE_WAIT_MS: u64 = 5_000;
+/// How long a key of a paused partition waits before it is looked at again.
+const PAUSED_WAIT_MS: u64 = 1_000;
 
 /// Starts the handler's runner of parked events, until `stop`.
 pub(crate) fn spawn(shared: Arc<HandlerContext>, mut stop: watch::Receiver<bool>) {
@@ -33,22 +36,19 @@ pub(crate) fn spawn(shared: Arc<HandlerContext>, mut stop: watch::Receiver<bool>
                 counted = tokio::time::Instant::now();
                 super::operate::count(&shared).await;
             }
-            let leased = store::lease_due(&shared.idem_pool, &shared.name, &shared.quarantine.host, LEASE_SECONDS).await;
-            let idle = match leased {
-                Ok(Some(lease)) => {
-                    run_key(&shared, &lease, &stop).await;
-                    false
-                }
-                Ok(None) => true,
+            let token = lease::token(&shared.quarantine.host);
+            let busy = match lease::due(&shared.idem_pool, &shared.name, &token, LEASE_SECONDS).await {
+                Ok(Some(lease)) => run_key(&shared, &lease, &stop).await,
+                Ok(None) => false,
                 Err(e) => {
                     tracing::warn!(handler = %shared.name, "failed to look for parked keys that are due: {e}");
-                    true
+                    false
                 }
             };
             if *stop.borrow() {
                 return;
             }
-            if idle {
+            if !busy {
                 tokio::select! {
                     _ = tokio::time::sleep(LOOK_EVERY) => {}
                     _ = stop.wait_for(|s| *s) => return,
@@ -59,38 +59,40 @@ pub(crate) fn spawn(shared: Arc<HandlerContext>, mut stop: watch::Receiver<bool>
 }
 
 /// Runs the leased key's events in order until one fails, none is left
-/// (the key is let go), the handler or partition is paused, or `stop`.
-async fn run_key(shared: &HandlerContext, lease: &Lease, stop: &watch::Receiver<bool>) {
+/// (the key is let go), the handler or partition is paused, the lease is
+/// lost, or `stop`: whether it ran anything (else the task rests).
+async fn run_key(shared: &HandlerContext, lease: &Lease, stop: &watch::Receiver<bool>) -> bool {
     let (pool, name) = (&shared.idem_pool, &shared.name);
     loop {
-        let paused = shared.pauses.holds(name, &lease.topic, lease.partition);
-        if *stop.borrow() || paused {
-            // Due again at once: whoever runs it next starts where this left.
-            let _ = store::wait(pool, name, &lease.key, Some(0), "", "").await;
-            return;
+        if *stop.borrow() || shared.pauses.holds(name, &lease.topic, lease.partition) {
+            // Due again soon: whoever runs it next starts where this left.
+            let _ = lease::wait(pool, name, lease, Some(PAUSED_WAIT_MS), ("", "")).await;
+            return false;
         }
-        let first = match store::first(pool, name, lease).await {
+        let first = match lease::first(pool, name, lease, None).await {
             Ok(first) => first,
             Err(e) => return outage(shared, lease, &format!("failed to read a parked event: {e}")).await,
         };
         let Some(event) = first else {
-            match store::finish(pool, name, &lease.key).await {
-                Ok(true) => {
+            match lease::finish(pool, name, lease).await {
+                Ok(Finished::LetGo) => {
                     shared.quarantine.forget(&lease.key);
                     tracing::info!(handler = %name, key = %shown(&lease.key), "every parked event of the key ran: it is let go");
-                    return;
+                    return true;
                 }
-                Ok(false) => continue,
+                Ok(Finished::More) => continue,
+                Ok(Finished::Lost) => return true,
                 Err(e) => return outage(shared, lease, &format!("failed to let the key go: {e}")).await,
             }
         };
         match run_event(shared, lease, &event).await {
             Ran::Next => {}
+            Ran::Lost => return true,
             Ran::Wait(due_ms, reason, class) => {
-                if let Err(e) = store::wait(pool, name, &lease.key, due_ms, &reason, class).await {
+                if let Err(e) = lease::wait(pool, name, lease, due_ms, (&reason, class)).await {
                     tracing::warn!(handler = %name, "failed to record a parked key's wait (its lease runs out): {e}");
                 }
-                return;
+                return true;
             }
         }
     }
@@ -100,24 +102,18 @@ async fn run_key(shared: &HandlerContext, lease: &Lease, stop: &watch::Receiver<
 enum Ran {
     /// It is resolved and its row gone: the next one.
     Next,
+    /// The lease was lost: another runner has the key; stop.
+    Lost,
     /// The key waits: this long (`None`: held for an operator), with the
     /// failure's reason and class (empty: unchanged).
     Wait(Option<u64>, String, &'static str),
 }
 
-/// Runs `event`, counted first (an execution that kills the host is spent).
+/// Runs `event`: its turn under the events' rate and a permit first, then
+/// counted (an execution that kills the host is spent), then executed
+/// with the lease renewed meanwhile.
 async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) -> Ran {
     let (pool, name, record) = (&shared.idem_pool, &shared.name, &event.record);
-    let max = shared.config.retry.max_attempts;
-    let attempts = match store::spend(pool, name, &lease.key, event.seq, 1).await {
-        Ok(n) => u32::try_from(n).unwrap_or(0),
-        Err(e) => return waiting_out(&format!("failed to count a parked event's execution: {e}")),
-    };
-    if attempts > max {
-        let reason = format!("{} executions started and none finished: the event ends the host process", attempts - 1);
-        tracing::error!(handler = %name, offset = record.offset, "{reason}");
-        return Ran::Wait(None, reason, ErrorClass::Permanent.as_str());
-    }
     let valid = match shared.validator.validate(record) {
         Ok(valid) => valid,
         Err(invalid) => {
@@ -127,9 +123,31 @@ async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) 
     };
     let _ = shared.slot.executor().throttles().pass(crate::throttle::EVENTS, None).await;
     let Ok(permit) = shared.permits.acquire().await else { return waiting_out("the handler is closing") };
+    let attempts = match lease::spend(pool, name, lease, event.seq, 1).await {
+        Ok(Some(n)) => u32::try_from(n).unwrap_or(0),
+        Ok(None) => return Ran::Lost,
+        Err(e) => return waiting_out(&format!("failed to count a parked event's execution: {e}")),
+    };
+    let max = shared.config.retry.max_attempts;
+    if attempts > max {
+        let reason = format!("{} executions started and none finished: the event ends the host process", attempts - 1);
+        tracing::error!(handler = %name, offset = record.offset, "{reason}");
+        return Ran::Wait(None, reason, ErrorClass::Permanent.as_str());
+    }
     let executor = shared.slot.executor();
     let on = executor.handler().version();
-    let result = executor.execute(&valid, attempts).await;
+    let execution = executor.execute(&valid, attempts);
+    tokio::pin!(execution);
+    // The lease renewed while the event runs; a lost one lets the execution
+    // end (its effect is the ledger's to keep once), and nothing after it.
+    let result = loop {
+        tokio::select! {
+            result = &mut execution => break result,
+            () = tokio::time::sleep(Duration::from_secs_f64(LEASE_SECONDS / 3.0)) => {
+                let _ = lease::renew(pool, name, lease, LEASE_SECONDS).await;
+            }
+        }
+    };
     shared.slot.count(on, result.as_ref().map(|o| *o).map_err(drop));
     drop(permit);
     match result {
@@ -142,12 +160,19 @@ async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) 
 }
 
 /// The event failed on version `on`, its `attempts`-th execution.
-async fn after(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent, on: Option<i32>, error: ExecError, attempts: u32) -> Ran {
+async fn after(
+    shared: &HandlerContext,
+    lease: &Lease,
+    event: &ParkedEvent,
+    on: Option<i32>,
+    error: ExecError,
+    attempts: u32,
+) -> Ran {
     let (pool, name) = (&shared.idem_pool, &shared.name);
     let class = error.class();
     let reason = crate::text::controls_escaped(&error.to_string(), 4_000);
     let offset = event.record.offset;
-    let unspend = || store::spend(pool, name, &lease.key, event.seq, -1);
+    let unspend = || lease::spend(pool, name, lease, event.seq, -1);
     match class {
         // Never an attempt spent on a version no longer active, nor on an outage.
         _ if matches!(error, ExecError::StaleModule(_)) => {
@@ -171,7 +196,10 @@ async fn after(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent, on: 
             Ran::Wait(Some(wait.as_millis() as u64), reason, class.as_str())
         }
         ErrorClass::Retryable => {
-            tracing::error!(handler = %name, offset, attempts, "a parked event's attempts are spent: its key is held for an operator: {reason}");
+            tracing::error!(
+                handler = %name, offset, attempts,
+                "a parked event's attempts are spent: its key is held for an operator: {reason}"
+            );
             shared.stats.failed(class);
             Ran::Wait(None, reason, class.as_str())
         }
@@ -185,11 +213,12 @@ async fn after(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent, on: 
 
 /// The event leaves the quarantine.
 async fn resolved(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) -> Ran {
-    match store::done(&shared.idem_pool, &shared.name, &lease.key, event.seq, LEASE_SECONDS).await {
-        Ok(()) => {
+    match lease::done(&shared.idem_pool, &shared.name, lease, event.seq, LEASE_SECONDS).await {
+        Ok(true) => {
             Stats::add(&shared.stats.unparked);
             Ran::Next
         }
+        Ok(false) => Ran::Lost,
         // Run again later: a duplicate then, so it takes effect once.
         Err(e) => waiting_out(&format!("failed to remove a parked event that ran: {e}")),
     }
@@ -208,9 +237,11 @@ fn waiting_out(why: &str) -> Ran {
     Ran::Wait(Some(OUTAGE_WAIT_MS), String::new(), "")
 }
 
-async fn outage(shared: &HandlerContext, lease: &Lease, why: &str) {
+/// An outage outside an execution: the key waits; the task goes on.
+async fn outage(shared: &HandlerContext, lease: &Lease, why: &str) -> bool {
     tracing::warn!(handler = %shared.name, "{why}; the key is tried again later");
-    let _ = store::wait(&shared.idem_pool, &shared.name, &lease.key, Some(OUTAGE_WAIT_MS), "", "").await;
+    let _ = lease::wait(&shared.idem_pool, &shared.name, lease, Some(OUTAGE_WAIT_MS), ("", "")).await;
+    false
 }
 
 fn counted(stats: &Stats, outcome: Outcome) {

@@ -34,6 +34,7 @@
 //! (permanent, invalid).
 
 mod drain;
+pub mod lease;
 pub mod operate;
 pub mod store;
 

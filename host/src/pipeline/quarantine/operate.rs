@@ -5,7 +5,7 @@
 use serde::Serialize;
 use sqlx::Row as _;
 
-use super::{LEASE_SECONDS, store};
+use super::{LEASE_SECONDS, lease, store};
 use crate::pipeline::dlq::Refusal;
 use crate::pipeline::HandlerContext;
 use crate::pipeline::dlq::Failure;
@@ -104,68 +104,105 @@ pub(crate) async fn count(shared: &HandlerContext) {
 }
 
 /// An operator's release of `key`: its events are due at once. The
-/// number of its events (`None`: the key is not parked).
-pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8]) -> sqlx::Result<Option<i64>> {
-    store::release(pool, handler, key).await
+/// number of its events (`None`: the key is not parked); with `expected`,
+/// refused unless the key holds that many (what the operator saw).
+pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: Option<i64>) -> Result<i64, Refused> {
+    if let Some(expected) = expected {
+        seen(pool, handler, key, expected).await?;
+    }
+    store::release(pool, handler, key).await.map_err(failed)?.ok_or(Refused::NotParked)
 }
 
-/// Why dead-lettering a key stopped.
+/// Why an operator's act on a key was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum Refused {
     #[error("the key is not parked")]
     NotParked,
     #[error("another host is running the key's events now; try again in a minute")]
     Busy,
+    #[error("the key holds {now} event(s) now, not the {seen} shown: look again")]
+    Changed { seen: i64, now: i64 },
     #[error("{0}")]
     Failed(String),
 }
 
-/// An operator sends every parked event of `key` to the dead-letter topic,
-/// in order, and lets the key go: how many went. Leased first, so no host
-/// runs them meanwhile; an outage stops it with what it did so far (the
-/// rest stay parked).
-pub(crate) async fn dead_letter_key(shared: &HandlerContext, key: &[u8], actor: &str) -> Result<i64, Refused> {
-    let (pool, name, host) = (&shared.idem_pool, &shared.name, &shared.quarantine.host);
-    let failed = |e: sqlx::Error| Refused::Failed(format!("the quarantine's tables did not answer: {e}"));
-    if !store::lease_key(pool, name, key, host, LEASE_SECONDS).await.map_err(failed)? {
-        let parked: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.parked_key WHERE handler = $1 AND key = $2)")
-            .bind(name)
-            .bind(key)
-            .fetch_one(pool)
-            .await
-            .map_err(failed)?;
-        return Err(if parked { Refused::Busy } else { Refused::NotParked });
+fn failed(e: sqlx::Error) -> Refused {
+    Refused::Failed(format!("the quarantine's tables did not answer: {e}"))
+}
+
+/// The key holds `expected` events (what the operator was shown), or the refusal.
+async fn seen(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: i64) -> Result<(), Refused> {
+    let parked: Option<i64> = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM idem.parked_event e WHERE e.handler = k.handler AND e.key = k.key) \
+         FROM idem.parked_key k WHERE k.handler = $1 AND k.key = $2",
+    )
+    .bind(handler)
+    .bind(key)
+    .fetch_optional(pool)
+    .await
+    .map_err(failed)?;
+    match parked {
+        None => Err(Refused::NotParked),
+        Some(now) if now != expected => Err(Refused::Changed { seen: expected, now }),
+        Some(_) => Ok(()),
     }
-    let lease: store::Lease = {
-        let row = sqlx::query("SELECT topic, \"partition\" FROM idem.parked_key WHERE handler = $1 AND key = $2")
-            .bind(name)
-            .bind(key)
-            .fetch_one(pool)
-            .await
-            .map_err(failed)?;
-        store::Lease { key: key.to_vec(), topic: row.get(0), partition: row.get(1) }
+}
+
+/// An operator sends the parked events of `key` to the dead-letter topic,
+/// in order — those parked when asked (`expected` of them, if given: what
+/// the operator was shown) — and lets the key go, or, when more were
+/// parked meanwhile, releases it for those. How many went. Leased first,
+/// so no runner runs them meanwhile; an outage stops it with what it did
+/// so far (the rest stay parked).
+pub(crate) async fn dead_letter_key(
+    shared: &HandlerContext,
+    key: &[u8],
+    expected: Option<i64>,
+    actor: &str,
+) -> Result<i64, Refused> {
+    let (pool, name) = (&shared.idem_pool, &shared.name);
+    if let Some(expected) = expected {
+        seen(pool, name, key, expected).await?;
+    }
+    let token = lease::token(&shared.quarantine.host);
+    let Some(lease) = lease::key(pool, name, key, &token, LEASE_SECONDS).await.map_err(failed)? else {
+        let parked: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.parked_key WHERE handler = $1 AND key = $2)")
+                .bind(name)
+                .bind(key)
+                .fetch_one(pool)
+                .await
+                .map_err(failed)?;
+        return Err(if parked { Refused::Busy } else { Refused::NotParked });
     };
+    let last: Option<i64> = sqlx::query_scalar("SELECT max(seq) FROM idem.parked_event WHERE handler = $1 AND key = $2")
+        .bind(name)
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .map_err(failed)?;
+    let reason = format!("dead-lettered from the quarantine by {actor}: {}", last_failure(pool, name, key).await);
     let mut sent = 0;
-    loop {
-        let Some(event) = store::first(pool, name, &lease).await.map_err(failed)? else {
-            if store::finish(pool, name, key).await.map_err(failed)? {
-                shared.quarantine.forget(key);
-                return Ok(sent);
-            }
-            continue;
-        };
-        let reason = format!("dead-lettered from the quarantine by {actor}: {}", last_failure(pool, name, key).await);
-        let failure = Failure {
-            class: crate::error::ErrorClass::Retryable,
-            reason,
-            attempts: u32::try_from(event.attempts).unwrap_or(0),
-            replays: 0,
-        };
+    while let Some(event) = lease::first(pool, name, &lease, Some(last.unwrap_or(0))).await.map_err(failed)? {
+        let attempts = u32::try_from(event.attempts).unwrap_or(0);
+        let failure = Failure { class: crate::error::ErrorClass::Retryable, reason: reason.clone(), attempts, replays: 0 };
         send_to_dlq(shared, &event.record, &failure).await.map_err(Refused::Failed)?;
-        store::done(pool, name, key, event.seq, LEASE_SECONDS).await.map_err(failed)?;
+        if !lease::done(pool, name, &lease, event.seq, LEASE_SECONDS).await.map_err(failed)? {
+            return Err(Refused::Busy);
+        }
         Stats::add(&shared.stats.unparked);
         sent += 1;
     }
+    match lease::finish(pool, name, &lease).await.map_err(failed)? {
+        lease::Finished::LetGo => shared.quarantine.forget(key),
+        // Parked after the operator asked: they run, as after a release.
+        lease::Finished::More => {
+            store::release(pool, name, key).await.map_err(failed)?;
+            lease::wait(pool, name, &lease, Some(0), ("", "")).await.map_err(failed)?;
+        }
+        lease::Finished::Lost => return Err(Refused::Busy),
+    }
+    Ok(sent)
 }
 
 async fn last_failure(pool: &sqlx::PgPool, handler: &str, key: &[u8]) -> String {

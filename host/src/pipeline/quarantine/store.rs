@@ -1,6 +1,6 @@
 //! The quarantine's rows (`idem.parked_key`, `idem.parked_event`): parking
-//! a key or an event behind it, leasing a due key to run its events,
-//! finishing it, and what operators see and ask.
+//! a key or an event behind it, the parked keys, an operator's release.
+//! Running a key's events under a lease is `lease`'s.
 //!
 //! Two writers meet on a key: the partition's owner appending the key's
 //! new events, and whoever runs its parked ones (any host, under a lease).
@@ -11,7 +11,6 @@
 //! ones parked before it.
 
 use base64::Engine as _;
-use sqlx::Row as _;
 
 use crate::validate::Record;
 
@@ -36,21 +35,6 @@ pub enum Parked {
     Full,
 }
 
-/// One parked event, as the runner reads it back.
-pub struct ParkedEvent {
-    pub seq: i64,
-    pub attempts: i32,
-    pub record: Record,
-}
-
-/// A key leased to this host to run its events.
-#[derive(Debug, Clone)]
-pub struct Lease {
-    pub key: Vec<u8>,
-    pub topic: String,
-    pub partition: i32,
-}
-
 /// Parks `record`: as its key's first event with `failure` (`head`, the
 /// key then parked as `state` unless it is already), or behind the events
 /// of a key parked already (`head` is `None`), with `attempts` spent.
@@ -70,6 +54,24 @@ pub async fn park(
         .fetch_optional(&mut *tx)
         .await?
         .is_some();
+    if !parked && head.is_none() {
+        return Ok(Parked::KeyGone);
+    }
+    // A redelivery of a record parked already (its offset not committed
+    // before a crash): stored once, whatever the cap.
+    let stored: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM idem.parked_event WHERE handler = $1 AND topic = $2 AND \"partition\" = $3 \
+         AND \"offset\" = $4)",
+    )
+    .bind(handler)
+    .bind(&record.topic)
+    .bind(record.partition)
+    .bind(record.offset)
+    .fetch_one(&mut *tx)
+    .await?;
+    if stored {
+        return Ok(Parked::Stored);
+    }
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM idem.parked_event WHERE handler = $1")
         .bind(handler)
         .fetch_one(&mut *tx)
@@ -77,34 +79,12 @@ pub async fn park(
     if held >= i64::try_from(max_parked).unwrap_or(i64::MAX) {
         return Ok(Parked::Full);
     }
-    match (parked, head) {
-        (false, None) => return Ok(Parked::KeyGone),
-        (false, Some((state, reason, class))) => {
-            let (state, due_ms) = match state {
-                State::Retrying(ms) => ("retrying", Some(ms as f64 / 1000.0)),
-                State::Held => ("held", None),
-            };
-            sqlx::query(
-                "INSERT INTO idem.parked_key (handler, key, topic, \"partition\", state, due_at, first_failure, \
-                 last_failure, last_class) VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6), $7, $7, $8)",
-            )
-            .bind(handler)
-            .bind(key)
-            .bind(&record.topic)
-            .bind(record.partition)
-            .bind(state)
-            .bind(due_ms)
-            .bind(reason)
-            .bind(class)
-            .execute(&mut *tx)
-            .await?;
-        }
-        (true, _) => {}
+    if let (false, Some(first)) = (parked, head) {
+        park_key(&mut tx, handler, record, key, first).await?;
     }
     sqlx::query(
         "INSERT INTO idem.parked_event (handler, key, topic, \"partition\", \"offset\", value, headers, \
-         record_timestamp, attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-         ON CONFLICT (handler, topic, \"partition\", \"offset\") DO NOTHING",
+         record_timestamp, attempts) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(handler)
     .bind(key)
@@ -121,156 +101,39 @@ pub async fn park(
     Ok(Parked::Stored)
 }
 
-/// The handler's parked keys (to know, at an assignment, which keys' new
-/// events must be parked behind them).
-pub async fn keys(pool: &sqlx::PgPool, handler: &str) -> sqlx::Result<Vec<Vec<u8>>> {
-    sqlx::query_scalar("SELECT key FROM idem.parked_key WHERE handler = $1").bind(handler).fetch_all(pool).await
-}
-
-/// Leases a key that is due (not held, its time come, no live lease) to
-/// `host` for `lease_secs`: its events run on this host meanwhile.
-pub async fn lease_due(pool: &sqlx::PgPool, handler: &str, host: &str, lease_secs: f64) -> sqlx::Result<Option<Lease>> {
-    let row = sqlx::query(
-        "UPDATE idem.parked_key k SET leased_by = $2, lease_until = now() + make_interval(secs => $3) \
-         FROM (SELECT handler, key FROM idem.parked_key WHERE handler = $1 AND state <> 'held' AND due_at <= now() \
-               AND (lease_until IS NULL OR lease_until < now()) ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) due \
-         WHERE k.handler = due.handler AND k.key = due.key RETURNING k.key, k.topic, k.\"partition\"",
-    )
-    .bind(handler)
-    .bind(host)
-    .bind(lease_secs)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(|r| Lease { key: r.get(0), topic: r.get(1), partition: r.get(2) }))
-}
-
-/// Leases `key` whatever its state, unless another host's lease on it
-/// is live: `false` then (or when the key is not parked).
-pub async fn lease_key(pool: &sqlx::PgPool, handler: &str, key: &[u8], host: &str, lease_secs: f64) -> sqlx::Result<bool> {
-    let leased = sqlx::query(
-        "UPDATE idem.parked_key SET leased_by = $3, lease_until = now() + make_interval(secs => $4) \
-         WHERE handler = $1 AND key = $2 AND (lease_until IS NULL OR lease_until < now() OR leased_by = $3)",
-    )
-    .bind(handler)
-    .bind(key)
-    .bind(host)
-    .bind(lease_secs)
-    .execute(pool)
-    .await?;
-    Ok(leased.rows_affected() == 1)
-}
-
-/// The key's first parked event, if it has one.
-pub async fn first(pool: &sqlx::PgPool, handler: &str, lease: &Lease) -> sqlx::Result<Option<ParkedEvent>> {
-    let row = sqlx::query(
-        "SELECT seq, attempts, \"offset\", value, headers, record_timestamp FROM idem.parked_event \
-         WHERE handler = $1 AND key = $2 ORDER BY seq LIMIT 1",
-    )
-    .bind(handler)
-    .bind(&lease.key)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(|r| ParkedEvent {
-        seq: r.get(0),
-        attempts: r.get(1),
-        record: Record {
-            topic: lease.topic.clone(),
-            partition: lease.partition,
-            offset: r.get(2),
-            key: Some(lease.key.clone()),
-            payload: r.get(3),
-            headers: headers_from(&r.get::<serde_json::Value, _>(4)),
-            timestamp: r.get(5),
-        },
-    }))
-}
-
-/// Counts one more execution of the event, before it runs: the count.
-pub async fn spend(pool: &sqlx::PgPool, handler: &str, key: &[u8], seq: i64, by: i32) -> sqlx::Result<i32> {
-    sqlx::query_scalar(
-        "UPDATE idem.parked_event SET attempts = greatest(attempts + $4, 0) \
-         WHERE handler = $1 AND key = $2 AND seq = $3 RETURNING attempts",
-    )
-    .bind(handler)
-    .bind(key)
-    .bind(seq)
-    .bind(by)
-    .fetch_optional(pool)
-    .await
-    .map(|n| n.unwrap_or(0))
-}
-
-/// The event ran (or went to the dead-letter topic): it leaves the
-/// quarantine, and the key's lease is renewed for the next.
-pub async fn done(pool: &sqlx::PgPool, handler: &str, key: &[u8], seq: i64, lease_secs: f64) -> sqlx::Result<()> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("DELETE FROM idem.parked_event WHERE handler = $1 AND key = $2 AND seq = $3")
-        .bind(handler)
-        .bind(key)
-        .bind(seq)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query(
-        "UPDATE idem.parked_key SET lease_until = now() + make_interval(secs => $3) WHERE handler = $1 AND key = $2",
-    )
-    .bind(handler)
-    .bind(key)
-    .bind(lease_secs)
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await
-}
-
-/// The key's first event failed again: it waits `due_ms` (`None`: held
-/// for an operator), the lease let go.
-pub async fn wait(
-    pool: &sqlx::PgPool,
+/// The key's row, as `record`'s failure parks it.
+async fn park_key(
+    tx: &mut sqlx::PgConnection,
     handler: &str,
+    record: &Record,
     key: &[u8],
-    due_ms: Option<u64>,
-    reason: &str,
-    class: &str,
+    (state, reason, class): (State, &str, &str),
 ) -> sqlx::Result<()> {
-    let state = if due_ms.is_some() { "CASE WHEN state = 'released' THEN 'released' ELSE 'retrying' END" } else { "'held'" };
-    sqlx::query(&format!(
-        "UPDATE idem.parked_key SET state = {state}, due_at = now() + make_interval(secs => $3), \
-         last_failure = coalesce($4, last_failure), last_class = coalesce($5, last_class), \
-         leased_by = NULL, lease_until = NULL WHERE handler = $1 AND key = $2"
-    ))
+    let (state, due_ms) = match state {
+        State::Retrying(ms) => ("retrying", Some(ms as f64 / 1000.0)),
+        State::Held => ("held", None),
+    };
+    sqlx::query(
+        "INSERT INTO idem.parked_key (handler, key, topic, \"partition\", state, due_at, first_failure, \
+         last_failure, last_class) VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6), $7, $7, $8)",
+    )
     .bind(handler)
     .bind(key)
-    .bind(due_ms.map(|ms| ms as f64 / 1000.0))
-    .bind((!reason.is_empty()).then_some(reason))
-    .bind((!class.is_empty()).then_some(class))
-    .execute(pool)
+    .bind(&record.topic)
+    .bind(record.partition)
+    .bind(state)
+    .bind(due_ms)
+    .bind(reason)
+    .bind(class)
+    .execute(tx)
     .await
     .map(drop)
 }
 
-/// Lets the key go if it has no event left: `true` then. Under its row
-/// lock, so an append either came first (and is seen) or finds it gone.
-pub async fn finish(pool: &sqlx::PgPool, handler: &str, key: &[u8]) -> sqlx::Result<bool> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT 1 FROM idem.parked_key WHERE handler = $1 AND key = $2 FOR UPDATE")
-        .bind(handler)
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let left: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.parked_event WHERE handler = $1 AND key = $2)")
-            .bind(handler)
-            .bind(key)
-            .fetch_one(&mut *tx)
-            .await?;
-    if !left {
-        sqlx::query("DELETE FROM idem.parked_key WHERE handler = $1 AND key = $2")
-            .bind(handler)
-            .bind(key)
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(!left)
+/// The handler's parked keys (to know, at an assignment, which keys' new
+/// events must be parked behind them).
+pub async fn keys(pool: &sqlx::PgPool, handler: &str) -> sqlx::Result<Vec<Vec<u8>>> {
+    sqlx::query_scalar("SELECT key FROM idem.parked_key WHERE handler = $1").bind(handler).fetch_all(pool).await
 }
 
 /// An operator's release: the key is due at once, its first event's
@@ -305,12 +168,12 @@ pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8]) -> sqlx::Re
 }
 
 /// A record's headers as stored: `[[name, base64 value or null], …]`.
-fn headers_json(headers: &[(String, Option<Vec<u8>>)]) -> serde_json::Value {
+pub(super) fn headers_json(headers: &[(String, Option<Vec<u8>>)]) -> serde_json::Value {
     let b64 = base64::engine::general_purpose::STANDARD;
     headers.iter().map(|(name, value)| serde_json::json!([name, value.as_ref().map(|v| b64.encode(v))])).collect()
 }
 
-fn headers_from(stored: &serde_json::Value) -> Vec<(String, Option<Vec<u8>>)> {
+pub(super) fn headers_from(stored: &serde_json::Value) -> Vec<(String, Option<Vec<u8>>)> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let pairs = stored.as_array().map(Vec::as_slice).unwrap_or_default();
     pairs

@@ -586,7 +586,7 @@ let quarantineNote = null;
 
 async function quarantineAct(name, action, k) {
   try {
-    const answer = await api("/handlers/" + enc(name) + "/quarantine/" + action, { method: "POST", json: { key_base64: k.key_base64 } });
+    const answer = await api("/handlers/" + enc(name) + "/quarantine/" + action, { method: "POST", json: { key_base64: k.key_base64, events: k.events } });
     quarantineNote = message(answer.message);
   } catch (e) {
     quarantineNote = message(e.message, true);
