@@ -155,7 +155,9 @@ pub(super) async fn release(
 fn refusal(name: &str, key: &[u8], e: Refused) -> Response {
     match e {
         Refused::NotParked => refused(StatusCode::NOT_FOUND, format!("key `{}` of `{name}` is not parked", shown(key))),
-        e @ (Refused::Busy | Refused::Changed { .. }) => refused(StatusCode::CONFLICT, e.to_string()),
+        e @ (Refused::Busy | Refused::Changed { .. } | Refused::Stopped { .. }) => {
+            refused(StatusCode::CONFLICT, e.to_string())
+        }
         e @ Refused::Failed(_) => refused(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }

@@ -110,7 +110,7 @@ impl OutboxConfig {
                     "{at}: the name is taken (a handler's, or another producer's): producers and handlers share one namespace"
                 );
             }
-            super::check_identifier(&at, "role", &p.role)?;
+            super::identifiers::check_identifier(&at, "role", &p.role)?;
             if !roles.insert(p.role.as_str()) {
                 bail!("{at}: role `{}` is another producer's", p.role);
             }

@@ -44,6 +44,7 @@ pub(super) const PYTHON_SDK: Embedded = embed![
     "sdk/python/idem/_event.py",
     "sdk/python/idem/_handler.py",
     "sdk/python/idem/_payload.py",
+    "sdk/python/idem/_runner.py",
     "sdk/python/idem/_values.py",
     "sdk/python/idem/_wit.py",
     "sdk/python/idem/config.py",

@@ -453,6 +453,32 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/handlers/{name}/rewinds", "get", c.get(url("/handlers/billing/rewinds"))),
         ("/handlers/{name}/rewinds/{id}", "get", c.get(url("/handlers/billing/rewinds/999"))),
         ("/handlers/{name}/rewinds", "get", c.get(url("/handlers/nobody/rewinds"))),
+        // The quarantine listed; a key not parked released, dead-lettered; a
+        // key named twice; the rates listed, one changed, one refused.
+        ("/handlers/{name}/quarantine", "get", c.get(url("/handlers/billing/quarantine"))),
+        (
+            "/handlers/{name}/quarantine/release",
+            "post",
+            c.post(url("/handlers/billing/quarantine/release")).json(&serde_json::json!({ "key": "nobody" })),
+        ),
+        (
+            "/handlers/{name}/quarantine/dead-letter",
+            "post",
+            c.post(url("/handlers/billing/quarantine/dead-letter"))
+                .json(&serde_json::json!({ "key": "k", "key_base64": "aw==" })),
+        ),
+        ("/handlers/{name}/throttles", "get", c.get(url("/handlers/billing/throttles"))),
+        (
+            "/handlers/{name}/throttle",
+            "post",
+            c.post(url("/handlers/billing/throttle"))
+                .json(&serde_json::json!({ "target": "events", "per_second": 500 })),
+        ),
+        (
+            "/handlers/{name}/throttle",
+            "post",
+            c.post(url("/handlers/billing/throttle")).json(&serde_json::json!({ "target": "a b", "reset": true })),
+        ),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -476,7 +502,8 @@ async fn the_openapi_document_describes_the_running_api() {
     );
     assert_eq!(statuses[31..34], [200, 400, 200], "the outbox; a redrive naming nothing, then all");
     assert_eq!(statuses[34..39], [200, 200, 400, 200, 404], "paused, listed, refused, resumed; unknown");
-    assert_eq!(statuses[39..], [200, 400, 200, 404, 404], "a dry rewind, refused, listed, no such rewind; unknown");
+    assert_eq!(statuses[39..44], [200, 400, 200, 404, 404], "a dry rewind, refused, listed, no such rewind; unknown");
+    assert_eq!(statuses[44..], [200, 404, 400, 200, 200, 400], "the quarantine, its refusals; the rates, set, refused");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

@@ -265,6 +265,10 @@ pub(super) struct QuarantineArgs {
     /// `key_base64`).
     #[arg(long)]
     pub(super) base64: bool,
+    /// Act only if the key holds this many events (as listed): refused
+    /// when more were parked since you looked.
+    #[arg(long, value_name = "N")]
+    pub(super) events: Option<i64>,
     /// Why (kept in the audit trail).
     #[arg(long, default_value = "")]
     pub(super) reason: String,

@@ -182,7 +182,7 @@ async fn quarantining(args: commands::QuarantineArgs) -> anyhow::Result<()> {
         }
     };
     let named = if args.base64 { "key_base64" } else { "key" };
-    let body = serde_json::json!({ named: key, "reason": args.reason });
+    let body = serde_json::json!({ named: key, "events": args.events, "reason": args.reason });
     let answer = quarantine::act(&admin.target(), handler, action, &body).await?;
     admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
 }
@@ -219,7 +219,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Test { config, handler, component, commit, no_scratch, http, watch, events } => {
+        Command::Test { config, handler, component, commit, no_scratch, http, watch, sources, events } => {
             let options = crate::app::trial::Options {
                 config,
                 handler,
@@ -229,6 +229,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 http,
                 no_scratch,
                 built: None,
+                sources,
             };
             if watch {
                 return crate::app::trial::watch(options).await;

@@ -21,6 +21,7 @@
 mod events;
 mod recorder;
 mod scratch;
+mod sources;
 mod watch;
 
 pub use watch::watch;
@@ -61,6 +62,8 @@ pub struct Options {
     /// The component built from a project folder (`--component DIR`, or a
     /// folder as the handler's `component`), by [`test()`].
     pub built: Option<PathBuf>,
+    /// A project's Python sources for the SDK's quick runner (`sources`).
+    pub sources: Option<PathBuf>,
 }
 
 /// Runs the events; `Ok(true)` when every one was processed or a duplicate.
@@ -234,7 +237,15 @@ async fn executor(
     crate::migrate::check(&admin).await?;
     let place = crate::sandbox::Place::of(h, &config.database_name()?)?;
     let pool = crate::sandbox::pool::connect(&config.database.url, &place, 2).await?;
-    let settings = HandlerSettings::of(h)?;
+    let settings = match &o.sources {
+        // The runner reads the project's modules from its config.
+        Some(dir) => {
+            let mut h = h.clone();
+            h.config.insert(sources::KEY.to_owned(), sources::collect(dir)?);
+            HandlerSettings::of(&h)?
+        }
+        None => HandlerSettings::of(h)?,
+    };
     let http = match rec {
         Some(r) => crate::capabilities::http::client_via(&settings.caps.http, &r.url, r.ca())?,
         None => crate::capabilities::http::client(&settings.caps.http)?,

@@ -47,6 +47,7 @@ pub async fn watch(o: Options) -> anyhow::Result<()> {
 fn inputs(o: &Options) -> Vec<PathBuf> {
     let mut paths = vec![o.config.clone(), o.events.clone()];
     paths.extend(o.component.clone());
+    paths.extend(o.sources.clone());
     let Ok(config) = Config::load(&o.config) else { return paths };
     if let Some(h) = config.handlers.iter().find(|h| h.name == o.handler) {
         paths.push(h.schema.clone());

@@ -111,6 +111,9 @@ fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
 
 impl HttpCapability {
     async fn send_checked(&mut self, request: Request) -> Result<Response, HttpError> {
+        // Only the last request's throttle excuses a failure: the guest may
+        // have gone on without the throttled call's answer.
+        self.throttled = None;
         self.requests.spend("requests").map_err(HttpError::Denied)?;
         let method = Method::from_bytes(request.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| HttpError::InvalidRequest(format!("method `{}`", request.method)))?;
@@ -197,9 +200,6 @@ impl HttpCapability {
         host: String,
     ) -> Result<Response, HttpError> {
         let (mut attempt, mut held) = (1, 0);
-        // Only the last request's throttle excuses a failure: the guest may
-        // have gone on without the throttled call's answer.
-        self.throttled = None;
         loop {
             // The destination's turn: its rate, and any `Retry-After` it asked for.
             let latest = self.deadline.checked_sub(retry::MIN_ATTEMPT).unwrap_or(self.deadline);

@@ -63,6 +63,8 @@ pub(crate) fn spawn(shared: Arc<HandlerContext>, mut stop: watch::Receiver<bool>
 /// lost, or `stop`: whether it ran anything (else the task rests).
 async fn run_key(shared: &HandlerContext, lease: &Lease, stop: &watch::Receiver<bool>) -> bool {
     let (pool, name) = (&shared.idem_pool, &shared.name);
+    // Renewed for as long as this runner has the key, waits included.
+    let _renewing = lease::keep_renewed(pool, name, lease, LEASE_SECONDS);
     loop {
         if *stop.borrow() || shared.pauses.holds(name, &lease.topic, lease.partition) {
             // Due again soon: whoever runs it next starts where this left.
@@ -110,8 +112,9 @@ enum Ran {
 }
 
 /// Runs `event`: its turn under the events' rate and a permit first, then
-/// counted (an execution that kills the host is spent), then executed
-/// with the lease renewed meanwhile.
+/// counted (an execution that kills the host is spent), then executed. A
+/// lease lost meanwhile lets the execution end (its effect is the
+/// ledger's to keep once), and nothing after it is written.
 async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) -> Ran {
     let (pool, name, record) = (&shared.idem_pool, &shared.name, &event.record);
     let valid = match shared.validator.validate(record) {
@@ -136,18 +139,7 @@ async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) 
     }
     let executor = shared.slot.executor();
     let on = executor.handler().version();
-    let execution = executor.execute(&valid, attempts);
-    tokio::pin!(execution);
-    // The lease renewed while the event runs; a lost one lets the execution
-    // end (its effect is the ledger's to keep once), and nothing after it.
-    let result = loop {
-        tokio::select! {
-            result = &mut execution => break result,
-            () = tokio::time::sleep(Duration::from_secs_f64(LEASE_SECONDS / 3.0)) => {
-                let _ = lease::renew(pool, name, lease, LEASE_SECONDS).await;
-            }
-        }
-    };
+    let result = executor.execute(&valid, attempts).await;
     shared.slot.count(on, result.as_ref().map(|o| *o).map_err(drop));
     drop(permit);
     match result {

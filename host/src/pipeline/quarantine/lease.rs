@@ -90,6 +90,64 @@ async fn renewed<'c>(on: impl sqlx::PgExecutor<'c>, handler: &str, lease: &Lease
     Ok(renewed.rows_affected() == 1)
 }
 
+/// Keeps the lease renewed from now until the returned guard is dropped:
+/// while the runner waits for a turn, a permit or the dead-letter topic,
+/// and while an event runs (in a task of its own, so a slow renewal never
+/// holds the execution up).
+pub fn keep_renewed(pool: &sqlx::PgPool, handler: &str, lease: &Lease, secs: f64) -> Renewing {
+    let (pool, handler, lease) = (pool.clone(), handler.to_owned(), lease.clone());
+    Renewing(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs_f64(secs / 3.0)).await;
+            if !matches!(renew(&pool, &handler, &lease, secs).await, Ok(true) | Err(_)) {
+                return;
+            }
+        }
+    }))
+}
+
+/// The renewing task of [`keep_renewed`], stopped when dropped.
+pub struct Renewing(tokio::task::JoinHandle<()>);
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Lets the lease go, the key as it was (an operator's act that stopped).
+pub async fn unlease(pool: &sqlx::PgPool, handler: &str, lease: &Lease) -> sqlx::Result<()> {
+    sqlx::query(&format!(
+        "UPDATE idem.parked_key SET leased_by = NULL, lease_until = NULL WHERE handler = $1 AND key = $2 AND {FENCE}"
+    ))
+    .bind(handler)
+    .bind(&lease.key)
+    .bind(&lease.token)
+    .execute(pool)
+    .await
+    .map(drop)
+}
+
+/// Hands the key over as released (due at once, its first event's
+/// attempts afresh) and lets the lease go: what is left of it after an
+/// operator dead-lettered what they saw.
+pub async fn hand_over(pool: &sqlx::PgPool, handler: &str, lease: &Lease) -> sqlx::Result<()> {
+    let mut tx = pool.begin().await?;
+    let held = sqlx::query(&format!(
+        "UPDATE idem.parked_key SET state = 'released', due_at = now(), leased_by = NULL, lease_until = NULL \
+         WHERE handler = $1 AND key = $2 AND {FENCE}"
+    ))
+    .bind(handler)
+    .bind(&lease.key)
+    .bind(&lease.token)
+    .execute(&mut *tx)
+    .await?;
+    if held.rows_affected() == 1 {
+        super::store::afresh(&mut tx, handler, &lease.key).await?;
+    }
+    tx.commit().await
+}
+
 /// The key's first parked event, if it has one (up to `last`, when given).
 pub async fn first(pool: &sqlx::PgPool, handler: &str, lease: &Lease, last: Option<i64>) -> sqlx::Result<Option<ParkedEvent>> {
     let row = sqlx::query(

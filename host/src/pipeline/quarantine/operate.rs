@@ -39,7 +39,7 @@ pub async fn list(pool: &sqlx::PgPool, handler: &str, limit: i64) -> sqlx::Resul
     use base64::Engine as _;
     let rows = sqlx::query(
         "SELECT k.key, k.topic, k.\"partition\", k.state, k.due_at, k.first_failure, k.last_failure, k.last_class, \
-         k.parked_at, CASE WHEN k.lease_until > now() THEN k.leased_by END, \
+         k.parked_at, CASE WHEN k.lease_until > now() THEN split_part(k.leased_by, '/', 1) END, \
          (SELECT count(*) FROM idem.parked_event e WHERE e.handler = k.handler AND e.key = k.key), \
          (SELECT min(\"offset\") FROM idem.parked_event e WHERE e.handler = k.handler AND e.key = k.key) \
          FROM idem.parked_key k WHERE k.handler = $1 ORDER BY k.parked_at, k.key LIMIT $2",
@@ -104,13 +104,17 @@ pub(crate) async fn count(shared: &HandlerContext) {
 }
 
 /// An operator's release of `key`: its events are due at once. The
-/// number of its events (`None`: the key is not parked); with `expected`,
-/// refused unless the key holds that many (what the operator saw).
+/// number of its events; with `expected`, refused unless the key holds
+/// that many (what the operator saw).
 pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: Option<i64>) -> Result<i64, Refused> {
     if let Some(expected) = expected {
-        seen(pool, handler, key, expected).await?;
+        seen(pool, handler, key, Some(expected)).await?;
     }
-    store::release(pool, handler, key).await.map_err(failed)?.ok_or(Refused::NotParked)
+    match store::release(pool, handler, key).await.map_err(failed)? {
+        store::Released::Events(n) => Ok(n),
+        store::Released::Busy => Err(Refused::Busy),
+        store::Released::NotParked => Err(Refused::NotParked),
+    }
 }
 
 /// Why an operator's act on a key was refused.
@@ -118,10 +122,12 @@ pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: O
 pub enum Refused {
     #[error("the key is not parked")]
     NotParked,
-    #[error("another host is running the key's events now; try again in a minute")]
+    #[error("a host is running the key's events right now; try again in a moment")]
     Busy,
     #[error("the key holds {now} event(s) now, not the {seen} shown: look again")]
     Changed { seen: i64, now: i64 },
+    #[error("{sent} event(s) went to the dead-letter topic, then it stopped: {why}")]
+    Stopped { sent: i64, why: String },
     #[error("{0}")]
     Failed(String),
 }
@@ -130,10 +136,12 @@ fn failed(e: sqlx::Error) -> Refused {
     Refused::Failed(format!("the quarantine's tables did not answer: {e}"))
 }
 
-/// The key holds `expected` events (what the operator was shown), or the refusal.
-async fn seen(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: i64) -> Result<(), Refused> {
-    let parked: Option<i64> = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM idem.parked_event e WHERE e.handler = k.handler AND e.key = k.key) \
+/// The key's events now — how many, and the last one's place — refused
+/// unless they are `expected` in number (what the operator was shown).
+async fn seen(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: Option<i64>) -> Result<Option<i64>, Refused> {
+    let parked: Option<(i64, Option<i64>)> = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM idem.parked_event e WHERE e.handler = k.handler AND e.key = k.key), \
+         (SELECT max(seq) FROM idem.parked_event e WHERE e.handler = k.handler AND e.key = k.key) \
          FROM idem.parked_key k WHERE k.handler = $1 AND k.key = $2",
     )
     .bind(handler)
@@ -141,19 +149,19 @@ async fn seen(pool: &sqlx::PgPool, handler: &str, key: &[u8], expected: i64) -> 
     .fetch_optional(pool)
     .await
     .map_err(failed)?;
-    match parked {
-        None => Err(Refused::NotParked),
-        Some(now) if now != expected => Err(Refused::Changed { seen: expected, now }),
-        Some(_) => Ok(()),
+    match (parked, expected) {
+        (None, _) => Err(Refused::NotParked),
+        (Some((now, _)), Some(seen)) if now != seen => Err(Refused::Changed { seen, now }),
+        (Some((_, last)), _) => Ok(last),
     }
 }
 
 /// An operator sends the parked events of `key` to the dead-letter topic,
 /// in order — those parked when asked (`expected` of them, if given: what
 /// the operator was shown) — and lets the key go, or, when more were
-/// parked meanwhile, releases it for those. How many went. Leased first,
-/// so no runner runs them meanwhile; an outage stops it with what it did
-/// so far (the rest stay parked).
+/// parked meanwhile, hands it over as released for those. How many went.
+/// Leased first, so no runner runs them meanwhile (and counted under the
+/// lease, so the count and the last one shown are one reading).
 pub(crate) async fn dead_letter_key(
     shared: &HandlerContext,
     key: &[u8],
@@ -161,46 +169,45 @@ pub(crate) async fn dead_letter_key(
     actor: &str,
 ) -> Result<i64, Refused> {
     let (pool, name) = (&shared.idem_pool, &shared.name);
-    if let Some(expected) = expected {
-        seen(pool, name, key, expected).await?;
-    }
     let token = lease::token(&shared.quarantine.host);
     let Some(lease) = lease::key(pool, name, key, &token, LEASE_SECONDS).await.map_err(failed)? else {
-        let parked: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM idem.parked_key WHERE handler = $1 AND key = $2)")
-                .bind(name)
-                .bind(key)
-                .fetch_one(pool)
-                .await
-                .map_err(failed)?;
-        return Err(if parked { Refused::Busy } else { Refused::NotParked });
+        return Err(match seen(pool, name, key, None).await {
+            Ok(_) => Refused::Busy,
+            Err(e) => e,
+        });
     };
-    let last: Option<i64> = sqlx::query_scalar("SELECT max(seq) FROM idem.parked_event WHERE handler = $1 AND key = $2")
-        .bind(name)
-        .bind(key)
-        .fetch_one(pool)
-        .await
-        .map_err(failed)?;
+    let _renewing = lease::keep_renewed(pool, name, &lease, LEASE_SECONDS);
+    let outcome = dead_letter_leased(shared, &lease, expected, actor).await;
+    if outcome.is_err() {
+        let _ = lease::unlease(pool, name, &lease).await;
+    }
+    outcome
+}
+
+/// [`dead_letter_key`] once the key is leased.
+async fn dead_letter_leased(shared: &HandlerContext, lease: &lease::Lease, expected: Option<i64>, actor: &str) -> Result<i64, Refused> {
+    let (pool, name, key) = (&shared.idem_pool, &shared.name, lease.key.as_slice());
+    let last = seen(pool, name, key, expected).await?.unwrap_or(0);
     let reason = format!("dead-lettered from the quarantine by {actor}: {}", last_failure(pool, name, key).await);
     let mut sent = 0;
-    while let Some(event) = lease::first(pool, name, &lease, Some(last.unwrap_or(0))).await.map_err(failed)? {
+    let stopped = |sent: i64, why: String| Refused::Stopped { sent, why };
+    while let Some(event) = lease::first(pool, name, lease, Some(last)).await.map_err(failed)? {
         let attempts = u32::try_from(event.attempts).unwrap_or(0);
         let failure = Failure { class: crate::error::ErrorClass::Retryable, reason: reason.clone(), attempts, replays: 0 };
-        send_to_dlq(shared, &event.record, &failure).await.map_err(Refused::Failed)?;
-        if !lease::done(pool, name, &lease, event.seq, LEASE_SECONDS).await.map_err(failed)? {
-            return Err(Refused::Busy);
+        send_to_dlq(shared, &event.record, &failure).await.map_err(|why| stopped(sent, why))?;
+        match lease::done(pool, name, lease, event.seq, LEASE_SECONDS).await {
+            Ok(true) => {}
+            Ok(false) => return Err(stopped(sent + 1, "another host took the key".into())),
+            Err(e) => return Err(stopped(sent + 1, e.to_string())),
         }
         Stats::add(&shared.stats.unparked);
         sent += 1;
     }
-    match lease::finish(pool, name, &lease).await.map_err(failed)? {
+    match lease::finish(pool, name, lease).await.map_err(|e| stopped(sent, e.to_string()))? {
         lease::Finished::LetGo => shared.quarantine.forget(key),
         // Parked after the operator asked: they run, as after a release.
-        lease::Finished::More => {
-            store::release(pool, name, key).await.map_err(failed)?;
-            lease::wait(pool, name, &lease, Some(0), ("", "")).await.map_err(failed)?;
-        }
-        lease::Finished::Lost => return Err(Refused::Busy),
+        lease::Finished::More => lease::hand_over(pool, name, lease).await.map_err(|e| stopped(sent, e.to_string()))?,
+        lease::Finished::Lost => return Err(stopped(sent, "another host took the key".into())),
     }
     Ok(sent)
 }

@@ -136,35 +136,59 @@ pub async fn keys(pool: &sqlx::PgPool, handler: &str) -> sqlx::Result<Vec<Vec<u8
     sqlx::query_scalar("SELECT key FROM idem.parked_key WHERE handler = $1").bind(handler).fetch_all(pool).await
 }
 
+/// What an operator's release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Released: the number of its events.
+    Events(i64),
+    /// A runner holds the key right now (its outcome would undo the release).
+    Busy,
+    NotParked,
+}
+
 /// An operator's release: the key is due at once, its first event's
-/// attempts start again. The number of its events (`None`: not parked).
-pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8]) -> sqlx::Result<Option<i64>> {
+/// attempts start again; refused while a runner holds it.
+pub async fn release(pool: &sqlx::PgPool, handler: &str, key: &[u8]) -> sqlx::Result<Released> {
     let mut tx = pool.begin().await?;
-    let released = sqlx::query(
-        "UPDATE idem.parked_key SET state = 'released', due_at = now() WHERE handler = $1 AND key = $2",
+    let lease: Option<bool> = sqlx::query_scalar(
+        "SELECT coalesce(lease_until > now(), false) FROM idem.parked_key WHERE handler = $1 AND key = $2 FOR UPDATE",
     )
     .bind(handler)
     .bind(key)
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
-    if released.rows_affected() == 0 {
-        return Ok(None);
+    match lease {
+        None => return Ok(Released::NotParked),
+        Some(true) => return Ok(Released::Busy),
+        Some(false) => {}
     }
-    sqlx::query(
-        "UPDATE idem.parked_event SET attempts = 0 WHERE handler = $1 AND key = $2 AND seq = \
-         (SELECT min(seq) FROM idem.parked_event WHERE handler = $1 AND key = $2)",
-    )
-    .bind(handler)
-    .bind(key)
-    .execute(&mut *tx)
-    .await?;
+    sqlx::query("UPDATE idem.parked_key SET state = 'released', due_at = now() WHERE handler = $1 AND key = $2")
+        .bind(handler)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+    afresh(&mut tx, handler, key).await?;
     let events = sqlx::query_scalar("SELECT count(*) FROM idem.parked_event WHERE handler = $1 AND key = $2")
         .bind(handler)
         .bind(key)
         .fetch_one(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(Some(events))
+    Ok(Released::Events(events))
+}
+
+/// The key's first event's attempts start again (in `tx`, which holds the
+/// key's row).
+pub(super) async fn afresh(tx: &mut sqlx::PgConnection, handler: &str, key: &[u8]) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE idem.parked_event SET attempts = 0 WHERE handler = $1 AND key = $2 AND seq = \
+         (SELECT min(seq) FROM idem.parked_event WHERE handler = $1 AND key = $2)",
+    )
+    .bind(handler)
+    .bind(key)
+    .execute(tx)
+    .await
+    .map(drop)
 }
 
 /// A record's headers as stored: `[[name, base64 value or null], …]`.
