@@ -24,7 +24,6 @@ mod retention;
 mod runtime;
 
 pub use admin::AdminConfig;
-pub(crate) use identifiers::is_reserved_schema;
 pub use dlq::DlqConfig;
 pub use failure::{HandlerFailure, OnExhausted};
 pub use group::GroupProtocol;
@@ -32,6 +31,7 @@ pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, HttpRetry,
     OnFailure,
 };
+pub(crate) use identifiers::is_reserved_schema;
 pub use ordering::{DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, Ordering, key_lane};
 pub use outbox::{HandlerEmit, OutboxConfig, OutboxProducer, ProducerTopic};
 pub use rates::{HttpRate, MAX_PER_SECOND, check_rate};
