@@ -118,10 +118,11 @@ async fn new_build_load_test(name: &str, lang: &str, env: &[(&str, PathBuf)]) ->
     // events whose ids lie around 2^53 and 2^63 appended; tested again, its
     // time printed (issue 47's goal: 3 s for Rust and TypeScript, 5 s for
     // Python).
-    // Python's loop is `./test.sh --quick` (its project's modules run in the
-    // SDK's quick runner, built once per machine: here, before the edit).
-    let quick: &[&str] = if lang == "python" { &["--quick"] } else { &[] };
-    if lang == "python" {
+    // Python's and TypeScript's loop is `./test.sh --quick` (the project
+    // runs in its SDK's quick runner, built once per machine: here, before
+    // the edit).
+    let quick: &[&str] = if lang == "rust" { &[] } else { &["--quick"] };
+    if !quick.is_empty() {
         let out = Command::new(dir.join("test.sh"))
             .arg("--quick")
             .env("IDEM", idem_tests::idem_bin())
@@ -131,6 +132,7 @@ async fn new_build_load_test(name: &str, lang: &str, env: &[(&str, PathBuf)]) ->
         let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "{name}: test.sh --quick failed ({}):\n{said}", out.status);
         assert!(said.contains("3 event(s), 0 failed (1 more failed as the file expects)"), "{name}: quick: {said}");
+        quick_names_a_type_error(&dir, name, lang, env);
     }
     call_the_https_service(&dir);
     let migration = dir.join("migrations/0001_init.sql");
@@ -218,6 +220,28 @@ fn tests_again_on_a_change(dir: &Path, name: &str) {
 const BEYOND_DOUBLES: u64 = (1 << 53) + 1;
 /// 2^63 − 1: PostgreSQL's largest `bigint`; one more fits no `int8`.
 const LARGEST_INT8: u64 = i64::MAX as u64;
+
+/// `./test.sh --quick` type-checks before it tests: a value of the wrong
+/// type fails it, naming the file, and no event is run.
+fn quick_names_a_type_error(dir: &Path, name: &str, lang: &str, env: &[(&str, PathBuf)]) {
+    let (file, wrong) = match lang {
+        "python" => ("app.py", "\nnot_a_number: int = \"one\"\n"),
+        _ => ("handler.ts", "\nexport const notANumber: number = 'one';\n"),
+    };
+    let path = dir.join(file);
+    let text = std::fs::read_to_string(&path).expect("the handler's module");
+    std::fs::write(&path, format!("{text}{wrong}")).expect("add the type error");
+    let out = Command::new(dir.join("test.sh"))
+        .arg("--quick")
+        .env("IDEM", idem_tests::idem_bin())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("run test.sh --quick");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{name}: the type error passed: {said}");
+    assert!(said.contains(file) && said.contains("type") && !said.contains("event(s)"), "{name}: {said}");
+    std::fs::write(&path, text).expect("restore the module");
+}
 
 /// Uncomments the handler's call to `https://api.example.com/v1/items`
 /// (and, in TypeScript, imports `http`), and allows that URL in idem.toml:

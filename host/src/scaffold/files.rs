@@ -76,6 +76,7 @@ pub(super) const TS_SDK: Embedded = embed![
     "sdk/typescript/src/log.ts",
     "sdk/typescript/src/response.ts",
     "sdk/typescript/src/rows.ts",
+    "sdk/typescript/src/runner.ts",
     "sdk/typescript/src/runtime.ts",
     "sdk/typescript/src/values.ts",
     "sdk/typescript/src/wit/handler.d.ts",

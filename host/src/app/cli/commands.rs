@@ -68,10 +68,11 @@ pub(super) enum Command {
         /// the handler's schema or migrations change, until Ctrl-C.
         #[arg(long)]
         watch: bool,
-        /// A project's Python modules, handed to the SDK's quick runner
-        /// (given as --component) instead of being built into a component:
-        /// `./test.sh --quick` in a Python project.
-        #[arg(long, value_name = "DIR")]
+        /// A project handed to its SDK's quick runner (given as
+        /// --component) instead of being built into a component: a folder's
+        /// Python modules, or a TypeScript project's bundle (a file), as
+        /// `./test.sh --quick` does.
+        #[arg(long, value_name = "PATH")]
         sources: Option<PathBuf>,
         /// One event's payload per line.
         events: PathBuf,

@@ -62,7 +62,7 @@ pub struct Options {
     /// The component built from a project folder (`--component DIR`, or a
     /// folder as the handler's `component`), by [`test()`].
     pub built: Option<PathBuf>,
-    /// A project's Python sources for the SDK's quick runner (`sources`).
+    /// A project's sources for its SDK's quick runner (`sources`).
     pub sources: Option<PathBuf>,
 }
 
@@ -71,7 +71,7 @@ pub struct Options {
 /// `--commit` or `--no-scratch` asks for the config's, or the server
 /// refuses to make one (then the reason is printed).
 pub async fn test(mut o: Options) -> anyhow::Result<bool> {
-    let config = Config::load(&o.config)?;
+    let config = crate::app::loading::load_config(&o.config)?;
     // The component first: a project is built before anything else is
     // opened (the build sees none of it).
     let configured = config.handlers.iter().find(|h| h.name == o.handler).and_then(|h| h.component.clone());

@@ -1,8 +1,9 @@
-//! `idem test --sources DIR`: a project's Python modules handed to the
-//! SDK's quick runner (`sdk/python/idem/_runner.py`) as the handler's
-//! config value `idem.test.sources`, so that an edit is tested without
-//! building a component (`./test.sh --quick`). Only `idem test` sets it;
-//! `idem run` never does.
+//! `idem test --sources PATH`: a project handed to its SDK's quick runner
+//! as the handler's config value `idem.test.sources`, so that an edit is
+//! tested without building a component (`./test.sh --quick`): a folder's
+//! Python modules (`sdk/python/idem/_runner.py`), or one file, a TypeScript
+//! project's bundle (`sdk/typescript/src/runner.ts`). Only `idem test` sets
+//! it; `idem run` never does.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,9 +19,23 @@ const MAX_BYTES: usize = 8 << 20;
 /// Folders that are outputs or tools, not sources (besides hidden ones).
 const SKIPPED: &[&str] = &["target", "node_modules", "__pycache__", "venv"];
 
-/// Every `.py` file under `dir`, by its path relative to it (`/`-separated),
-/// as the JSON object the runner reads.
-pub fn collect(dir: &Path) -> anyhow::Result<String> {
+/// What `path` hands over, as the JSON object the runners read: a file
+/// under its name, or every `.py` file under a folder by its path relative
+/// to it (`/`-separated).
+pub fn collect(path: &Path) -> anyhow::Result<String> {
+    if path.is_file() {
+        let mut files = BTreeMap::new();
+        let len = add(&mut files, path.parent().unwrap_or(Path::new(".")), path)?;
+        if len > MAX_BYTES {
+            bail!("--sources: {} exceeds {} MiB", path.display(), MAX_BYTES >> 20);
+        }
+        return Ok(serde_json::to_string(&files)?);
+    }
+    modules(path)
+}
+
+/// Every `.py` file under `dir`, which must hold `app.py`.
+fn modules(dir: &Path) -> anyhow::Result<String> {
     let mut files = BTreeMap::new();
     let mut total = 0;
     let mut pending = vec![dir.to_path_buf()];
@@ -54,4 +69,25 @@ fn add(files: &mut BTreeMap<String, String>, dir: &Path, path: &Path) -> anyhow:
     let len = text.len();
     files.insert(key, text);
     Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_handed_over_under_its_name_and_a_folder_needs_app_py() {
+        let dir = std::env::temp_dir().join(format!("idem-sources-test-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("pkg")).unwrap();
+        std::fs::write(dir.join("handler.js"), "exports.x = 1;").unwrap();
+        let one: BTreeMap<String, String> = serde_json::from_str(&collect(&dir.join("handler.js")).unwrap()).unwrap();
+        assert_eq!(one, BTreeMap::from([("handler.js".to_owned(), "exports.x = 1;".to_owned())]));
+        let refused = collect(&dir).unwrap_err().to_string();
+        assert!(refused.contains("has no app.py"), "{refused}");
+        std::fs::write(dir.join("app.py"), "import pkg.util").unwrap();
+        std::fs::write(dir.join("pkg/util.py"), "X = 1").unwrap();
+        let all: BTreeMap<String, String> = serde_json::from_str(&collect(&dir).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["app.py", "pkg/util.py"]);
+    }
 }
