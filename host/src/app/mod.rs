@@ -7,6 +7,7 @@
 //! anything starts, and `cli` is the command line over both.
 
 pub mod cli;
+pub mod loading;
 pub mod startup;
 pub mod trial;
 

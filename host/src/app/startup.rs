@@ -42,7 +42,7 @@ pub async fn prepare(path: &Path) -> anyhow::Result<Prepared> {
 
 /// As [`prepare`], for a program that registers native handlers.
 pub async fn prepare_with(path: &Path, natives: &NativeHandlers) -> anyhow::Result<Prepared> {
-    let config = Config::load(path)?;
+    let config = crate::app::loading::load_config(path)?;
     prepare_config(config, natives).await
 }
 

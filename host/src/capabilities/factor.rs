@@ -32,7 +32,18 @@ pub(crate) trait Capability: Sized + Send + 'static {
     /// or for `idem test` to show.
     type Left: Default + Send + 'static;
 
-    /// Its settings from a handler's `[[handler]]` section.
+    /// The ranges of its part of a handler's `[[handler]]` section: a value
+    /// that would panic the host, fail every event or be refused later in
+    /// words that do not name its key is refused here, naming the key, the
+    /// value and what is accepted. Run when the config loads
+    /// (`app::load_config`), before anything connects, and again by
+    /// [`Capability::settings`]'s caller.
+    fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
+        let _ = handler;
+        Ok(())
+    }
+
+    /// Its settings from a handler's `[[handler]]` section (checked).
     fn settings(handler: &HandlerConfig) -> anyhow::Result<Self::Settings>;
 
     /// Its state for one invocation.

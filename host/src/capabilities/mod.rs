@@ -52,9 +52,16 @@ macro_rules! capabilities {
             $(pub $field: $settings,)+
         }
 
+        /// Every capability's ranges of `handler`'s section ([`Capability::check`]).
+        pub(crate) fn check(handler: &crate::config::HandlerConfig) -> anyhow::Result<()> {
+            $(<$ty as Capability>::check(handler)?;)+
+            Ok(())
+        }
         impl Settings {
-            /// What `handler` configures, each capability reading its part.
+            /// What `handler` configures, each capability reading its part
+            /// once its ranges are checked.
             pub(crate) fn of(handler: &crate::config::HandlerConfig) -> anyhow::Result<Self> {
+                check(handler)?;
                 Ok(Self { $($field: <$ty as Capability>::settings(handler)?,)+ })
             }
 

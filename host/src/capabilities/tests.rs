@@ -76,3 +76,54 @@ fn a_capability_registered_without_its_counterparts_is_named_with_each_one() {
         assert!(missing.iter().any(|m| m.contains(place)), "{place}: {missing:#?}");
     }
 }
+
+/// The smallest config that loads; each case adds to its handler.
+const BASE: &str = "[kafka]\nbrokers = \"b\"\n[database]\nurl = \"postgres://u@h/db\"\n[[handler]]\nname = \"h\"\n\
+                    topic = \"t\"\ngroup_id = \"g\"\ncomponent = \"c\"\nevent_types = [\"e\"]\nschema = \"s\"\n";
+
+/// What the capabilities say of [`BASE`] with `extra`, loaded as a file
+/// (the config's own checks pass) then checked by each capability.
+fn checked(extra: &str) -> Result<(), String> {
+    static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("idem-capability-check-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("idem.toml"), format!("{BASE}{extra}")).unwrap();
+    let config = crate::config::Config::load(&dir.join("idem.toml")).map_err(|e| format!("config: {e:#}"));
+    std::fs::remove_dir_all(&dir).ok();
+    super::check(&config?.handlers[0]).map_err(|e| format!("{e:#}"))
+}
+
+#[test]
+fn each_capability_refuses_its_own_keys_out_of_range_naming_them() {
+    assert_eq!(checked(""), Ok(()), "the defaults are in range");
+    let allowed = "[handler.http]\nallow = [\"https://a.example\"]\n";
+    let credential = |header: &str| {
+        format!(
+            "{allowed}[[handler.http.credential]]\nbase = \"https://a.example\"\nheader = \"{header}\"\nvalue_env = \"PATH\"\n"
+        )
+    };
+    assert_eq!(checked(&credential("Authorization")), Ok(()));
+    let cases = [
+        ("[handler.limits]\nmax_db_statements = 0\n".to_owned(), "limits.max_db_statements = 0"),
+        ("[handler.limits]\nmax_db_statements = 1000001\n".to_owned(), "max_db_statements = 1000001 must be at most"),
+        ("[handler.limits]\nmax_http_requests = 1000001\n".to_owned(), "limits.max_http_requests = 1000001"),
+        ("[handler.limits]\nmax_emits = 0\n".to_owned(), "limits.max_emits must be 1 to 1000000"),
+        ("[handler.limits]\nmax_emit_bytes = 0\n".to_owned(), "limits.max_emit_bytes"),
+        ("[handler.http]\ntimeout_ms = 0\n".to_owned(), "http.timeout_ms = 0 must be between 1 and"),
+        ("[handler.http]\ntimeout_ms = 86400001\n".to_owned(), "http.timeout_ms = 86400001"),
+        ("[handler.http]\nkey_prefix = \"a b\"\n".to_owned(), "http.key_prefix `a b`"),
+        ("[handler.http]\nallow = [\"ftp://a\"]\n".to_owned(), "http.allow `ftp://a` must be an http(s) URL"),
+        ("[handler.http]\nallow_private = [\"http://10.0.0.1\"]\n".to_owned(), "not an entry of http.allow"),
+        ("[handler.http.retry]\nmax_attempts = 0\n".to_owned(), "http.retry.max_attempts = 0"),
+        ("[handler.http.retry]\nmax_backoff_ms = 60001\n".to_owned(), "http.retry needs initial_backoff_ms"),
+        (credential("Host"), "header `Host` is reserved"),
+        (credential("Content-Length"), "is reserved"),
+        (credential("Proxy-Authorization"), "is reserved"),
+        (credential("bad header"), "is not a header name"),
+    ];
+    for (extra, expected) in cases {
+        let said = checked(&extra).expect_err(&extra);
+        assert!(said.contains("handler `h`") && said.contains(expected), "expected `{expected}` in: {said}");
+    }
+}

@@ -109,17 +109,13 @@ impl Config {
         if !dlqs.insert(dlq.clone()) {
             bail!("{at}: retry.dlq_topic `{dlq}` is another handler's: handlers never share a dead-letter topic");
         }
-        if h.timeout_ms == 0 || h.http.timeout_ms == 0 {
-            bail!("{at}: timeout_ms and http.timeout_ms must be at least 1 (0 would fail every event)");
+        if h.timeout_ms == 0 {
+            bail!("{at}: timeout_ms must be at least 1 (0 would fail every event)");
         }
-        if let Some(prefix) = &h.http.key_prefix
-            && (prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            bail!("{at}: http.key_prefix `{prefix}` must be printable ASCII without spaces (it goes into a header)");
-        }
+        // [handler.http], [handler.emit] and the limits of each capability
+        // are its own module's to check (`capabilities`, `app::load_config`).
         self.check_storage(&at, h, database, taken)?;
-        self.check_consumer(&at, h)?;
-        check_http(&at, h)
+        self.check_consumer(&at, h)
     }
 
     /// A handler's schema and role: valid, not reserved, its own.
@@ -166,37 +162,6 @@ struct Taken<'a> {
     dlqs: HashSet<String>,
     schemas: HashSet<String>,
     roles: HashSet<String>,
-}
-
-/// A handler's `[handler.http]`: allowlist entries, private ones, credentials.
-fn check_http(at: &str, h: &HandlerConfig) -> anyhow::Result<()> {
-    for base in &h.http.allow {
-        let url = reqwest::Url::parse(base).with_context(|| format!("{at}: http.allow `{base}` is not a URL"))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            bail!("{at}: http.allow `{base}` must be an http(s) URL with a host");
-        }
-    }
-    for base in &h.http.allow_private {
-        if !h.http.allow.contains(base) {
-            bail!("{at}: http.allow_private `{base}` is not an entry of http.allow");
-        }
-    }
-    for c in &h.http.credentials {
-        if !h.http.allow.contains(&c.base) {
-            bail!("{at}: http.credential base `{}` is not an entry of http.allow", c.base);
-        }
-        if reqwest::header::HeaderName::from_bytes(c.header.as_bytes()).is_err() {
-            bail!("{at}: http.credential header `{}` is not a header name", c.header);
-        }
-        if crate::env::get(&c.value_env).is_none() {
-            bail!(
-                "{at}: http.credential value_env {:?} (for `{}`) names a variable that is not set",
-                c.value_env,
-                c.base
-            );
-        }
-    }
-    Ok(())
 }
 
 impl Config {

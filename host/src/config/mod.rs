@@ -297,13 +297,11 @@ mod tests {
     }
 
     #[test]
-    fn database_http_and_retention_keys_are_checked() {
+    fn database_and_retention_keys_are_checked() {
         refused("[handler.database]\nschema = \"idem\"\n", "reserved");
         refused("[handler.database]\nschema = \"pg_catalog\"\n", "reserved");
         refused("[handler.database]\nschema = \"Bad-Name\"\n", "lowercase");
         refused("[handler.database]\nrole = \"x\\\"; DROP\"\n", "lowercase");
-        refused("[handler.http]\nkey_prefix = \"a b\"\n", "key_prefix");
-        refused("[handler.http]\nallow_private = [\"http://10.0.0.1\"]\n", "not an entry of http.allow");
         refused("dedup_retention = \"30m\"\n", "dedup_retention = \"30m\" must be between 1h and 3650d");
         refused("dedup_retention = \"7 days\"\n", "the unit is one of");
         refused("stale_events = \"drop\"\n", "unknown variant `drop`");
@@ -362,7 +360,6 @@ mod tests {
         );
         refused(&format!("{emit}{emit}"), "emit topic `payments.requested` is named twice");
         refused(&emit.replace("[\"p.v1\"]", "[]"), "needs event_types");
-        refused("[handler.limits]\nmax_emit_bytes = 0\n", "limits.max_emit_bytes");
         let producer = "[[outbox.producer]]\nname = \"h\"\nrole = \"app\"\n[[outbox.producer.topic]]\ntopic = \"t\"\n\
                         event_types = [\"e\"]\n";
         refused(producer, "the name is taken");

@@ -1,7 +1,10 @@
 //! The range of every value whose wrong setting would panic the host, fail
 //! every event, or be refused later by a server in words that do not name
 //! the key: each is checked when the config loads, naming the key, the
-//! value and what is accepted. docs/configuration.md lists them.
+//! value and what is accepted. docs/configuration.md lists them. A
+//! capability's own keys (`[handler.http]`, the limits of its calls) are
+//! its module's to check (`Capability::check`), when `app::load_config`
+//! loads the file.
 
 use std::time::Duration;
 
@@ -17,8 +20,6 @@ const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 const MAX_CONCURRENCY: usize = 1024;
 /// Linear memory of one instance.
 const MAX_MEMORY_MIB: usize = 16 * 1024;
-/// Per-invocation statement and request limits.
-const MAX_PER_INVOCATION: u32 = 1_000_000;
 /// idem's own pool.
 /// What one host holds of idem's own pool at once, at most: the module
 /// watcher's LISTEN, a retention pass's lock and its work, one more.
@@ -32,23 +33,6 @@ const MAX_ADMIN_CONNECTIONS: usize = 4096;
 const ADMIN_HEADER_TIMEOUT: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(600));
 /// `[admin] body_timeout`: the largest module (256 MiB) needs time.
 const ADMIN_BODY_TIMEOUT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
-
-/// Headers a credential may not set: they frame the request, route it, or
-/// are idem's own (the idempotency key, the trace context).
-const RESERVED_HEADERS: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "upgrade",
-    "te",
-    "trailer",
-    "keep-alive",
-    "expect",
-    "idempotency-key",
-    "traceparent",
-    "tracestate",
-];
 
 pub(super) fn check(config: &Config) -> anyhow::Result<()> {
     if config.kafka.brokers.trim().is_empty() {
@@ -113,8 +97,8 @@ fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
     if h.concurrency > MAX_CONCURRENCY {
         bail!("{at}: concurrency = {} must be between 1 and {MAX_CONCURRENCY}", h.concurrency);
     }
-    if h.timeout_ms > MAX_TIMEOUT_MS || h.http.timeout_ms > MAX_TIMEOUT_MS {
-        bail!("{at}: timeout_ms and http.timeout_ms must be at most {MAX_TIMEOUT_MS} (24 hours)");
+    if h.timeout_ms > MAX_TIMEOUT_MS {
+        bail!("{at}: timeout_ms = {} must be at most {MAX_TIMEOUT_MS} (24 hours)", h.timeout_ms);
     }
     if h.max_memory_mib == 0 || h.max_memory_mib > MAX_MEMORY_MIB {
         bail!("{at}: max_memory_mib = {} must be between 1 and {MAX_MEMORY_MIB}", h.max_memory_mib);
@@ -132,39 +116,10 @@ fn handler(h: &HandlerConfig) -> anyhow::Result<()> {
     if !(1..=3_600).contains(&h.max_compile_seconds) {
         bail!("{at}: max_compile_seconds must be 1 to 3600");
     }
-    if !(1..=1_000_000).contains(&limits.max_emits) || !(1..=(1 << 20)).contains(&limits.max_emit_bytes) {
-        bail!("{at}: limits.max_emits must be 1 to 1000000 and limits.max_emit_bytes 1 to 1048576");
-    }
-    if limits.max_db_statements == 0 {
-        bail!("{at}: limits.max_db_statements = 0 would refuse every statement; a handler that needs none runs none");
-    }
-    if limits.max_db_statements > MAX_PER_INVOCATION || limits.max_http_requests > MAX_PER_INVOCATION {
-        bail!("{at}: limits.max_db_statements and limits.max_http_requests must be at most {MAX_PER_INVOCATION}");
-    }
     if let Some(migrations) = &h.database.migrations
         && !migrations.is_dir()
     {
         bail!("{at}: database.migrations {} is not a folder", migrations.display());
-    }
-    let retry = &h.http.retry;
-    if !(1..=10).contains(&retry.max_attempts) {
-        bail!("{at}: http.retry.max_attempts = {} must be 1 (no re-send) to 10", retry.max_attempts);
-    }
-    if retry.initial_backoff_ms > retry.max_backoff_ms || retry.max_backoff_ms > 60_000 {
-        bail!(
-            "{at}: http.retry needs initial_backoff_ms ≤ max_backoff_ms ≤ 60000 (got {} and {})",
-            retry.initial_backoff_ms,
-            retry.max_backoff_ms
-        );
-    }
-    for c in &h.http.credentials {
-        let name = c.header.to_ascii_lowercase();
-        if RESERVED_HEADERS.contains(&name.as_str()) || name.starts_with("proxy-") {
-            bail!(
-                "{at}: http.credential header `{}` is reserved (it frames or routes the request, or is idem's)",
-                c.header
-            );
-        }
     }
     Ok(())
 }

@@ -9,7 +9,7 @@ use crate::runtime::NativeHandlers;
 
 /// `idem dlq list`.
 pub(super) fn dlq_list(target: &DlqTarget) -> anyhow::Result<()> {
-    let config = crate::config::Config::load(&target.config)?;
+    let config = crate::app::loading::load_config(&target.config)?;
     let handler = config
         .handlers
         .iter()
@@ -41,7 +41,7 @@ pub(super) fn dlq_list(target: &DlqTarget) -> anyhow::Result<()> {
 
 /// `idem dlq reindex`.
 pub(super) async fn dlq_reindex(config: &std::path::Path, handler: &str, json: bool) -> anyhow::Result<()> {
-    let loaded = crate::config::Config::load(config)?;
+    let loaded = crate::app::loading::load_config(config)?;
     let h = loaded
         .handlers
         .iter()
@@ -127,7 +127,7 @@ pub(super) fn render_replay(report: &serde_json::Value) -> String {
 /// The config at `path` and idem's own pool on its database, its
 /// migrations checked: what the commands that read idem's tables start with.
 pub(super) async fn config_and_pool(path: &std::path::Path) -> anyhow::Result<(crate::config::Config, sqlx::PgPool)> {
-    let config = crate::config::Config::load(path)?;
+    let config = crate::app::loading::load_config(path)?;
     let shown = crate::app::startup::redact(&config.database.url);
     let pool = sqlx::PgPool::connect(&config.database.url)
         .await
@@ -142,7 +142,7 @@ pub(super) async fn end_producer(
     name: &str,
     database_url: Option<String>,
 ) -> anyhow::Result<()> {
-    let config = crate::config::Config::load(config)?;
+    let config = crate::app::loading::load_config(config)?;
     if crate::outbox::producers(&config).iter().any(|p| p == name) {
         anyhow::bail!("`{name}` is a producer of this config: remove it from the config first");
     }
@@ -177,7 +177,7 @@ pub(super) async fn maintenance(config: &std::path::Path, json: bool) -> anyhow:
 
 /// `idem migrate`.
 pub(super) async fn migrate(database_url: Option<String>, config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    let config = config.map(|path| crate::config::Config::load(&path)).transpose()?;
+    let config = config.map(|path| crate::app::loading::load_config(&path)).transpose()?;
     let url = database_url
         .or_else(|| crate::env::get(crate::env::DATABASE_URL))
         .or_else(|| crate::env::get(crate::env::FALLBACK_DATABASE_URL))

@@ -321,7 +321,7 @@ async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &Nati
 
 /// `idem check`.
 async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Result<()> {
-    let loaded = crate::config::Config::load(config)?;
+    let loaded = crate::app::loading::load_config(config)?;
     let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
     for warning in &prepared.warnings {
         outln!("idem: warning: {warning}")?;

@@ -11,6 +11,9 @@ use crate::capabilities::{After, Call, Capability, HasCapabilities};
 use crate::config::HandlerConfig;
 use crate::error::ExecError;
 
+/// Statements one invocation may run, at most.
+const MAX_STATEMENTS: u32 = 1_000_000;
+
 /// What an operator configures of a handler's statements.
 #[derive(Debug, Clone)]
 pub struct DbSettings {
@@ -29,6 +32,24 @@ impl Capability for DbCapability {
     type Settings = DbSettings;
     /// Its statements and what came of each, when kept (`idem test`).
     type Left = Vec<String>;
+
+    fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
+        let n = handler.limits.max_db_statements;
+        if n == 0 {
+            anyhow::bail!(
+                "handler `{}`: limits.max_db_statements = 0 would refuse every statement; a handler that needs \
+                 none runs none",
+                handler.name
+            );
+        }
+        if n > MAX_STATEMENTS {
+            anyhow::bail!(
+                "handler `{}`: limits.max_db_statements = {n} must be at most {MAX_STATEMENTS}",
+                handler.name
+            );
+        }
+        Ok(())
+    }
 
     fn settings(handler: &HandlerConfig) -> anyhow::Result<DbSettings> {
         Ok(DbSettings { max_statements: handler.limits.max_db_statements })

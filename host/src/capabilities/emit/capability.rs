@@ -39,6 +39,20 @@ impl Capability for EmitCapability {
     type Left = Vec<Emitted>;
     const BEFORE_COMMIT: bool = true;
 
+    fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
+        let limits = &handler.limits;
+        if !(1..=1_000_000).contains(&limits.max_emits) || !(1..=(1 << 20)).contains(&limits.max_emit_bytes) {
+            anyhow::bail!(
+                "handler `{}`: limits.max_emits must be 1 to 1000000 and limits.max_emit_bytes 1 to 1048576 \
+                 (got {} and {})",
+                handler.name,
+                limits.max_emits,
+                limits.max_emit_bytes
+            );
+        }
+        Ok(())
+    }
+
     /// Reads and compiles the emit topics' schemas.
     fn settings(handler: &HandlerConfig) -> anyhow::Result<EmitSettings> {
         Ok(EmitSettings {

@@ -1,5 +1,5 @@
 //! The `http` import as a [`Capability`]: its settings (`[handler.http]`
-//! and the requests' cap), its state per invocation, what it says after
+//! and the requests' cap, checked by `check`), its state per invocation, what it says after
 //! the call.
 
 use std::collections::HashMap;
@@ -18,6 +18,10 @@ impl Capability for HttpCapability {
     type Settings = HttpPolicy;
     /// Its requests (host, status), when kept (`idem test`).
     type Left = Vec<(String, Option<u16>)>;
+
+    fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
+        super::check::check(handler)
+    }
 
     fn settings(handler: &HandlerConfig) -> anyhow::Result<HttpPolicy> {
         Ok(HttpPolicy::of(&handler.http, handler.limits.max_http_requests))

@@ -24,6 +24,7 @@ use reqwest::{Method, Url};
 use tracing::Instrument as _;
 
 mod capability;
+mod check;
 mod policy;
 mod retry;
 mod sent;

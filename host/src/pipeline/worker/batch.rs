@@ -4,7 +4,6 @@
 //! through the failure path (`process`), one record at a time, before any
 //! record after it runs.
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{Taken, Worker};
@@ -68,26 +67,11 @@ impl Worker {
         }
     }
 
-    /// The longest run of valid pending records with distinct event ids: an
-    /// invalid record, or an id already in the batch (redelivered within
-    /// it), ends the batch; the next one starts with it.
+    /// The next batch of the pending records (`route::compose`).
     fn next_batch(&mut self) -> Vec<Event> {
-        let (mut ids, cap) = (HashSet::new(), self.batch_cap());
-        let mut events = Vec::new();
-        for taken in self.pending.iter_mut() {
-            if events.len() >= cap {
-                break;
-            }
-            // A parked key's record is parked behind it, not run.
-            if self.shared.quarantine.holds(taken.record.key.as_deref()) {
-                break;
-            }
-            match taken.checked(&self.shared) {
-                Ok(event) if ids.insert(event.id) => events.push(event.clone()),
-                _ => break,
-            }
-        }
-        events
+        let (cap, shared) = (self.batch_cap(), &self.shared);
+        let parked = |record: &crate::validate::Record| shared.quarantine.holds(record.key.as_deref());
+        super::route::compose(self.pending.iter_mut(), cap, parked, |record| super::validated(shared, record))
     }
 
     /// Resolves a prefix of the pending records (at least the first, unless

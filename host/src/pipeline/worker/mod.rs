@@ -18,6 +18,7 @@ mod decide;
 mod final_failure;
 mod parking;
 mod process;
+mod route;
 mod shrink;
 
 use std::collections::VecDeque;
@@ -43,11 +44,6 @@ struct Taken {
 impl Taken {
     fn new(record: Record) -> Self {
         Self { record, event: None }
-    }
-
-    /// The record validated: now, the first time it is asked for.
-    fn checked(&mut self, shared: &HandlerContext) -> &Result<Event, Invalid> {
-        self.event.get_or_insert_with(|| validated(shared, &self.record))
     }
 }
 
@@ -137,14 +133,20 @@ impl Worker {
             if self.shared.quarantine.on() && !self.parked_known().await {
                 return;
             }
-            let behind = self.behind_parked();
             let batched = self.shared.config.batch.max_events > 1;
             if batched && !self.crash_checked {
                 self.check_crash().await;
             }
-            let alone = self.pending.front().is_some_and(|t| t.record.offset <= self.alone_through);
-            let batching = batched && self.proven && self.crash_checked && !alone && !behind;
-            if batching {
+            let Some(front) = self.pending.front().map(|t| t.record.offset) else { continue };
+            let path = route::route(&route::Known {
+                batched,
+                proven: self.proven,
+                crash_checked: self.crash_checked,
+                front,
+                alone_through: self.alone_through,
+                behind_parked: self.behind_parked(),
+            });
+            if path == route::Route::Batch {
                 self.fill().await;
                 // Paused while the batch filled: back to the wait above.
                 if self.state.is_held() {
@@ -157,12 +159,10 @@ impl Worker {
             if !self.state.set_busy(self.lane) {
                 return;
             }
-            if behind {
-                self.park_behind().await;
-            } else if batching {
-                self.run_batch().await;
-            } else {
-                self.resolve_alone(None).await;
+            match path {
+                route::Route::ParkBehind => self.park_behind().await,
+                route::Route::Batch => self.run_batch().await,
+                route::Route::Alone => self.resolve_alone(None).await,
             }
             self.state.set_idle(self.lane);
         }
