@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use super::{Taken, Worker};
+use super::marks::PgLedger;
 use super::shrink::BatchLane;
 use crate::event::Event;
 use crate::executor::Outcome;
@@ -20,30 +21,19 @@ impl Worker {
     /// Reads whether a crash interrupted a batch of this partition; if so,
     /// its records run alone, counted, until past it. A failure to read
     /// leaves the partition running records alone and tries again with the
-    /// next record.
-    ///
-    /// The marks are read once per assignment, for every lane at once
-    /// (`PartitionState::crash_mark`), before any lane of it runs a batch:
-    /// a lane's first batch replaces its own mark, and a lane that read
-    /// later could miss the crash another lane's mark recorded.
+    /// next record (`marks`).
     pub(super) async fn check_crash(&mut self) {
-        let (shared, state) = (&self.shared, &self.state);
-        let read = state
-            .crash_mark
-            .get_or_try_init(|| attempts::crashed_batch(&shared.idem_pool, &shared.name, &state.topic, state.partition))
-            .await;
-        match read {
-            Ok(last) => {
-                if let Some(last) = *last {
-                    tracing::info!(
-                        handler = %shared.name, topic = %state.topic, partition = state.partition, lane = self.lane,
-                        last, "a batch of this partition was interrupted by a crash: its records run alone, counted"
-                    );
-                    self.alone_through = self.alone_through.max(last);
-                }
-                self.crash_checked = true;
+        let (shared, state) = (self.shared.clone(), self.state.clone());
+        match self.marks.check(&ledger(&shared, &state, self.lane)).await {
+            Ok(Some(last)) => {
+                tracing::info!(
+                    handler = %shared.name, topic = %state.topic, partition = state.partition, lane = self.lane,
+                    last, "a batch of this partition was interrupted by a crash: its records run alone, counted"
+                );
+                self.alone_through = self.alone_through.max(last);
             }
-            Err(e) => refused(shared, "read", e),
+            Ok(None) => {}
+            Err(e) => refused(&shared, "read", e),
         }
     }
 
@@ -85,15 +75,13 @@ impl Worker {
             return self.resolve_alone(None).await;
         };
         let range = (events[0].offset, last.offset);
-        let place = place(&shared, &state, self.lane);
         // Replaces the lane's previous mark, if it still has one.
-        if let Err(e) = attempts::batch_started(&shared.marks, place, range).await {
+        if let Err(e) = self.marks.start(&ledger(&shared, &state, self.lane), range).await {
             // Without the mark a crash in this batch could not be traced: the
             // first record goes alone (the failure path rides out an outage).
             refused(&shared, "write", e);
             return self.resolve_alone(None).await;
         }
-        self.marked = Some(range.0);
         // The handler's events' rate, for the batch's events at once.
         let n = u32::try_from(events.len()).unwrap_or(u32::MAX);
         let throttles = shared.slot.executor().throttles().clone();
@@ -139,13 +127,10 @@ impl Worker {
     }
 }
 
-/// Where a worker's batches run, for `idem.batch_in_flight`.
-pub(super) fn place<'a>(
-    shared: &'a HandlerContext,
-    state: &'a PartitionState,
-    lane: usize,
-) -> attempts::BatchPlace<'a> {
-    attempts::BatchPlace { handler: &shared.name, topic: &state.topic, partition: state.partition, lane }
+/// A worker's crash marks, in `idem.batch_in_flight`.
+pub(super) fn ledger<'a>(shared: &'a HandlerContext, state: &'a PartitionState, lane: usize) -> PgLedger<'a> {
+    let at = attempts::BatchPlace { handler: &shared.name, topic: &state.topic, partition: state.partition, lane };
+    PgLedger { pool: &shared.marks, state, at }
 }
 
 /// A worker's lane, as the fast path's loop sees it (`shrink`).

@@ -16,6 +16,7 @@ mod alone;
 mod batch;
 mod decide;
 mod final_failure;
+mod marks;
 mod parking;
 mod process;
 mod route;
@@ -72,12 +73,8 @@ pub(crate) struct Worker {
     /// failed as a whole (at BEGIN, at the claim, at COMMIT) where no single
     /// event was to blame.
     alone_through: i64,
-    /// Whether `idem.batch_in_flight` was read for this assignment.
-    crash_checked: bool,
-    /// The first offset of this lane's mark in `idem.batch_in_flight`, while
-    /// it has one: its last batch's, kept until the next batch replaces it
-    /// or the lane runs out of records or stops (see `attempts`).
-    marked: Option<i64>,
+    /// What the lane knows of its crash marks (`marks`).
+    marks: marks::Marks,
 }
 
 impl Worker {
@@ -95,8 +92,7 @@ impl Worker {
             pending: VecDeque::new(),
             proven: false,
             alone_through: -1,
-            crash_checked: false,
-            marked: None,
+            marks: marks::Marks::default(),
         }
     }
 
@@ -134,14 +130,14 @@ impl Worker {
                 return;
             }
             let batched = self.shared.config.batch.max_events > 1;
-            if batched && !self.crash_checked {
+            if batched && !self.marks.checked {
                 self.check_crash().await;
             }
             let Some(front) = self.pending.front().map(|t| t.record.offset) else { continue };
             let path = route::route(&route::Known {
                 batched,
                 proven: self.proven,
-                crash_checked: self.crash_checked,
+                crash_checked: self.marks.checked,
                 front,
                 alone_through: self.alone_through,
                 behind_parked: self.behind_parked(),
@@ -195,27 +191,8 @@ impl Worker {
     /// Removes this lane's mark, if it has one, and the crashed host's
     /// once every record they cover is resolved.
     async fn unmark(&mut self) {
-        if let Some(first) = self.marked.take() {
-            let place = batch::place(&self.shared, &self.state, self.lane);
-            super::attempts::batch_ended(&self.shared.marks, place, first).await;
-        }
-        self.clear_crashed().await;
-    }
-
-    /// A lane's mark is replaced by its next batch, but a lane whose records
-    /// all fall in the range a crash left to run alone never batches: the
-    /// crashed host's mark would stay for good, and make a later replay of
-    /// those offsets run alone. Once the partition's resolved prefix is past
-    /// it, every mark behind that prefix goes (a live batch's records are
-    /// all unresolved, so never behind it).
-    async fn clear_crashed(&mut self) {
-        let Some(Some(last)) = self.state.crash_mark.get().copied() else { return };
-        let Some(position) = self.state.tracker().position() else { return };
-        if position <= last || self.state.crash_cleared.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        let place = batch::place(&self.shared, &self.state, self.lane);
-        super::attempts::behind(&self.shared.marks, place, position).await;
+        let (shared, state) = (self.shared.clone(), self.state.clone());
+        self.marks.end(&batch::ledger(&shared, &state, self.lane)).await;
     }
 
     /// `record` is resolved: its offset may be committed.
