@@ -62,7 +62,10 @@ pub enum Seed {
 /// anything connects where it can: `seed` says whether a handler's
 /// `component` file becomes its version 1 (`idem run`) or is only checked.
 pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) -> anyhow::Result<Prepared> {
-    // Before anything connects: a DLQ without its key is a config error.
+    // Before anything connects: each capability's keys in range (a config
+    // handed over already loaded may not have been through `load_config`),
+    // and a DLQ without its key is a config error.
+    crate::app::loading::check_capabilities(&config)?;
     let dlq_keys = if config.handlers.iter().any(|h| h.retry.on_failure == OnFailure::Dlq) {
         Some(std::sync::Arc::new(crate::pipeline::DlqKeys::load(&config.dlq)?))
     } else {

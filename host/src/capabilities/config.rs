@@ -20,6 +20,19 @@ impl Capability for ConfigCapability {
     type Settings = BTreeMap<String, String>;
     type Left = ();
 
+    /// Keys under `idem.` are idem's own: `idem test --sources` hands a
+    /// project to an SDK's quick runner as `idem.test.sources`, and a
+    /// config must never hand code to a runner deployed by mistake.
+    fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
+        if let Some(key) = handler.config.keys().find(|k| k.starts_with("idem.")) {
+            anyhow::bail!(
+                "handler `{}`: config key `{key}` is reserved: keys under `idem.` are idem's own",
+                handler.name
+            );
+        }
+        Ok(())
+    }
+
     fn settings(handler: &HandlerConfig) -> anyhow::Result<Self::Settings> {
         Ok(handler.config.clone())
     }

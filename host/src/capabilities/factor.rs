@@ -36,8 +36,8 @@ pub(crate) trait Capability: Sized + Send + 'static {
     /// that would panic the host, fail every event or be refused later in
     /// words that do not name its key is refused here, naming the key, the
     /// value and what is accepted. Run when the config loads
-    /// (`app::load_config`), before anything connects, and again by
-    /// [`Capability::settings`]'s caller.
+    /// (`app::loading::load_config`) and first in `startup::prepare_as`,
+    /// before anything connects.
     fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
         let _ = handler;
         Ok(())

@@ -59,9 +59,8 @@ macro_rules! capabilities {
         }
         impl Settings {
             /// What `handler` configures, each capability reading its part
-            /// once its ranges are checked.
+            /// (its ranges checked when the config loaded: [`check`]).
             pub(crate) fn of(handler: &crate::config::HandlerConfig) -> anyhow::Result<Self> {
-                check(handler)?;
                 Ok(Self { $($field: <$ty as Capability>::settings(handler)?,)+ })
             }
 

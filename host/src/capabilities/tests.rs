@@ -121,6 +121,7 @@ fn each_capability_refuses_its_own_keys_out_of_range_naming_them() {
         (credential("Content-Length"), "is reserved"),
         (credential("Proxy-Authorization"), "is reserved"),
         (credential("bad header"), "is not a header name"),
+        ("[handler.config]\n\"idem.test.sources\" = \"{}\"\n".to_owned(), "config key `idem.test.sources` is reserved"),
     ];
     for (extra, expected) in cases {
         let said = checked(&extra).expect_err(&extra);

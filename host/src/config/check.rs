@@ -1,4 +1,5 @@
-//! Checking a loaded config as a whole: every key in its range, what two
+//! Checking a loaded config as a whole: every key in its range (but a
+//! capability's own, see `Config::load`), what two
 //! handlers may not share (names, groups, DLQ topics, schemas, roles), and
 //! the warnings that are not errors. `Config::load` calls it last.
 

@@ -19,6 +19,7 @@ mod ordering;
 mod outbox;
 mod properties;
 mod ranges;
+pub(crate) use ranges::MAX_TIMEOUT_MS;
 mod rates;
 mod retention;
 mod runtime;
@@ -138,7 +139,10 @@ fn default_max_connections() -> u32 {
 
 impl Config {
     /// Reads `path`, applies the environment overrides, resolves relative
-    /// paths against the file's folder and checks the whole.
+    /// paths against the file's folder and checks the whole, except each
+    /// capability's own keys (`[handler.http]`, the limits of its calls):
+    /// those are the capabilities' to check, a layer above this one. A
+    /// command loads with `app::loading::load_config`, which checks both.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text =
             crate::files::read_text(path).with_context(|| format!("failed to read config {}", path.display()))?;

@@ -14,7 +14,7 @@ use super::{AdminConfig, Config, HandlerConfig};
 
 /// Longest wall-clock budget of one execution (and so of one statement:
 /// PostgreSQL's `statement_timeout` is a 32-bit count of milliseconds).
-const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+pub(crate) const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 /// Partitions one handler may process at once (each holds a connection and
 /// an instance slot, sized at start-up).
 const MAX_CONCURRENCY: usize = 1024;

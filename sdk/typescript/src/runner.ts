@@ -28,7 +28,7 @@ const SOURCES = 'idem.test.sources';
 const BUNDLE = 'handler.js';
 
 /** The first event's verdict on the project: loaded, or why not. */
-let loaded: true | { failure: unknown } | undefined;
+let loaded: true | { failure: Permanent } | undefined;
 
 /** Evaluates the project's bundle once, which registers its handler. */
 function load(): void {
@@ -41,7 +41,10 @@ function load(): void {
     const module = { exports: {} as unknown };
     const require = (name: string): unknown => {
         if (name === '@idem/handler') return sdk;
-        throw new Permanent(`the handler requires \`${name}\`: only @idem/handler and the project's own modules exist`);
+        throw new Permanent(
+            `the handler imports \`${name}\`: the quick runner has @idem/handler and the project's own modules only ` +
+                '(test a handler that imports the world directly with ./test.sh)',
+        );
     };
     // The sourceURL names the bundle in the stack a failure reports.
     new Function('require', 'module', 'exports', `${code}\n//# sourceURL=${BUNDLE}`)(require, module, module.exports);
@@ -56,8 +59,10 @@ export function handle(raw: WitEvent): Outcome {
             loaded = true;
         } catch (e) {
             // A syntax error, a throw at the top level: every event fails
-            // permanently with it, as a bug does.
-            loaded = { failure: e };
+            // permanently with it, as a bug does (the component would not
+            // have been built at all), whatever the throw's class.
+            const { val } = classify(e);
+            loaded = { failure: new Permanent(`the handler's module failed to load: ${val}`) };
         }
     }
     if (loaded !== true) return { tag: 'err', val: classify(loaded.failure) };

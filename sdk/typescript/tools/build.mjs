@@ -68,11 +68,20 @@ if (mode === '--quick') {
     // 2q. The project alone, as CommonJS: the runner evaluates it with a
     // `require` that answers its own SDK for `@idem/handler`.
     const bundle = join(scratch, 'handler.js');
-    await build({ entryPoints: [join(src, 'handler.ts')], outfile: bundle, format: 'cjs', external: ['@idem/handler', 'idem:handler/*'] });
+    await build({
+        entryPoints: [join(src, 'handler.ts')],
+        outfile: bundle,
+        format: 'cjs',
+        external: ['@idem/handler', 'idem:handler/*'],
+        // Strict, as the component's ES module is.
+        banner: { js: '"use strict";' },
+    });
     await typeChecked();
-    // Renamed into place: a test never reads half a bundle.
-    await writeFile(`${out}.tmp`, await readFile(bundle));
-    await rename(`${out}.tmp`, out);
+    // Renamed into place: a test never reads half a bundle, even while
+    // another build (an editor's on save) writes one.
+    const partial = `${out}.${process.pid}.tmp`;
+    await writeFile(partial, await readFile(bundle));
+    await rename(partial, out);
     process.exit(0);
 }
 

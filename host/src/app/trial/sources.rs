@@ -24,11 +24,12 @@ const SKIPPED: &[&str] = &["target", "node_modules", "__pycache__", "venv"];
 /// to it (`/`-separated).
 pub fn collect(path: &Path) -> anyhow::Result<String> {
     if path.is_file() {
-        let mut files = BTreeMap::new();
-        let len = add(&mut files, path.parent().unwrap_or(Path::new(".")), path)?;
-        if len > MAX_BYTES {
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        if size > MAX_BYTES as u64 {
             bail!("--sources: {} exceeds {} MiB", path.display(), MAX_BYTES >> 20);
         }
+        let mut files = BTreeMap::new();
+        add(&mut files, path.parent().unwrap_or(Path::new(".")), path)?;
         return Ok(serde_json::to_string(&files)?);
     }
     modules(path)
@@ -56,7 +57,11 @@ fn modules(dir: &Path) -> anyhow::Result<String> {
         }
     }
     if !files.contains_key("app.py") {
-        bail!("--sources: {} has no app.py (the module the runner imports)", dir.display());
+        bail!(
+            "--sources: {} has no app.py (a Python project's module the runner imports; a TypeScript project's \
+             --sources is its bundle, .idem/quick/handler.js)",
+            dir.display()
+        );
     }
     Ok(serde_json::to_string(&files)?)
 }

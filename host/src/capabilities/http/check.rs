@@ -5,11 +5,8 @@
 
 use anyhow::{Context as _, bail};
 
-use crate::config::HandlerConfig;
+use crate::config::{HandlerConfig, MAX_TIMEOUT_MS};
 
-/// Longest budget of one request (the handler's own `timeout_ms` has the
-/// same bound).
-const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 /// Requests one invocation may send, at most.
 const MAX_REQUESTS: u32 = 1_000_000;
 
