@@ -74,6 +74,19 @@ fn a_second_project_reuses_the_tools(name: &str, lang: &str) {
     clean_up(&dir);
 }
 
+/// Runs the project's `test.sh` with `args` (as a user would: by its path,
+/// `$IDEM` naming the binary under test): whether it passed, and what it
+/// printed on stdout and stderr together.
+fn test_sh(dir: &Path, args: &[&str], env: &[(&str, PathBuf)]) -> (std::process::ExitStatus, String) {
+    let out = Command::new(dir.join("test.sh"))
+        .args(args)
+        .env("IDEM", idem_tests::idem_bin())
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap_or_else(|e| panic!("run test.sh {args:?}: {e}"));
+    (out.status, format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
 /// Loads the component as `idem run` would: compiled and checked against the world.
 fn load(wasm: &Path, name: &str) {
     let started = Instant::now();
@@ -98,13 +111,8 @@ async fn new_build_load_test(name: &str, lang: &str, env: &[(&str, PathBuf)]) ->
     std::fs::write(&config, text.replace(&url, &format!("url = \"{}\"", db.url))).expect("idem.toml");
     // test.sh builds the project itself (as whoever runs it), then tests the
     // component: `idem test` builds nothing as root (see tests/tests/cli.rs).
-    let out = Command::new(dir.join("test.sh"))
-        .env("IDEM", idem_tests::idem_bin())
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run test.sh");
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{name}: test.sh failed ({}):\n{said}", out.status);
+    let (status, said) = test_sh(&dir, &[], env);
+    assert!(status.success(), "{name}: test.sh failed ({status}):\n{said}");
     assert!(
         said.contains("3 event(s), 0 failed (1 more failed as the file expects); the transaction was rolled back"),
         "{name}: {said}"
@@ -123,14 +131,8 @@ async fn new_build_load_test(name: &str, lang: &str, env: &[(&str, PathBuf)]) ->
     // the edit).
     let quick: &[&str] = if lang == "rust" { &[] } else { &["--quick"] };
     if !quick.is_empty() {
-        let out = Command::new(dir.join("test.sh"))
-            .arg("--quick")
-            .env("IDEM", idem_tests::idem_bin())
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .expect("run test.sh --quick");
-        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{name}: test.sh --quick failed ({}):\n{said}", out.status);
+        let (status, said) = test_sh(&dir, quick, env);
+        assert!(status.success(), "{name}: test.sh --quick failed ({status}):\n{said}");
         assert!(said.contains("3 event(s), 0 failed (1 more failed as the file expects)"), "{name}: quick: {said}");
         quick_names_a_type_error(&dir, name, lang, env);
     }
@@ -141,15 +143,9 @@ async fn new_build_load_test(name: &str, lang: &str, env: &[(&str, PathBuf)]) ->
     std::fs::write(&migration, format!("{sql}\nALTER TABLE {table} ADD COLUMN note text;\n")).expect("edit it");
     append_large_ids(&dir);
     let started = Instant::now();
-    let out = Command::new(dir.join("test.sh"))
-        .args(quick)
-        .env("IDEM", idem_tests::idem_bin())
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run test.sh again");
+    let (status, said) = test_sh(&dir, quick, env);
     let took = started.elapsed();
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{name}: test.sh after the edits failed ({}):\n{said}", out.status);
+    assert!(status.success(), "{name}: test.sh after the edits failed ({status}):\n{said}");
     assert!(
         said.contains("POST https://api.example.com/v1/items Idempotency-Key: "),
         "{name}: the https request was recorded: {said}"
@@ -231,14 +227,8 @@ fn quick_names_a_type_error(dir: &Path, name: &str, lang: &str, env: &[(&str, Pa
     let path = dir.join(file);
     let text = std::fs::read_to_string(&path).expect("the handler's module");
     std::fs::write(&path, format!("{text}{wrong}")).expect("add the type error");
-    let out = Command::new(dir.join("test.sh"))
-        .arg("--quick")
-        .env("IDEM", idem_tests::idem_bin())
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run test.sh --quick");
-    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!out.status.success(), "{name}: the type error passed: {said}");
+    let (status, said) = test_sh(dir, &["--quick"], env);
+    assert!(!status.success(), "{name}: the type error passed: {said}");
     assert!(said.contains(file) && said.contains("type") && !said.contains("event(s)"), "{name}: {said}");
     std::fs::write(&path, text).expect("restore the module");
 }
