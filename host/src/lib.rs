@@ -40,6 +40,7 @@ pub mod event;
 pub mod executor;
 pub(crate) mod fd_limit;
 pub(crate) mod files;
+pub mod formats;
 pub(crate) mod histogram;
 pub(crate) mod identity;
 pub(crate) mod kafka_client;

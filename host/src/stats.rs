@@ -42,6 +42,9 @@ pub struct Stats {
     pub quarantine_keys: AtomicU64,
     pub quarantine_events: AtomicU64,
     pub quarantine_oldest_seconds: AtomicU64,
+    /// Lanes waiting now for the schema registry to answer (their records'
+    /// writer schemas unfetched): `/readyz` names the handler while any do.
+    pub registry_waiting: AtomicU64,
     /// Offset commits the broker confirmed.
     pub commits_confirmed: AtomicU64,
     /// Offset commits the broker answered with a failure.
@@ -184,6 +187,7 @@ impl Default for Stats {
             quarantine_keys: AtomicU64::default(),
             quarantine_events: AtomicU64::default(),
             quarantine_oldest_seconds: AtomicU64::default(),
+            registry_waiting: AtomicU64::new(0),
             commits_confirmed: AtomicU64::default(),
             commits_failed: AtomicU64::default(),
             failed_by_class: Default::default(),

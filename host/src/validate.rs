@@ -1,14 +1,19 @@
 //! Validation before dedup: a record becomes an [`Event`] only if its payload
-//! is JSON with a UUID v7 `eventId`, a configured `eventType`, an RFC 3339
-//! `occurredAt`, and satisfies the handler's JSON Schema.
+//! is JSON (or a registry format's record, decoded into JSON: `formats`)
+//! with a UUID v7 `eventId`, a configured `eventType`, an RFC 3339
+//! `occurredAt` (where `[handler.envelope]` says they are), and satisfies
+//! the handler's JSON Schema.
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use uuid::Uuid;
 
+use crate::config::{Envelope, Format, HandlerConfig};
 use crate::event::Event;
+use crate::formats::{Decoded, Outage, Reading, Registry, Unreadable, Writer, frame};
 
 /// A Kafka record as the host received it, owned.
 #[derive(Debug, Clone)]
@@ -41,7 +46,7 @@ pub enum Invalid {
     #[error("the payload is not a JSON object")]
     NotObject,
     #[error("`{0}` is missing or not a string")]
-    MissingField(&'static str),
+    MissingField(String),
     #[error("eventId `{0}` is not a UUID (36 characters, hex digits and hyphens)")]
     EventIdNotUuid(String),
     #[error("eventId `{0}` is a UUID, but not in canonical form: write it in lowercase")]
@@ -56,12 +61,34 @@ pub enum Invalid {
     BadOccurredAt(String),
     #[error("the payload violates the schema: {0}")]
     Schema(String),
+    /// A registry format's record that cannot be read (`formats`).
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
 }
 
 /// One handler's validation rules.
 pub struct Validator {
     event_types: HashSet<String>,
-    schema: jsonschema::Validator,
+    envelope: Paths,
+    /// The payload's JSON Schema (`json`, `json-schema`).
+    schema: Option<jsonschema::Validator>,
+    /// The registry formats' decoding (`avro`, `protobuf`, `json-schema`).
+    reading: Option<Reading>,
+}
+
+/// The envelope's fields' paths, split once.
+#[derive(Debug)]
+struct Paths {
+    event_id: Vec<String>,
+    event_type: Vec<String>,
+    occurred_at: Vec<String>,
+}
+
+impl From<&Envelope> for Paths {
+    fn from(e: &Envelope) -> Self {
+        let split = |p: &str| p.split('.').map(str::to_owned).collect();
+        Self { event_id: split(&e.event_id), event_type: split(&e.event_type), occurred_at: split(&e.occurred_at) }
+    }
 }
 
 impl std::fmt::Debug for Validator {
@@ -82,29 +109,123 @@ impl Validator {
 
     pub fn new(schema: &serde_json::Value, event_types: &[String]) -> anyhow::Result<Self> {
         let schema = jsonschema::draft202012::new(schema).map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(Self { event_types: event_types.iter().cloned().collect(), schema })
+        let envelope = Paths::from(&Envelope::default());
+        Ok(Self { event_types: event_types.iter().cloned().collect(), envelope, schema: Some(schema), reading: None })
     }
 
+    /// Handler `h`'s rules: its format's reader schema, its envelope's
+    /// paths; `registry` for the registry formats (`config` checked there is one).
+    pub fn for_handler(h: &HandlerConfig, registry: Option<&Arc<Registry>>) -> anyhow::Result<Self> {
+        let mut validator = match h.format {
+            Format::Json | Format::JsonSchema => Self::load(&h.schema, &h.event_types)?,
+            Format::Avro | Format::Protobuf => Self {
+                event_types: h.event_types.iter().cloned().collect(),
+                envelope: Paths::from(&Envelope::default()),
+                schema: None,
+                reading: None,
+            },
+        };
+        validator.envelope = Paths::from(&h.envelope);
+        if h.format.uses_registry() {
+            let registry = registry.context("this format needs a [registry]")?.clone();
+            validator.reading = Some(Reading::load(h.format, &h.schema, h.message.as_deref(), registry)?);
+        }
+        Ok(validator)
+    }
+
+    /// Every handler's rules in `config`, in order (one registry client for them all).
+    pub fn for_config(config: &crate::config::Config) -> anyhow::Result<Vec<Self>> {
+        let registry = config.registry.as_ref().map(Registry::new).transpose()?.map(Arc::new);
+        let for_one = |h: &HandlerConfig| {
+            Self::for_handler(h, registry.as_ref()).with_context(|| format!("handler `{}`", h.name))
+        };
+        config.handlers.iter().map(for_one).collect()
+    }
+
+    /// Whether a record may need the registry first (`check`).
+    pub fn reads_registry(&self) -> bool {
+        self.reading.is_some()
+    }
+
+    /// `record` validated, its writer schema fetched first if it is framed
+    /// for one this handler has not met: `Err` when the registry cannot
+    /// answer now (nothing is decided about the record).
+    pub async fn check(&self, record: &Record) -> Result<Result<Event, Invalid>, Outage> {
+        let Some(reading) = &self.reading else { return Ok(self.validate(record)) };
+        let Some(Ok(framed)) = record.payload.as_deref().map(frame::split) else { return Ok(self.validate(record)) };
+        let id = framed.schema_id;
+        let writer = match reading.cached(id) {
+            Some(writer) => writer,
+            None => reading.fetch(id).await?,
+        };
+        Ok(self.decoded(record, reading, id, &writer, framed.body))
+    }
+
+    /// `record` validated. A registry format's record is decoded with the
+    /// writer schemas this handler has met: one it has not is taken for
+    /// an unknown id, so whoever may meet new ids (the pipeline, replays,
+    /// `idem test`) calls [`Validator::check`], which fetches it first.
     pub fn validate(&self, record: &Record) -> Result<Event, Invalid> {
         let bytes = record.payload.as_deref().ok_or(Invalid::NoPayload)?;
-        let payload = crate::strict_json::from_slice(bytes).map_err(|e| Invalid::NotJson(shown(&e.to_string())))?;
-        let object = payload.as_object().ok_or(Invalid::NotObject)?;
-        let field = |name: &'static str| object.get(name).and_then(|v| v.as_str()).ok_or(Invalid::MissingField(name));
+        let Some(reading) = &self.reading else {
+            let payload = crate::strict_json::from_slice(bytes).map_err(|e| Invalid::NotJson(shown(&e.to_string())))?;
+            return self.event(record, payload, String::from_utf8_lossy(bytes).into_owned());
+        };
+        let framed = frame::split(bytes)?;
+        let id = framed.schema_id;
+        let writer = reading.cached(id).ok_or(Unreadable::UnknownSchema(id))?;
+        self.decoded(record, reading, id, &writer, framed.body)
+    }
 
-        let raw_id = field("eventId")?;
+    fn decoded(
+        &self,
+        record: &Record,
+        reading: &Reading,
+        id: u32,
+        writer: &Writer,
+        body: &[u8],
+    ) -> Result<Event, Invalid> {
+        match reading.decode(id, writer, body)? {
+            Decoded::Value(payload) => {
+                let text = payload.to_string();
+                self.event(record, payload, text)
+            }
+            Decoded::Text(json) => {
+                let payload =
+                    crate::strict_json::from_slice(json).map_err(|e| Invalid::NotJson(shown(&e.to_string())))?;
+                self.event(record, payload, String::from_utf8_lossy(json).into_owned())
+            }
+        }
+    }
+
+    /// The decoded `payload` (`text`: the JSON the guest reads) checked: the envelope, the schema.
+    fn event(&self, record: &Record, payload: serde_json::Value, text: String) -> Result<Event, Invalid> {
+        if !payload.is_object() {
+            return Err(Invalid::NotObject);
+        }
+        let field = |path: &[String]| {
+            let mut at = &payload;
+            for name in path {
+                at = at.get(name).ok_or_else(|| Invalid::MissingField(path.join(".")))?;
+            }
+            at.as_str().ok_or_else(|| Invalid::MissingField(path.join(".")))
+        };
+        let raw_id = field(&self.envelope.event_id)?;
         let id = parse_v7(raw_id)?;
-        let event_type = field("eventType")?;
+        let event_type = field(&self.envelope.event_type)?;
         if !self.event_types.contains(event_type) {
             return Err(Invalid::UnknownEventType(shown(event_type)));
         }
-        let occurred_at = field("occurredAt")?;
+        let occurred_at = field(&self.envelope.occurred_at)?;
         if chrono::DateTime::parse_from_rfc3339(occurred_at).is_err() {
             return Err(Invalid::BadOccurredAt(shown(occurred_at)));
         }
-        let errors: Vec<String> =
-            self.schema.iter_errors(&payload).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
-        if !errors.is_empty() {
-            return Err(Invalid::Schema(shown(&errors.join("; "))));
+        if let Some(schema) = &self.schema {
+            let errors: Vec<String> =
+                schema.iter_errors(&payload).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+            if !errors.is_empty() {
+                return Err(Invalid::Schema(shown(&errors.join("; "))));
+            }
         }
         Ok(Event {
             id,
@@ -115,7 +236,7 @@ impl Validator {
             offset: record.offset,
             key: record.key.clone(),
             headers: record.headers.clone(),
-            payload: String::from_utf8_lossy(bytes).into_owned(),
+            payload: text,
             payload_sha256: crate::event::payload_hash(&payload),
         })
     }
@@ -201,7 +322,7 @@ mod tests {
         let check = |bytes: &[u8]| v.validate(&record(bytes)).expect_err("invalid");
         assert!(matches!(check(b"not json"), Invalid::NotJson(_)));
         assert_eq!(check(b"[1]"), Invalid::NotObject);
-        assert_eq!(check(br#"{"eventType":"order.confirmed.v1"}"#), Invalid::MissingField("eventId"));
+        assert_eq!(check(br#"{"eventType":"order.confirmed.v1"}"#), Invalid::MissingField("eventId".into()));
         assert!(matches!(
             check(&payload(v4, "order.confirmed.v1", "2026-11-30T10:00:00Z", json!(5))),
             Invalid::EventIdNotV7 { version: 4, .. }

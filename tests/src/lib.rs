@@ -8,7 +8,9 @@
 //! - [`provider`]: a local payment provider that deduplicates by
 //!   `Idempotency-Key` and can misbehave on purpose;
 //! - [`host`]: config files for `idem run`, in-process or as a child process;
-//! - [`proxy`]: a TCP proxy to cut, for database outages;
+//! - [`proxy`]: a TCP proxy to cut, for database (and registry) outages;
+//! - [`registry`]: the schema registry scripts/test starts, subjects and
+//!   framed records for the registry formats' tests;
 //! - [`native`]: the billing example as a native handler (no wasm), which
 //!   `idem-under-test` registers for the benchmark;
 //! - [`kafka`]: the broker (Apache Kafka at `KAFKA_BROKERS`, or, for the
@@ -22,6 +24,7 @@ pub mod kafka;
 pub mod native;
 pub mod provider;
 pub mod proxy;
+pub mod registry;
 
 use std::sync::Once;
 

@@ -72,11 +72,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
         None
     };
     let runtime = open_runtime(&config)?;
-    let mut validators = Vec::new();
-    for h in &config.handlers {
-        let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
-        validators.push(validator);
-    }
+    let validators = Validator::for_config(&config)?;
     let pool = open_database(&config, seed).await?;
     crate::outbox::provision::check(&pool, &config).await?;
     check_broker(&config)?;

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 
 use super::identifiers::{check_identifier, is_reserved_schema};
 use super::properties::check_properties;
-use super::{Config, HandlerConfig, failure, group, ordering, outbox, ranges, rates, retention};
+use super::{Config, HandlerConfig, failure, format, group, ordering, outbox, ranges, rates, retention};
 
 impl Config {
     pub(super) fn check(&self) -> anyhow::Result<()> {
@@ -18,6 +18,9 @@ impl Config {
         }
         self.admin.address()?;
         self.retention.check()?;
+        if let Some(registry) = &self.registry {
+            registry.check()?;
+        }
         let timeout = self.shutdown.timeout.0;
         if !(std::time::Duration::from_secs(1)..=std::time::Duration::from_secs(600)).contains(&timeout) {
             bail!("[shutdown] timeout = \"{}\" must be between 1s and 10m", self.shutdown.timeout);
@@ -103,6 +106,7 @@ impl Config {
             bail!("{at}: retry.dlq_topic is the handler's own topic");
         }
         failure::check(&at, &h.failure, h.ordering, h.retry.on_failure)?;
+        format::check(&at, h.format, h.message.as_deref(), &h.envelope, self.registry.is_some())?;
         rates::check(&at, h.max_events_per_second, &h.http.rate)?;
         if !ranges::is_topic_name(&dlq) {
             bail!("{at}: retry.dlq_topic `{dlq}` is not a valid topic name");

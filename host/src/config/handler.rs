@@ -62,8 +62,21 @@ pub struct HandlerConfig {
     pub max_compile_seconds: u64,
     /// The `eventType`s this handler accepts; any other is invalid.
     pub event_types: Vec<String>,
-    /// JSON Schema (draft 2020-12) of the payload, relative to the config file.
+    /// How its records are encoded: `json` (default), `avro`, `protobuf`
+    /// or `json-schema` (the last three framed for `[registry]`).
+    #[serde(default)]
+    pub format: super::Format,
+    /// The reader schema, relative to the config file: a JSON Schema (draft
+    /// 2020-12) for `json` and `json-schema`, an `.avsc` for `avro`, a
+    /// `.proto` for `protobuf`.
     pub schema: PathBuf,
+    /// `protobuf`: the message of `schema` the handler reads (its full
+    /// name, e.g. `shop.v1.OrderConfirmed`; default: the file's first).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Where `eventId`, `eventType` and `occurredAt` are in the record.
+    #[serde(default)]
+    pub envelope: super::Envelope,
     /// Executions at once, over all the handler's partitions and lanes
     /// (each holds one of the handler's database connections).
     #[serde(default = "default_concurrency")]
@@ -455,7 +468,10 @@ impl HandlerConfig {
             max_module_mib: default_max_module_mib(),
             max_compile_seconds: default_max_compile_seconds(),
             event_types: Vec::new(),
+            format: super::Format::default(),
             schema: PathBuf::new(),
+            message: None,
+            envelope: super::Envelope::default(),
             concurrency: default_concurrency(),
             ordering: super::Ordering::default(),
             max_in_flight: None,

@@ -12,6 +12,7 @@ mod admin;
 mod check;
 mod dlq;
 mod failure;
+mod format;
 mod group;
 mod handler;
 mod identifiers;
@@ -21,12 +22,14 @@ mod properties;
 mod ranges;
 pub(crate) use ranges::MAX_TIMEOUT_MS;
 mod rates;
+mod registry;
 mod retention;
 mod runtime;
 
 pub use admin::AdminConfig;
 pub use dlq::DlqConfig;
 pub use failure::{HandlerFailure, OnExhausted};
+pub use format::{Envelope, Format};
 pub use group::GroupProtocol;
 pub use handler::{
     HandlerBatch, HandlerConfig, HandlerDatabase, HandlerHttp, HandlerLimits, HandlerRetry, HttpCredential, HttpRetry,
@@ -36,6 +39,7 @@ pub(crate) use identifiers::is_reserved_schema;
 pub use ordering::{DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, Ordering, key_lane};
 pub use outbox::{HandlerEmit, OutboxConfig, OutboxProducer, ProducerTopic};
 pub use rates::{HttpRate, MAX_PER_SECOND, check_rate};
+pub use registry::RegistryConfig;
 pub use retention::{RetentionConfig, RetentionMode, Span, StalePolicy};
 pub use runtime::RuntimeConfig;
 
@@ -61,6 +65,9 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     #[serde(default)]
     pub outbox: OutboxConfig,
+    /// The schema registry (`[registry]`), for handlers whose `format` needs one.
+    #[serde(default)]
+    pub registry: Option<RegistryConfig>,
     #[serde(rename = "handler", default)]
     pub handlers: Vec<HandlerConfig>,
 }
@@ -158,7 +165,13 @@ impl Config {
         if let Some(url) = crate::env::get(crate::env::DATABASE_URL) {
             config.database.url = url;
         }
+        if let (Some(url), Some(registry)) = (crate::env::get("IDEM_REGISTRY_URL"), &mut config.registry) {
+            registry.url = url;
+        }
         let base = path.parent().unwrap_or(Path::new("."));
+        if let Some(ca) = config.registry.as_mut().and_then(|r| r.ca_file.as_mut()) {
+            *ca = base.join(&*ca);
+        }
         for file in [&mut config.dlq.key_file, &mut config.dlq.previous_key_file].into_iter().flatten() {
             *file = base.join(&*file);
         }

@@ -152,6 +152,12 @@ impl Telemetry {
             } else if !h.tap.joined() {
                 consumers.push(format!("handler `{}`: its consumer has not joined its group", h.name));
             }
+            if h.stats.registry_waiting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                consumers.push(format!(
+                    "handler `{}`: the schema registry does not answer: its records wait (see the log)",
+                    h.name
+                ));
+            }
         }
         let mut reasons: Vec<String> = self.database_problem().await.map(str::to_owned).into_iter().collect();
         reasons.extend(consumers);

@@ -175,7 +175,7 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
         }
     }
-    let gauges: [Family<AtomicU64>; 3] = [
+    let gauges: [Family<AtomicU64>; 4] = [
         ("idem_quarantined_keys", "Keys parked in the quarantine now (counted every few seconds).", |s| {
             &s.quarantine_keys
         }),
@@ -183,6 +183,11 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
         ("idem_quarantine_oldest_seconds", "Age of the oldest parked event (0: none).", |s| {
             &s.quarantine_oldest_seconds
         }),
+        (
+            "idem_registry_waiting",
+            "Lanes waiting for the schema registry to answer (its records wait, nothing spent).",
+            |s| &s.registry_waiting,
+        ),
     ];
     for (name, help, read) in gauges {
         e.family(name, "gauge", help);

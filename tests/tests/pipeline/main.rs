@@ -18,6 +18,7 @@ mod dead_letters;
 mod failures;
 mod first_run;
 mod fleet;
+mod formats;
 mod guest_text;
 mod hostile_records;
 mod lanes;

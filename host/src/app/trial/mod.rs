@@ -116,7 +116,8 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
         bail!("{} has no handler `{}` (it has: {})", o.config.display(), o.handler, names.join(", "));
     };
     let lines = events::read(&o.events, &h.topic, h.dedup_retention.0)?;
-    let validator = Validator::load(&h.schema, &h.event_types).with_context(|| format!("handler `{}`", h.name))?;
+    let registry = config.registry.as_ref().map(crate::formats::Registry::new).transpose()?.map(std::sync::Arc::new);
+    let validator = Validator::for_handler(h, registry.as_ref()).with_context(|| format!("handler `{}`", h.name))?;
     let recorder = match o.http {
         HttpMode::Record => Some(Recorder::start().await.context("failed to start the HTTP recorder")?),
         HttpMode::Allowlist => None,
@@ -133,7 +134,7 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
             failed += 1;
             continue;
         };
-        let came_to = match validator.validate(record) {
+        let came_to = match validator.check(record).await.context("cannot decode the event")? {
             Ok(event) => {
                 let started = Instant::now();
                 let trial = exec.execute_within(open, &event).await;

@@ -117,7 +117,9 @@ enum Ran {
 /// ledger's to keep once), and nothing after it is written.
 async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) -> Ran {
     let (pool, name, record) = (&shared.idem_pool, &shared.name, &event.record);
-    let valid = match shared.validator.validate(record) {
+    let checked = shared.validator.check(record).await;
+    let Ok(checked) = checked else { return waiting_out("the schema registry does not answer") };
+    let valid = match checked {
         Ok(valid) => valid,
         Err(invalid) => {
             let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays: 0 };

@@ -376,7 +376,8 @@ impl Replay<'_> {
             }
         };
         let replays = replays_of(message) + 1;
-        let event = match self.target.validator.validate(&record) {
+        // A registry that does not answer stops the replay (its records stay in the DLQ).
+        let event = match self.target.validator.check(&record).await? {
             Ok(event) => event,
             Err(invalid) => {
                 let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays };

@@ -168,7 +168,9 @@ fn read_ids(
                         break;
                     }
                     let record = crate::pipeline::consumer::record(&message);
-                    ids.push(validator.validate(&record).ok().map(|event| event.id));
+                    // On the blocking thread: a writer schema not met yet is fetched here.
+                    let checked = tokio::runtime::Handle::current().block_on(validator.check(&record))?;
+                    ids.push(checked.ok().map(|event| event.id));
                     left -= 1;
                     deadline = Instant::now() + Duration::from_secs(60);
                 }

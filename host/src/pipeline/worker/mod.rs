@@ -20,6 +20,7 @@ mod marks;
 mod parking;
 mod process;
 mod route;
+mod schemas;
 mod shrink;
 
 use std::collections::VecDeque;
@@ -148,6 +149,12 @@ impl Worker {
                 if self.state.is_held() {
                     continue;
                 }
+            }
+            // A registry format's records are decoded once their writer
+            // schemas are fetched: a registry that does not answer holds
+            // the lane here, with nothing spent.
+            if self.shared.validator.reads_registry() && !self.decode_pending().await {
+                return;
             }
             // Busy before the stopped check: whoever stops the partition
             // then waits for it to clear, so it never misses this record.

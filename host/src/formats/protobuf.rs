@@ -1,0 +1,228 @@
+//! Protobuf records: the reader's `.proto` compiled at start-up (protox,
+//! with Google's well-known types), a writer's from the registry's text
+//! when its id is first seen. A record is decoded with the reader's
+//! message, which is Protobuf's own resolution (fields matched by number,
+//! unknown ones skipped, missing ones their defaults); the writer's schema
+//! says which message the record is (its message indexes) and whether its
+//! fields' types can be read as the reader's at all.
+//!
+//! The JSON the guest reads is Protobuf's canonical JSON mapping: field
+//! names in lowerCamelCase, 64-bit integers as strings, enums as names,
+//! bytes as base64, `Timestamp` as RFC 3339; fields at their default value
+//! are included.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::Context as _;
+use prost_reflect::{DescriptorPool, DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
+use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, IncludeFileResolver};
+
+/// The name a writer schema's own file is compiled under.
+const WRITER_FILE: &str = "registry-writer.proto";
+/// How deep the compatibility check follows nested messages.
+const MAX_DEPTH: usize = 32;
+
+/// The reader's message.
+#[derive(Debug, Clone)]
+pub struct ProtoReader {
+    message: MessageDescriptor,
+}
+
+/// A writer schema: its file's messages, in declaration order at each level.
+#[derive(Debug, Clone)]
+pub struct ProtoWriter {
+    pool: DescriptorPool,
+}
+
+impl ProtoReader {
+    /// Compiles `path` (imports relative to its folder) and picks `message`
+    /// (default: the file's first).
+    pub fn load(path: &Path, message: Option<&str>) -> anyhow::Result<Self> {
+        let folder = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().and_then(|n| n.to_str()).context("a .proto file's name")?;
+        let mut resolver = ChainFileResolver::new();
+        resolver.add(IncludeFileResolver::new(folder.to_owned()));
+        resolver.add(GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.open_file(name).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let pool = compiler.descriptor_pool();
+        let message = match message {
+            Some(full) => pool.get_message_by_name(full).with_context(|| format!("it has no message `{full}`"))?,
+            None => {
+                let file = pool.get_file_by_name(name).context("the compiled file")?;
+                file.messages().next().context("it declares no message")?
+            }
+        };
+        Ok(Self { message })
+    }
+
+    /// `fetched` (the registry's text and its references) compiled, and
+    /// checked against the reader's message where their field numbers meet.
+    pub fn writer(&self, text: &str, references: &[(String, String)]) -> Result<ProtoWriter, String> {
+        let mut files: HashMap<String, String> = references.iter().cloned().collect();
+        files.insert(WRITER_FILE.to_owned(), text.to_owned());
+        let mut resolver = ChainFileResolver::new();
+        resolver.add(Memory(files));
+        resolver.add(GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.open_file(WRITER_FILE).map_err(|e| format!("the writer's .proto does not compile: {e}"))?;
+        Ok(ProtoWriter { pool: compiler.descriptor_pool() })
+    }
+
+    /// The record's message (`indexes` into the writer's file) decoded as the reader's, as JSON.
+    pub fn decode(&self, writer: &ProtoWriter, indexes: &[usize], bytes: &[u8]) -> Result<serde_json::Value, String> {
+        let written = writer.message(indexes)?;
+        if written.name() != self.message.name() {
+            return Err(format!(
+                "the record is a `{}`; the handler reads `{}`",
+                written.full_name(),
+                self.message.full_name()
+            ));
+        }
+        compatible(&written, &self.message, 0)?;
+        let message = DynamicMessage::decode(self.message.clone(), bytes).map_err(|e| e.to_string())?;
+        let options = SerializeOptions::new().skip_default_fields(false);
+        message.serialize_with_options(serde_json::value::Serializer, &options).map_err(|e| e.to_string())
+    }
+
+    pub fn message_name(&self) -> &str {
+        self.message.full_name()
+    }
+
+    /// `value` (the canonical JSON mapping) as the reader's message's bytes:
+    /// what `idem test` encodes an event with, and what the suite produces.
+    pub fn encode(&self, value: &serde_json::Value) -> Result<Vec<u8>, String> {
+        use prost::Message as _;
+        let message = DynamicMessage::deserialize(self.message.clone(), value).map_err(|e| e.to_string())?;
+        Ok(message.encode_to_vec())
+    }
+}
+
+impl ProtoWriter {
+    /// The message at `indexes`: the file's n-th message, then its m-th nested one, …
+    fn message(&self, indexes: &[usize]) -> Result<MessageDescriptor, String> {
+        let file = self.pool.get_file_by_name(WRITER_FILE).ok_or("the writer's file")?;
+        let mut at = indexes.iter();
+        let first = at.next().copied().unwrap_or(0);
+        let mut message = file.messages().nth(first).ok_or_else(|| no_message(indexes))?;
+        for index in at {
+            let child = message.child_messages().nth(*index);
+            message = child.ok_or_else(|| no_message(indexes))?;
+        }
+        Ok(message)
+    }
+}
+
+fn no_message(indexes: &[usize]) -> String {
+    format!("the writer's schema has no message at indexes {indexes:?}")
+}
+
+/// Whether every field number the writer and the reader share has types
+/// of one wire family (varints, zig-zag varints, 32-bit, 64-bit, length-
+/// delimited), recursively into messages; the first that does not is named.
+fn compatible(writer: &MessageDescriptor, reader: &MessageDescriptor, depth: usize) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
+    for field in reader.fields() {
+        let Some(written) = writer.get_field(field.number()) else { continue };
+        let (w, r) = (written.kind(), field.kind());
+        if family(&w) != family(&r) || written.is_map() != field.is_map() {
+            return Err(format!(
+                "field `{}` (number {}) is {} in the writer's schema and {} in the reader's",
+                field.full_name(),
+                field.number(),
+                kind_name(&w),
+                kind_name(&r)
+            ));
+        }
+        if let (Kind::Message(w), Kind::Message(r)) = (&w, &r)
+            && w.full_name() != r.full_name()
+        {
+            compatible(w, r, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+fn family(kind: &Kind) -> u8 {
+    match kind {
+        Kind::Int32 | Kind::Int64 | Kind::Uint32 | Kind::Uint64 | Kind::Bool | Kind::Enum(_) => 0,
+        Kind::Sint32 | Kind::Sint64 => 1,
+        Kind::Fixed32 | Kind::Sfixed32 | Kind::Float => 2,
+        Kind::Fixed64 | Kind::Sfixed64 | Kind::Double => 3,
+        Kind::String | Kind::Bytes => 4,
+        Kind::Message(_) => 5,
+    }
+}
+
+fn kind_name(kind: &Kind) -> String {
+    match kind {
+        Kind::Message(m) => format!("message `{}`", m.full_name()),
+        Kind::Enum(e) => format!("enum `{}`", e.full_name()),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// The writer's file and its references, by name.
+struct Memory(HashMap<String, String>);
+
+impl FileResolver for Memory {
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        match self.0.get(name) {
+            Some(source) => File::from_source(name, source),
+            None => Err(protox::Error::file_not_found(name)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const V1: &str = r#"syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Order {
+  string event_id = 1;
+  google.protobuf.Timestamp occurred_at = 2;
+  int64 amount_cents = 3;
+  Status status = 4;
+  bytes raw = 5;
+  enum Status { NEW = 0; PAID = 1; }
+}
+"#;
+
+    fn reader(text: &str) -> ProtoReader {
+        let dir = std::env::temp_dir().join(format!("idem-proto-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).expect("a folder");
+        std::fs::write(dir.join("order.proto"), text).expect("written");
+        ProtoReader::load(&dir.join("order.proto"), None).expect("compiles")
+    }
+
+    #[test]
+    fn a_message_reads_as_the_canonical_json_mapping() {
+        let reader = reader(V1);
+        let value = json!({"eventId": "e1", "occurredAt": "2026-12-06T01:02:03Z", "amountCents": "1234",
+                           "status": "PAID", "raw": "AAE="});
+        let bytes = reader.encode(&value).expect("encodes");
+        let writer = reader.writer(V1, &[]).expect("the writer compiles");
+        assert_eq!(reader.decode(&writer, &[0], &bytes).expect("decodes"), value);
+    }
+
+    #[test]
+    fn a_field_whose_type_changed_is_named() {
+        let reader = reader(V1);
+        let v3 = V1.replace("int64 amount_cents = 3;", "string amount_cents = 3;");
+        let writer = reader.writer(&v3, &[]).expect("compiles");
+        let error = reader.decode(&writer, &[0], b"").expect_err("incompatible");
+        assert!(error.contains("field `shop.Order.amount_cents` (number 3) is string"), "{error}");
+        let error = reader.decode(&writer, &[3], b"").expect_err("no such message");
+        assert!(error.contains("no message at indexes [3]"), "{error}");
+        let error = reader.decode(&reader.writer(V1, &[]).expect("v1"), &[0], &[0x1a, 0xff]).expect_err("cut short");
+        assert!(!error.is_empty());
+    }
+}

@@ -1,0 +1,319 @@
+//! The registry formats (issue 43, docs/formats.md) on real Kafka,
+//! PostgreSQL and a real schema registry (Apicurio Registry, started by
+//! scripts/test): the billing example's own component, unchanged, charging
+//! Avro and Protobuf orders once each through redeliveries and schema
+//! evolution; a registry outage waited out; hostile bytes dead-lettered
+//! with their reasons while the partition flows.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use idem::formats::avro;
+use idem::pipeline::dlq_headers as h;
+use idem_tests::registry::{self, avro_record, order};
+use idem_tests::{host, kafka};
+use serde_json::json;
+
+use super::{CHARGES, DISTINCT_ORDERS, Env};
+
+const ORDER_V1: &str = r#"{"type":"record","name":"OrderConfirmed","namespace":"shop","fields":[
+    {"name":"eventId","type":{"type":"string","logicalType":"uuid"}},
+    {"name":"eventType","type":"string"},
+    {"name":"occurredAt","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"aggregateType","type":"string"},
+    {"name":"orderId","type":"long"},
+    {"name":"customerId","type":"long"},
+    {"name":"totalAmount","type":"double"},
+    {"name":"currency","type":"string"},
+    {"name":"note","type":["null","string"],"default":null}]}"#;
+
+/// v1 evolved compatibly: a field added with a default, the optional `note` removed.
+const ORDER_V2: &str = r#"{"type":"record","name":"OrderConfirmed","namespace":"shop","fields":[
+    {"name":"eventId","type":{"type":"string","logicalType":"uuid"}},
+    {"name":"eventType","type":"string"},
+    {"name":"occurredAt","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"aggregateType","type":"string"},
+    {"name":"orderId","type":"long"},
+    {"name":"customerId","type":"long"},
+    {"name":"totalAmount","type":"double"},
+    {"name":"currency","type":"string"},
+    {"name":"channel","type":"string","default":"web"}]}"#;
+
+const ORDER_PROTO: &str = r#"syntax = "proto3";
+package shop;
+// int32 ids: the canonical JSON mapping writes 64-bit integers as strings,
+// and the billing example reads numbers.
+message OrderConfirmed {
+  string event_id = 1;
+  string event_type = 2;
+  string occurred_at = 3;
+  string aggregate_type = 4;
+  int32 order_id = 5;
+  int32 customer_id = 6;
+  double total_amount = 7;
+  string currency = 8;
+}
+"#;
+
+/// A folder holding `name` with `text`: a handler's reader schema.
+fn schema_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(idem_tests::unique_name("idem_schema"));
+    std::fs::create_dir_all(&dir).expect("a folder");
+    std::fs::write(dir.join(name), text).expect("the schema");
+    dir.join(name)
+}
+
+/// The billing handler reading `format` with reader schema `schema`, and
+/// the config file (with `[registry] url = registry`).
+fn config(env: &Env, format: &str, schema: PathBuf, registry: &str) -> (host::HandlerSpec, PathBuf) {
+    let mut spec = env.billing();
+    spec.schema = schema;
+    spec.extra.push_str(&format!("format = \"{format}\"\n"));
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    append_registry(&config, registry);
+    (spec, config)
+}
+
+fn append_registry(config: &Path, url: &str) {
+    let mut text = std::fs::read_to_string(config).expect("the config");
+    text.push_str(&format!("\n[registry]\nurl = \"{url}\"\ntimeout_ms = 1000\n"));
+    std::fs::write(config, text).expect("the config");
+}
+
+fn reason(m: &rdkafka::message::OwnedMessage) -> String {
+    let headers = rdkafka::Message::headers(m).expect("headers");
+    let found = rdkafka::message::Headers::iter(headers).find(|x| x.key == h::REASON);
+    String::from_utf8_lossy(found.and_then(|x| x.value).unwrap_or_default()).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn avro_orders_across_a_schema_evolution_are_charged_once_each_and_an_incompatible_version_is_dead_lettered() {
+    let env = Env::new(6).await;
+    let base = registry::url();
+    let subject = format!("{}-value", env.topic);
+    let v1 = avro::Schema::parse(ORDER_V1).expect("v1");
+    let v2 = avro::Schema::parse(ORDER_V2).expect("v2");
+    let (id1, id2) = (
+        registry::register(&base, &subject, "AVRO", ORDER_V1).await,
+        registry::register(&base, &subject, "AVRO", ORDER_V2).await,
+    );
+    // v3 changes a type the reader reads: incompatible.
+    let v3_text =
+        ORDER_V2.replace(r#""name":"totalAmount","type":"double""#, r#""name":"totalAmount","type":"string""#);
+    let v3 = avro::Schema::parse(&v3_text).expect("v3");
+    let id3 = registry::register(&base, &subject, "AVRO", &v3_text).await;
+    assert!(id1 != id2 && id2 != id3, "three schemas, three ids");
+
+    // 3,000 orders: the first half written with v1, the rest with v2 (the
+    // producer upgraded mid-stream), 30% of them redelivered; among them,
+    // five written with v3.
+    let mut records: Vec<(i32, Vec<u8>)> = Vec::new();
+    for i in 0..3_000_i64 {
+        let (_, mut value) = order(i + 1, &[("occurredAt", json!("2026-12-06T01:00:00.000Z"))]);
+        let bytes = if i < 1_500 {
+            value["note"] = json!("ring twice");
+            avro_record(&v1, id1, &value)
+        } else {
+            avro_record(&v2, id2, &value)
+        };
+        let partition = (i % 6) as i32;
+        records.push((partition, bytes.clone()));
+        if i % 10 < 3 {
+            records.push(((partition + 1) % 6, bytes));
+        }
+    }
+    for i in 0..5_i64 {
+        let (_, mut value) = order(10_000 + i, &[("occurredAt", json!("2026-12-06T01:00:00.000Z"))]);
+        value["totalAmount"] = json!("12.50");
+        records.push(((i % 6) as i32, avro_record(&v3, id3, &value)));
+    }
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+
+    let (spec, config) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), &base);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.duplicates, r.invalid), (3_000, 900, 5), "{r:?}");
+    assert_eq!(env.count(CHARGES).await, 3_000);
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 3_000, "no order charged twice");
+    assert_eq!(env.provider.charges(), 3_000, "the provider saw each order's key once");
+    let mut ids: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT event_id::text FROM idem.processed_event WHERE consumer = 'billing'")
+            .fetch_all(&env.db.pool)
+            .await
+            .expect("processed");
+    let mut keys = env.provider.keys();
+    ids.sort();
+    keys.sort();
+    assert_eq!(keys, ids, "the provider's idempotency keys are the event ids, each once");
+    let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+    assert_eq!(dead.len(), 5, "the v3 records, and nothing else");
+    for m in &dead {
+        let why = reason(m);
+        assert!(why.contains(&format!("schema id {id3}")) && why.contains("totalAmount"), "{why}");
+        let original: Vec<u8> = rdkafka::Message::payload(m).expect("payload").to_vec();
+        assert!(records.iter().any(|(_, bytes)| *bytes == original), "dead-lettered byte for byte");
+    }
+    let ends: Vec<Option<i64>> = kafka::high_watermarks(&env.topic, 6).into_iter().map(Some).collect();
+    assert_eq!(kafka::committed(&spec.group_id, &env.topic, 6), ends);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn protobuf_orders_are_charged_once_each_by_the_same_handler() {
+    let env = Env::new(3).await;
+    let base = registry::url();
+    let subject = format!("{}-value", env.topic);
+    let id = registry::register(&base, &subject, "PROTOBUF", ORDER_PROTO).await;
+    let reader_file = schema_file("order.proto", ORDER_PROTO);
+    let reader = idem::formats::protobuf::ProtoReader::load(&reader_file, None).expect("compiles");
+    let v3_text = ORDER_PROTO.replace("double total_amount = 7;", "string total_amount = 7;");
+    let id3 = registry::register(&base, &subject, "PROTOBUF", &v3_text).await;
+
+    let mut records = Vec::new();
+    for i in 0..3_000_i64 {
+        let (_, value) = order(i + 1, &[]);
+        let bytes = idem::formats::frame::frame(id, Some(&[0]), &reader.encode(&value).expect("encodes"));
+        records.push(((i % 3) as i32, bytes.clone()));
+        if i % 10 < 3 {
+            records.push((((i + 1) % 3) as i32, bytes));
+        }
+    }
+    let (_, value) = order(9_999, &[]);
+    let v3_body = reader.encode(&value).expect("encodes");
+    records.push((0, idem::formats::frame::frame(id3, Some(&[0]), &v3_body)));
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+
+    let (_, config) = config(&env, "protobuf", reader_file, &base);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.duplicates, r.invalid), (3_000, 900, 1), "{r:?}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 3_000);
+    assert_eq!(env.provider.charges(), 3_000);
+    let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+    let why = reason(&dead[0]);
+    assert!(why.contains(&format!("schema id {id3}")) && why.contains("shop.OrderConfirmed.total_amount"), "{why}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_that_does_not_answer_holds_new_schemas_records_and_loses_nothing() {
+    let env = Env::new(2).await;
+    let base = registry::url();
+    let subject = format!("{}-value", env.topic);
+    let v1 = avro::Schema::parse(ORDER_V1).expect("v1");
+    let v2 = avro::Schema::parse(ORDER_V2).expect("v2");
+    let id1 = registry::register(&base, &subject, "AVRO", ORDER_V1).await;
+    let id2 = registry::register(&base, &subject, "AVRO", ORDER_V2).await;
+    // The host reaches the registry through a proxy the test cuts.
+    let mut url = reqwest::Url::parse(&base).expect("url");
+    let target = tokio::net::lookup_host((url.host_str().expect("host"), url.port().expect("port")))
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .expect("the registry's address");
+    let proxy = idem_tests::proxy::Proxy::start(target).await;
+    url.set_port(Some(proxy.addr.port())).expect("port");
+
+    let stamp = [("occurredAt", json!("2026-12-06T01:00:00.000Z"))];
+    let first: Vec<(i32, Vec<u8>)> =
+        (0..200).map(|i| ((i % 2) as i32, avro_record(&v1, id1, &order(i + 1, &stamp).1))).collect();
+    kafka::produce_all(&env.producer, &env.topic, &first).await;
+    let (_, config) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), url.as_str());
+    // Not `exit_when_drained`: the host would end once v1's records are
+    // done. It runs until every order is charged.
+    let outage = async {
+        env.charged(200, Duration::from_secs(60)).await;
+        // Cut: the producer's new schema (v2) cannot be fetched.
+        proxy.cut();
+        let second: Vec<(i32, Vec<u8>)> =
+            (200..400).map(|i| ((i % 2) as i32, avro_record(&v2, id2, &order(i + 1, &stamp).1))).collect();
+        kafka::produce_all(&env.producer, &env.topic, &second).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(env.count(CHARGES).await, 200, "nothing of v2 ran while the registry was away");
+        let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+        assert!(dead.is_empty(), "nothing dead-lettered for the registry's outage");
+        proxy.restore();
+        env.charged(400, Duration::from_secs(60)).await;
+    };
+    let reports = host::run_in_process(&config, false, outage).await;
+    let r = &reports[0];
+    assert_eq!((r.processed, r.invalid, r.dead_lettered), (400, 0, 0), "{r:?}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 400);
+    assert_eq!(env.provider.charges(), 400);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_avro_bytes_are_dead_lettered_with_their_reasons_and_the_partition_flows() {
+    let env = Env::new(1).await;
+    let base = registry::url();
+    let v1 = avro::Schema::parse(ORDER_V1).expect("v1");
+    let id = registry::register(&base, &format!("{}-value", env.topic), "AVRO", ORDER_V1).await;
+    let stamp = [("occurredAt", json!("2026-12-06T01:00:00.000Z"))];
+    let good = |n: i64| avro_record(&v1, id, &order(n, &stamp).1);
+    let body = |n: i64| good(n)[5..].to_vec();
+    let framed = |schema: i32, body: &[u8]| {
+        let mut out = vec![0];
+        out.extend_from_slice(&schema.to_be_bytes());
+        out.extend_from_slice(body);
+        out
+    };
+    let id = i32::try_from(id).expect("an id");
+    // The eventId's length, then 36 bytes: one of them not UTF-8.
+    let mut bad_utf8 = body(90);
+    bad_utf8[5] = 0xff;
+    let mut huge_length = vec![0xfe, 0xff, 0xff, 0xff, 0x0f]; // a string of 2^31-1 bytes
+    huge_length.extend_from_slice(b"short");
+    let hostile: Vec<(&str, Vec<u8>)> = vec![
+        ("schema id 2147483000 is not in the schema registry", framed(2_147_483_000, &body(91))),
+        ("schema id 0 is not a positive number", framed(0, &body(92))),
+        ("schema id -5 is not a positive number", framed(-5, &body(93))),
+        ("not the magic byte 0", [vec![1], body(94)].concat()),
+        ("too short for a schema id", vec![0, 0, 1]),
+        ("longer than 10 bytes", framed(id, &[0xff; 12])),
+        ("bytes are needed where", framed(id, &huge_length)),
+        ("not UTF-8", framed(id, &bad_utf8)),
+        ("left after the record", [good(95), vec![0]].concat()),
+        ("cut short", good(96)[..20].to_vec()),
+    ];
+    let mut records = Vec::new();
+    for (i, (_, bytes)) in hostile.iter().enumerate() {
+        records.push((0, good(i as i64 + 1)));
+        records.push((0, bytes.clone()));
+    }
+    records.push((0, good(50)));
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let (_, config) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), &base);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.invalid, r.dead_lettered), (11, 10, 10), "{r:?}");
+    let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+    assert_eq!(dead.len(), hostile.len());
+    for (m, (expected, bytes)) in dead.iter().zip(&hostile) {
+        let why = reason(m);
+        assert!(why.contains(expected), "expected `{expected}` in {why}");
+        assert_eq!(rdkafka::Message::payload(m).unwrap_or_default(), bytes.as_slice(), "byte for byte");
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_schema_framed_orders_are_checked_against_the_readers_json_schema() {
+    let env = Env::new(1).await;
+    let base = registry::url();
+    let reader = env.billing().schema;
+    let text = std::fs::read_to_string(&reader).expect("billing's schema");
+    let id = registry::register(&base, &format!("{}-value", env.topic), "JSON", &text).await;
+    let frame = |value: &serde_json::Value| idem::formats::frame::frame(id, None, value.to_string().as_bytes());
+    let mut records: Vec<(i32, Vec<u8>)> = (0..100).map(|i| (0, frame(&order(i + 1, &[]).1))).collect();
+    // Framed, but violating the reader's schema (billing's currencies are codes).
+    records.push((0, frame(&order(500, &[("currency", json!("euro"))]).1)));
+    // JSON without the frame.
+    records.push((0, order(501, &[]).1.to_string().into_bytes()));
+    kafka::produce_all(&env.producer, &env.topic, &records).await;
+    let (_, config) = config(&env, "json-schema", reader, &base);
+    let r = &host::run_until_drained(&config).await[0];
+    assert_eq!((r.processed, r.invalid), (100, 2), "{r:?}");
+    let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+    let reasons: Vec<String> = dead.iter().map(reason).collect();
+    assert!(reasons[0].contains("violates the schema") && reasons[0].contains("currency"), "{reasons:?}");
+    assert!(reasons[1].contains("not the magic byte 0"), "{reasons:?}");
+    env.finish().await;
+}
