@@ -142,6 +142,11 @@ impl Validator {
         config.handlers.iter().map(for_one).collect()
     }
 
+    /// The registry formats' reading, if the handler reads one.
+    pub fn reading(&self) -> Option<&Reading> {
+        self.reading.as_ref()
+    }
+
     /// Whether a record may need the registry first (`check`).
     pub fn reads_registry(&self) -> bool {
         self.reading.is_some()

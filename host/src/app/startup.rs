@@ -25,6 +25,11 @@ pub struct Prepared {
     /// What the checks found worth saying that does not stop a start
     /// (`idem check` prints them, `idem run` logs them).
     pub warnings: Vec<String>,
+    /// The contract check's findings: each registered writer schema a
+    /// handler's reader schema cannot read. `idem check` refuses the config
+    /// for any; `idem run` logs them (the records written with one are
+    /// dead-lettered, naming it).
+    pub unreadable: Vec<String>,
 }
 
 pub use crate::pipeline::PreparedHandler;
@@ -73,6 +78,7 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     };
     let runtime = open_runtime(&config)?;
     let validators = Validator::for_config(&config)?;
+    let unreadable = if seed == Seed::No { contract(&config, &validators).await? } else { Vec::new() };
     let pool = open_database(&config, seed).await?;
     crate::outbox::provision::check(&pool, &config).await?;
     check_broker(&config)?;
@@ -93,7 +99,23 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     for (h, validator) in config.handlers.iter().cloned().zip(validators) {
         handlers.push(shared.handler(h, validator).await?);
     }
-    Ok(Prepared { config, pool, handlers, warnings })
+    Ok(Prepared { config, pool, handlers, warnings, unreadable })
+}
+
+/// Each registry-format handler's reader schema against every version of
+/// its subject (docs/formats.md, "The contract check").
+async fn contract(config: &Config, validators: &[Validator]) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    for (h, validator) in config.handlers.iter().zip(validators) {
+        let Some(reading) = validator.reading() else { continue };
+        let subject = h.subject();
+        let refused = reading
+            .unreadable_versions(&subject)
+            .await
+            .with_context(|| format!("handler `{}`: the contract check could not read subject `{subject}`", h.name))?;
+        found.extend(refused.into_iter().map(|r| format!("handler `{}`: its reader schema cannot read {r}", h.name)));
+    }
+    Ok(found)
 }
 
 /// The Wasm runtime, its instance pool sized for every handler's

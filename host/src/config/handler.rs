@@ -74,6 +74,11 @@ pub struct HandlerConfig {
     /// name, e.g. `shop.v1.OrderConfirmed`; default: the file's first).
     #[serde(default)]
     pub message: Option<String>,
+    /// The registry subject whose versions the contract check reads the
+    /// reader schema against (default: `<topic>-value`, the serializers'
+    /// TopicNameStrategy).
+    #[serde(default)]
+    pub subject: Option<String>,
     /// Where `eventId`, `eventType` and `occurredAt` are in the record.
     #[serde(default)]
     pub envelope: super::Envelope,
@@ -471,6 +476,7 @@ impl HandlerConfig {
             format: super::Format::default(),
             schema: PathBuf::new(),
             message: None,
+            subject: None,
             envelope: super::Envelope::default(),
             concurrency: default_concurrency(),
             ordering: super::Ordering::default(),
@@ -498,6 +504,11 @@ impl HandlerConfig {
             stale_events: StalePolicy::default(),
             trust_input_trace_headers: false,
         }
+    }
+
+    /// The registry subject of the handler's records (`subject`, or `<topic>-value`).
+    pub fn subject(&self) -> String {
+        self.subject.clone().unwrap_or_else(|| format!("{}-value", self.topic))
     }
 
     /// Lanes per partition (see `config/ordering.rs`).

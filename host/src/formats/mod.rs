@@ -10,9 +10,11 @@ pub mod frame;
 pub mod protobuf;
 mod reading;
 pub mod registry;
+mod sample;
 
 pub use reading::{Decoded, Reading, Writer};
 pub use registry::{Outage, Registry};
+pub use sample::{READER_ID, Sampler};
 
 /// Why a registry format's record cannot be read: the record is invalid
 /// (dead-lettered byte for byte, this as its reason).

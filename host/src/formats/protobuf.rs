@@ -33,6 +33,8 @@ pub struct ProtoReader {
 #[derive(Debug, Clone)]
 pub struct ProtoWriter {
     pool: DescriptorPool,
+    /// The file the message indexes count in.
+    file: String,
 }
 
 impl ProtoReader {
@@ -67,7 +69,7 @@ impl ProtoReader {
         resolver.add(GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.open_file(WRITER_FILE).map_err(|e| format!("the writer's .proto does not compile: {e}"))?;
-        Ok(ProtoWriter { pool: compiler.descriptor_pool() })
+        Ok(ProtoWriter { pool: compiler.descriptor_pool(), file: WRITER_FILE.to_owned() })
     }
 
     /// The record's message (`indexes` into the writer's file) decoded as the reader's, as JSON.
@@ -90,6 +92,22 @@ impl ProtoReader {
         self.message.full_name()
     }
 
+    /// The reader's own schema as a writer (`idem test` without a schema
+    /// id), and its message's indexes in its file.
+    pub fn as_writer(&self) -> (ProtoWriter, Vec<usize>) {
+        let file = self.message.parent_file();
+        let writer = ProtoWriter { pool: self.message.parent_pool().clone(), file: file.name().to_owned() };
+        let mut indexes = Vec::new();
+        let mut at = self.message.clone();
+        while let Some(parent) = at.parent_message() {
+            indexes.push(parent.child_messages().position(|m| m.full_name() == at.full_name()).unwrap_or(0));
+            at = parent;
+        }
+        indexes.push(file.messages().position(|m| m.full_name() == at.full_name()).unwrap_or(0));
+        indexes.reverse();
+        (writer, indexes)
+    }
+
     /// `value` (the canonical JSON mapping) as the reader's message's bytes:
     /// what `idem test` encodes an event with, and what the suite produces.
     pub fn encode(&self, value: &serde_json::Value) -> Result<Vec<u8>, String> {
@@ -100,9 +118,23 @@ impl ProtoReader {
 }
 
 impl ProtoWriter {
+    /// `value` (the canonical JSON mapping) as the writer's message of the
+    /// reader's name, and that message's indexes (`idem test --schema-id`).
+    pub fn encode(&self, name: &str, value: &serde_json::Value) -> Result<(Vec<usize>, Vec<u8>), String> {
+        use prost::Message as _;
+        let file = self.pool.get_file_by_name(&self.file).ok_or("the writer's file")?;
+        let (index, message) = file
+            .messages()
+            .enumerate()
+            .find(|(_, m)| m.name() == name)
+            .ok_or_else(|| format!("the writer's schema has no top-level message `{name}`"))?;
+        let message = DynamicMessage::deserialize(message, value).map_err(|e| e.to_string())?;
+        Ok((vec![index], message.encode_to_vec()))
+    }
+
     /// The message at `indexes`: the file's n-th message, then its m-th nested one, …
     fn message(&self, indexes: &[usize]) -> Result<MessageDescriptor, String> {
-        let file = self.pool.get_file_by_name(WRITER_FILE).ok_or("the writer's file")?;
+        let file = self.pool.get_file_by_name(&self.file).ok_or("the writer's file")?;
         let mut at = indexes.iter();
         let first = at.next().copied().unwrap_or(0);
         let mut message = file.messages().nth(first).ok_or_else(|| no_message(indexes))?;

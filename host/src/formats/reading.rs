@@ -16,7 +16,7 @@ use super::protobuf::{ProtoReader, ProtoWriter};
 use super::registry::{Fetched, Outage, Registry};
 use crate::config::Format;
 
-enum Reader {
+pub(super) enum Reader {
     Avro(avro::Schema),
     Protobuf(ProtoReader),
     /// The reader's JSON Schema is the validator's, as for `json`.
@@ -95,6 +95,20 @@ impl Reading {
             None => Writer::Unknown,
             Some(fetched) => self.resolve(&fetched),
         });
+        self.install(id, writer.clone());
+        Ok(writer)
+    }
+
+    pub(super) fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    pub(super) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Keeps `writer` as schema `id`'s, the oldest going past the capacity.
+    pub(super) fn install(&self, id: u32, writer: Arc<Writer>) {
         if let Ok(mut cache) = self.writers.lock() {
             if cache.by_id.insert(id, writer.clone()).is_none() {
                 cache.order.push_back(id);
@@ -105,7 +119,6 @@ impl Reading {
                 }
             }
         }
-        Ok(writer)
     }
 
     fn resolve(&self, fetched: &Fetched) -> Writer {
@@ -151,13 +164,25 @@ impl Reading {
         }
     }
 
-    /// Whether `id`'s writer schema can be read, for `idem check` and
-    /// `idem deploy` (the contract check): `Err` names why not.
-    pub async fn readable(&self, id: u32) -> Result<Result<(), String>, Outage> {
-        Ok(match &*self.fetch(id).await? {
-            Writer::Unknown => Err(format!("schema id {id} is not in the registry")),
-            Writer::Unusable(why) => Err(format!("schema id {id}: {why}")),
-            _ => Ok(()),
-        })
+    /// The contract check: every version of `subject` the reader schema
+    /// cannot read, each named with its schema id and why (the first
+    /// incompatibility, with its field).
+    pub async fn unreadable_versions(&self, subject: &str) -> Result<Vec<String>, Outage> {
+        let mut refused = Vec::new();
+        for (version, id) in self.registry.versions(subject).await? {
+            let writer = match self.cached(id) {
+                Some(writer) => writer,
+                None => self.fetch(id).await?,
+            };
+            match &*writer {
+                Writer::Unknown => refused
+                    .push(format!("subject `{subject}` version {version}: schema id {id} is not in the registry")),
+                Writer::Unusable(why) => {
+                    refused.push(format!("subject `{subject}` version {version} (schema id {id}): {why}"))
+                }
+                _ => {}
+            }
+        }
+        Ok(refused)
     }
 }

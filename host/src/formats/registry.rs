@@ -44,6 +44,11 @@ struct Answer {
 }
 
 #[derive(Deserialize)]
+struct Version {
+    id: u32,
+}
+
+#[derive(Deserialize)]
 struct Reference {
     name: String,
     subject: String,
@@ -120,7 +125,25 @@ impl Registry {
         Ok(Some(Fetched { kind, text: answer.schema, references }))
     }
 
+    /// Every version of `subject` with its schema id, oldest first (none:
+    /// the registry has no such subject).
+    pub async fn versions(&self, subject: &str) -> Result<Vec<(i64, u32)>, Outage> {
+        let url = format!("{}/subjects/{}/versions", self.base, encode(subject));
+        let Some(numbers) = self.get_json::<Vec<i64>>(&url).await? else { return Ok(Vec::new()) };
+        let mut out = Vec::with_capacity(numbers.len());
+        for version in numbers {
+            let url = format!("{}/subjects/{}/versions/{version}", self.base, encode(subject));
+            let Some(found) = self.get_json::<Version>(&url).await? else { continue };
+            out.push((version, found.id));
+        }
+        Ok(out)
+    }
+
     async fn get(&self, url: &str) -> Result<Option<Answer>, Outage> {
+        self.get_json(url).await
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Option<T>, Outage> {
         let request = self.http.get(url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
         let request = match &self.auth {
             Auth::None => request,

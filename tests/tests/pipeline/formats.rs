@@ -317,3 +317,80 @@ async fn json_schema_framed_orders_are_checked_against_the_readers_json_schema()
     assert!(reasons[1].contains("not the magic byte 0"), "{reasons:?}");
     env.finish().await;
 }
+
+/// `idem check --config`: its exit status and what it printed.
+fn idem_check(config: &Path) -> (bool, String) {
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(["check", "--config", config.to_str().unwrap_or_default()])
+        .output()
+        .unwrap_or_else(|e| panic!("run idem: {e}"));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_contract_check_refuses_a_reader_that_cannot_read_a_registered_version() {
+    let env = Env::new(1).await;
+    let base = registry::url();
+    let subject = format!("{}-value", env.topic);
+    registry::register(&base, &subject, "AVRO", ORDER_V1).await;
+    registry::register(&base, &subject, "AVRO", ORDER_V2).await;
+    let (_, lenient) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), &base);
+    let (ok, out) = idem_check(&lenient);
+    assert!(ok, "v1 reads v1 and v2: {out}");
+
+    // A reader that needs a field v1 lacks, without a default: v1 is unreadable.
+    let strict =
+        ORDER_V2.replace(r#""name":"channel","type":"string","default":"web""#, r#""name":"channel","type":"string""#);
+    let (_, strict_config) = config(&env, "avro", schema_file("order.avsc", &strict), &base);
+    let (ok, out) = idem_check(&strict_config);
+    assert!(!ok && out.contains("version 1") && out.contains("channel"), "{out}");
+
+    let v3 = ORDER_V2.replace(r#""name":"totalAmount","type":"double""#, r#""name":"totalAmount","type":"string""#);
+    let id3 = registry::register(&base, &subject, "AVRO", &v3).await;
+    let (ok, out) = idem_check(&lenient);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!("schema id {id3}")) && out.contains("field `shop.OrderConfirmed.totalAmount`"),
+        "{out}"
+    );
+    assert!(!out.contains("version 1 ") && !out.contains("version 2 "), "v1 and v2 still read: {out}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idem_test_encodes_json_events_with_the_reader_schema_or_a_registered_version() {
+    let env = Env::new(1).await;
+    let base = registry::url();
+    let subject = format!("{}-value", env.topic);
+    let id2 = registry::register(&base, &subject, "AVRO", ORDER_V2).await;
+    let (_, config) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), &base);
+    let stamp = [("occurredAt", json!("2026-12-06T01:00:00.000Z"))];
+    let mut no_amount = order(3, &stamp).1;
+    no_amount.as_object_mut().expect("an object").remove("totalAmount");
+    let lines = [order(1, &stamp).1.to_string(), order(2, &stamp).1.to_string(), no_amount.to_string()];
+    let events = std::env::temp_dir().join(format!("{}.jsonl", idem_tests::unique_name("events")));
+    std::fs::write(&events, lines.join("\n")).expect("events file");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["test", "--config", config.to_str().unwrap_or_default(), "--handler", "billing"];
+        args.extend_from_slice(extra);
+        args.push(events.to_str().unwrap_or_default());
+        let out = std::process::Command::new(idem_tests::idem_bin()).args(&args).output().expect("idem test");
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    // With the reader schema (no registry needed): two orders charged, the
+    // third cannot be an Avro `OrderConfirmed` at all.
+    let (ok, out) = run(&[]);
+    assert!(!ok, "{out}");
+    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 2, "{out}");
+    assert!(out.contains("line 3: invalid") && out.contains("no field `totalAmount`"), "{out}");
+    // With v2 as the writer: resolved to the reader's v1 on the way in.
+    let (_, out) = run(&["--schema-id", &id2.to_string()]);
+    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 2, "{out}");
+    let (ok, out) = run(&["--schema-id", "987654"]);
+    assert!(!ok && out.contains("schema id 987654 is not in the registry"), "{out}");
+    env.finish().await;
+}

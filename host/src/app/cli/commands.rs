@@ -74,6 +74,11 @@ pub(super) enum Command {
         /// `./test.sh --quick` does.
         #[arg(long, value_name = "PATH")]
         sources: Option<PathBuf>,
+        /// A registry format's handler: encode each event with this schema
+        /// id's writer schema from the registry (another version than the
+        /// reader's, say) instead of the handler's reader schema.
+        #[arg(long, value_name = "ID")]
+        schema_id: Option<u32>,
         /// One event's payload per line.
         events: PathBuf,
     },

@@ -219,7 +219,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Test { config, handler, component, commit, no_scratch, http, watch, sources, events } => {
+        Command::Test { config, handler, component, commit, no_scratch, http, watch, sources, schema_id, events } => {
             let options = crate::app::trial::Options {
                 config,
                 handler,
@@ -230,6 +230,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
                 no_scratch,
                 built: None,
                 sources,
+                schema_id,
             };
             if watch {
                 return crate::app::trial::watch(options).await;
@@ -325,6 +326,13 @@ async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Re
     let prepared = crate::app::startup::prepare_as(loaded, natives, crate::app::startup::Seed::No).await?;
     for warning in &prepared.warnings {
         outln!("idem: warning: {warning}")?;
+    }
+    if !prepared.unreadable.is_empty() {
+        anyhow::bail!(
+            "the contract check failed: {}\n(records written with such a version would be dead-lettered; \
+             make the reader schema able to read it, or delete the version from the registry)",
+            prepared.unreadable.join("\n")
+        );
     }
     outln!("idem: {} checked: {} handler(s) ready", config.display(), prepared.handlers.len())?;
     Ok(())

@@ -64,6 +64,9 @@ pub struct Options {
     pub built: Option<PathBuf>,
     /// A project's sources for its SDK's quick runner (`sources`).
     pub sources: Option<PathBuf>,
+    /// A registry format's events encoded with this writer schema (from
+    /// the registry) instead of the reader schema (`formats::Sampler`).
+    pub schema_id: Option<u32>,
 }
 
 /// Runs the events; `Ok(true)` when every one was processed or a duplicate.
@@ -115,9 +118,10 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
         let names: Vec<&str> = config.handlers.iter().map(|h| h.name.as_str()).collect();
         bail!("{} has no handler `{}` (it has: {})", o.config.display(), o.handler, names.join(", "));
     };
-    let lines = events::read(&o.events, &h.topic, h.dedup_retention.0)?;
+    let mut lines = events::read(&o.events, &h.topic, h.dedup_retention.0)?;
     let registry = config.registry.as_ref().map(crate::formats::Registry::new).transpose()?.map(std::sync::Arc::new);
     let validator = Validator::for_handler(h, registry.as_ref()).with_context(|| format!("handler `{}`", h.name))?;
+    let unencoded = encode(&validator, &mut lines, o.schema_id).await?;
     let recorder = match o.http {
         HttpMode::Record => Some(Recorder::start().await.context("failed to start the HTTP recorder")?),
         HttpMode::Allowlist => None,
@@ -134,7 +138,11 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
             failed += 1;
             continue;
         };
-        let came_to = match validator.check(record).await.context("cannot decode the event")? {
+        let checked = match unencoded.iter().find(|(at, _)| at == line) {
+            Some((_, why)) => Err(crate::validate::Invalid::NotJson(why.clone())),
+            None => validator.check(record).await.context("cannot decode the event")?,
+        };
+        let came_to = match checked {
             Ok(event) => {
                 let started = Instant::now();
                 let trial = exec.execute_within(open, &event).await;
@@ -181,6 +189,32 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
         if as_marked > 0 { format!(" ({as_marked} more failed as the file expects)") } else { String::new() };
     outln!("{} event(s), {failed} failed{expected}; the transaction was {kept}", lines.len())?;
     Ok(failed == 0)
+}
+
+/// A registry format's events encoded and framed as the topic's records
+/// (`formats::Sampler`); the lines that do not fit the writer schema, with why.
+async fn encode(
+    validator: &Validator,
+    lines: &mut [events::Line],
+    schema_id: Option<u32>,
+) -> anyhow::Result<Vec<(usize, String)>> {
+    let Some(reading) = validator.reading() else {
+        if schema_id.is_some() {
+            bail!("--schema-id is for a handler whose format is avro, protobuf or json-schema");
+        }
+        return Ok(Vec::new());
+    };
+    let sampler = reading.sampler(schema_id).await?.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let id = sampler.schema_id();
+    let mut unencoded = Vec::new();
+    for line in lines {
+        let json = line.record.payload.take().unwrap_or_default();
+        match sampler.record(&json) {
+            Ok(framed) => line.record.payload = Some(framed),
+            Err(why) => unencoded.push((line.number, format!("it cannot be encoded with schema id {id}: {why}"))),
+        }
+    }
+    Ok(unencoded)
 }
 
 /// Components compiled by `idem test` kept at most (the newest), each tens
