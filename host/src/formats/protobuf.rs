@@ -11,8 +11,9 @@
 //! bytes as base64, `Timestamp` as RFC 3339; fields at their default value
 //! are included.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
@@ -20,7 +21,7 @@ use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver, In
 
 /// The name a writer schema's own file is compiled under.
 const WRITER_FILE: &str = "registry-writer.proto";
-/// How deep the compatibility check follows nested messages.
+/// How deep a writer schema's braces may nest.
 const MAX_DEPTH: usize = 32;
 
 /// The reader's message.
@@ -35,6 +36,8 @@ pub struct ProtoWriter {
     pool: DescriptorPool,
     /// The file the message indexes count in.
     file: String,
+    /// Each of its messages checked against the reader's once, by name.
+    checked: Arc<Mutex<HashMap<String, Result<(), String>>>>,
 }
 
 impl ProtoReader {
@@ -62,6 +65,9 @@ impl ProtoReader {
     /// `fetched` (the registry's text and its references) compiled, and
     /// checked against the reader's message where their field numbers meet.
     pub fn writer(&self, text: &str, references: &[(String, String)]) -> Result<ProtoWriter, String> {
+        for (name, source) in references.iter().map(|(n, s)| (n.as_str(), s.as_str())).chain([("the schema", text)]) {
+            nesting_within_bounds(source).map_err(|e| format!("{name}: {e}"))?;
+        }
         let mut files: HashMap<String, String> = references.iter().cloned().collect();
         files.insert(WRITER_FILE.to_owned(), text.to_owned());
         let mut resolver = ChainFileResolver::new();
@@ -69,7 +75,7 @@ impl ProtoReader {
         resolver.add(GoogleFileResolver::new());
         let mut compiler = protox::Compiler::with_file_resolver(resolver);
         compiler.open_file(WRITER_FILE).map_err(|e| format!("the writer's .proto does not compile: {e}"))?;
-        Ok(ProtoWriter { pool: compiler.descriptor_pool(), file: WRITER_FILE.to_owned() })
+        Ok(ProtoWriter { pool: compiler.descriptor_pool(), file: WRITER_FILE.to_owned(), checked: Arc::default() })
     }
 
     /// The record's message (`indexes` into the writer's file) decoded as the reader's, as JSON.
@@ -82,8 +88,15 @@ impl ProtoReader {
                 self.message.full_name()
             ));
         }
-        compatible(&written, &self.message, 0)?;
+        writer.compatible(&written, &self.message)?;
         let message = DynamicMessage::decode(self.message.clone(), bytes).map_err(|e| e.to_string())?;
+        // Every present message's fields are written out, defaults too:
+        // bounded by the record's size, as Avro's values are.
+        let fields = written_fields(&message, 0);
+        let most = bytes.len().saturating_mul(4) + 4096;
+        if fields > most {
+            return Err(format!("it would expand to {fields} fields, more than its {} bytes allow", bytes.len()));
+        }
         let options = SerializeOptions::new().skip_default_fields(false);
         message.serialize_with_options(serde_json::value::Serializer, &options).map_err(|e| e.to_string())
     }
@@ -96,7 +109,11 @@ impl ProtoReader {
     /// id), and its message's indexes in its file.
     pub fn as_writer(&self) -> (ProtoWriter, Vec<usize>) {
         let file = self.message.parent_file();
-        let writer = ProtoWriter { pool: self.message.parent_pool().clone(), file: file.name().to_owned() };
+        let writer = ProtoWriter {
+            pool: self.message.parent_pool().clone(),
+            file: file.name().to_owned(),
+            checked: Arc::default(),
+        };
         let mut indexes = Vec::new();
         let mut at = self.message.clone();
         while let Some(parent) = at.parent_message() {
@@ -118,6 +135,19 @@ impl ProtoReader {
 }
 
 impl ProtoWriter {
+    /// [`compatible`] for `written`, worked out once per message.
+    fn compatible(&self, written: &MessageDescriptor, reader: &MessageDescriptor) -> Result<(), String> {
+        let name = written.full_name();
+        if let Some(known) = self.checked.lock().ok().and_then(|c| c.get(name).cloned()) {
+            return known;
+        }
+        let result = compatible(written, reader, &mut HashSet::new());
+        if let Ok(mut checked) = self.checked.lock() {
+            checked.insert(name.to_owned(), result.clone());
+        }
+        result
+    }
+
     /// `value` (the canonical JSON mapping) as the writer's message of the
     /// reader's name, and that message's indexes (`idem test --schema-id`).
     pub fn encode(&self, name: &str, value: &serde_json::Value) -> Result<(Vec<usize>, Vec<u8>), String> {
@@ -152,9 +182,14 @@ fn no_message(indexes: &[usize]) -> String {
 
 /// Whether every field number the writer and the reader share has types
 /// of one wire family (varints, zig-zag varints, 32-bit, 64-bit, length-
-/// delimited), recursively into messages; the first that does not is named.
-fn compatible(writer: &MessageDescriptor, reader: &MessageDescriptor, depth: usize) -> Result<(), String> {
-    if depth > MAX_DEPTH {
+/// delimited), recursively into messages (each pair once); the first that
+/// does not is named.
+fn compatible(
+    writer: &MessageDescriptor,
+    reader: &MessageDescriptor,
+    seen: &mut HashSet<(String, String)>,
+) -> Result<(), String> {
+    if !seen.insert((writer.full_name().to_owned(), reader.full_name().to_owned())) {
         return Ok(());
     }
     for field in reader.fields() {
@@ -169,10 +204,85 @@ fn compatible(writer: &MessageDescriptor, reader: &MessageDescriptor, depth: usi
                 kind_name(&r)
             ));
         }
-        if let (Kind::Message(w), Kind::Message(r)) = (&w, &r)
-            && w.full_name() != r.full_name()
-        {
-            compatible(w, r, depth + 1)?;
+        if let (Kind::Message(w), Kind::Message(r)) = (&w, &r) {
+            compatible(w, r, seen)?;
+        }
+    }
+    Ok(())
+}
+
+/// The fields serialising `message` writes (every field of every message
+/// present, defaults included), counted without building anything.
+fn written_fields(message: &DynamicMessage, depth: usize) -> usize {
+    use prost_reflect::{ReflectMessage as _, Value};
+    if depth > 100 {
+        return 0;
+    }
+    let mut count = message.descriptor().fields().len();
+    for (_, value) in message.fields() {
+        count += match value {
+            Value::Message(m) => written_fields(m, depth + 1),
+            Value::List(items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::Message(m) => written_fields(m, depth + 1),
+                    _ => 1,
+                })
+                .sum(),
+            Value::Map(entries) => entries
+                .values()
+                .map(|v| match v {
+                    Value::Message(m) => written_fields(m, depth + 1),
+                    _ => 1,
+                })
+                .sum(),
+            _ => 0,
+        };
+    }
+    count
+}
+
+/// A hostile schema's deep option values (`option (x) = { a { a { … } } }`)
+/// would recurse in the compiler's text-format parser without bound:
+/// braces and angle brackets, outside strings and comments, nest at most
+/// [`MAX_DEPTH`] deep.
+fn nesting_within_bounds(source: &str) -> Result<(), String> {
+    let (mut depth, mut chars) = (0usize, source.chars().peekable());
+    while let Some(c) = chars.next() {
+        match c {
+            '"' | '\'' => {
+                let mut escaped = false;
+                for d in chars.by_ref() {
+                    if !escaped && d == c {
+                        break;
+                    }
+                    escaped = !escaped && d == '\\';
+                }
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                let mut last = ' ';
+                for d in chars.by_ref() {
+                    if last == '*' && d == '/' {
+                        break;
+                    }
+                    last = d;
+                }
+            }
+            '{' | '<' | '[' | '(' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(format!("it nests deeper than {MAX_DEPTH} levels"));
+                }
+            }
+            '}' | '>' | ']' | ')' => depth = depth.saturating_sub(1),
+            _ => {}
         }
     }
     Ok(())
@@ -256,5 +366,15 @@ message Order {
         assert!(error.contains("no message at indexes [3]"), "{error}");
         let error = reader.decode(&reader.writer(V1, &[]).expect("v1"), &[0], &[0x1a, 0xff]).expect_err("cut short");
         assert!(!error.is_empty());
+    }
+
+    #[test]
+    fn a_writer_schema_nesting_deeper_than_the_bound_is_refused_before_it_compiles() {
+        let reader = reader(V1);
+        let deep = format!("{V1}\noption (deep) = {}{};", "{ a ".repeat(5_000), "}".repeat(5_000));
+        let error = reader.writer(&deep, &[]).expect_err("too deep");
+        assert!(error.contains("nests deeper than 32"), "{error}");
+        let quoted = format!("{V1}\n// {}\n", "{".repeat(100));
+        assert!(reader.writer(&quoted, &[]).is_ok(), "braces in a comment do not count");
     }
 }

@@ -13,7 +13,7 @@ use super::Unreadable;
 use super::avro;
 use super::frame;
 use super::protobuf::{ProtoReader, ProtoWriter};
-use super::registry::{Fetched, Outage, Registry};
+use super::registry::{Fetched, Lookup, Outage, Registry};
 use crate::config::Format;
 
 pub(super) enum Reader {
@@ -90,11 +90,16 @@ impl Reading {
     }
 
     /// Writer schema `id` from the registry, resolved and kept.
+    /// An id the registry does not have (yet) is not kept: the next
+    /// record with it asks again.
     pub async fn fetch(&self, id: u32) -> Result<Arc<Writer>, Outage> {
-        let writer = Arc::new(match self.registry.schema(id).await? {
-            None => Writer::Unknown,
-            Some(fetched) => self.resolve(&fetched),
-        });
+        let writer = match self.registry.schema(id).await? {
+            Lookup::Missing => return Ok(Arc::new(Writer::Unknown)),
+            Lookup::MissingReference(why) => return Ok(Arc::new(Writer::Unusable(why))),
+            Lookup::Unusable(why) => Writer::Unusable(why),
+            Lookup::Found(fetched) => self.resolve(&fetched),
+        };
+        let writer = Arc::new(writer);
         self.install(id, writer.clone());
         Ok(writer)
     }

@@ -1,10 +1,11 @@
 //! The schema registry's client: a writer schema by id
 //! (`GET /schemas/ids/{id}`, its references by subject and version), over
 //! Confluent's REST API. What can go wrong is told apart the way the
-//! pipeline needs it: the registry does not answer, answers 5xx or refuses
-//! idem's credentials → an [`Outage`] (the record waits, nothing is spent);
-//! the registry says the id does not exist → `Ok(None)` (the record is
-//! invalid).
+//! pipeline needs it: the registry does not answer, answers 5xx, 408, 429
+//! or refuses idem's credentials, or something else answers 404 for it →
+//! an [`Outage`] (the record waits, nothing is spent); the registry says
+//! the id does not exist, or answers what cannot be used → [`Lookup`]'s
+//! `Missing` and `Unusable` (the record is invalid).
 
 use std::time::Duration;
 
@@ -105,45 +106,69 @@ impl Registry {
         self.cached
     }
 
-    /// Schema `id` and the schemas it references; `None`: the registry has no such id.
-    pub async fn schema(&self, id: u32) -> Result<Option<Fetched>, Outage> {
-        let Some(answer) = self.get(&format!("{}/schemas/ids/{id}", self.base)).await? else { return Ok(None) };
+    /// Schema `id` and the schemas it references.
+    pub async fn schema(&self, id: u32) -> Result<Lookup, Outage> {
+        let answer = match self.get_json::<Answer>(&format!("{}/schemas/ids/{id}", self.base)).await? {
+            Got::Found(answer) => answer,
+            Got::Missing => return Ok(Lookup::Missing),
+            Got::Bad(why) => return Ok(Lookup::Unusable(why)),
+        };
         let mut references = Vec::new();
         let mut queue: Vec<Reference> = answer.references;
+        let mut asked = 0;
         while let Some(reference) = queue.pop() {
-            // Past the limit, or not in the registry: left out, so the
-            // schema does not compile and says which import it lacks.
-            if references.len() >= MAX_REFERENCES || references.iter().any(|(name, _)| *name == reference.name) {
+            if references.iter().any(|(name, _)| *name == reference.name) {
                 continue;
             }
+            asked += 1;
+            if asked > MAX_REFERENCES {
+                return Ok(Lookup::Unusable(format!("it references more than {MAX_REFERENCES} schemas")));
+            }
             let url = format!("{}/subjects/{}/versions/{}", self.base, encode(&reference.subject), reference.version);
-            let Some(found) = self.get(&url).await? else { continue };
-            queue.extend(found.references);
-            references.push((reference.name, found.schema));
+            match self.get_json::<Answer>(&url).await? {
+                Got::Found(found) => {
+                    queue.extend(found.references);
+                    references.push((reference.name, found.schema));
+                }
+                Got::Missing => {
+                    return Ok(Lookup::MissingReference(format!(
+                        "it references `{}` (subject `{}` version {}), which is not in the registry",
+                        reference.name, reference.subject, reference.version
+                    )));
+                }
+                Got::Bad(why) => return Ok(Lookup::Unusable(why)),
+            }
         }
         let kind = answer.schema_type.unwrap_or_else(|| "AVRO".into());
-        Ok(Some(Fetched { kind, text: answer.schema, references }))
+        Ok(Lookup::Found(Fetched { kind, text: answer.schema, references }))
     }
 
     /// Every version of `subject` with its schema id, oldest first (none:
     /// the registry has no such subject).
     pub async fn versions(&self, subject: &str) -> Result<Vec<(i64, u32)>, Outage> {
         let url = format!("{}/subjects/{}/versions", self.base, encode(subject));
-        let Some(numbers) = self.get_json::<Vec<i64>>(&url).await? else { return Ok(Vec::new()) };
+        let numbers = match self.get_json::<Vec<i64>>(&url).await? {
+            Got::Found(numbers) => numbers,
+            Got::Missing => return Ok(Vec::new()),
+            Got::Bad(why) => return Err(Outage(why)),
+        };
         let mut out = Vec::with_capacity(numbers.len());
         for version in numbers {
             let url = format!("{}/subjects/{}/versions/{version}", self.base, encode(subject));
-            let Some(found) = self.get_json::<Version>(&url).await? else { continue };
-            out.push((version, found.id));
+            match self.get_json::<Version>(&url).await? {
+                Got::Found(found) => out.push((version, found.id)),
+                Got::Missing => {}
+                Got::Bad(why) => return Err(Outage(why)),
+            }
         }
         Ok(out)
     }
 
-    async fn get(&self, url: &str) -> Result<Option<Answer>, Outage> {
-        self.get_json(url).await
-    }
-
-    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Option<T>, Outage> {
+    /// A GET's answer, told apart: the registry's own "not found" (its
+    /// error codes 40401 to 40403) from a 404 of something else in the way
+    /// (an outage: a wrong path or a proxy answers for it), a definite
+    /// refusal of the request or a bad answer from one that may pass.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Got<T>, Outage> {
         let request = self.http.get(url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
         let request = match &self.auth {
             Auth::None => request,
@@ -152,21 +177,58 @@ impl Registry {
         };
         let mut response = request.send().await.map_err(|e| Outage(format!("no answer from {}: {e}", self.base)))?;
         let status = response.status();
-        if status == reqwest::StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        if !status.is_success() {
-            return Err(Outage(format!("{url} answered {status}")));
-        }
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(|e| Outage(format!("{url}: {e}")))? {
             if body.len() + chunk.len() > MAX_SCHEMA_BYTES {
-                return Err(Outage(format!("{url} answered more than {MAX_SCHEMA_BYTES} bytes")));
+                return Ok(Got::Bad(format!("{url} answered more than {MAX_SCHEMA_BYTES} bytes")));
             }
             body.extend_from_slice(&chunk);
         }
-        serde_json::from_slice(&body).map(Some).map_err(|e| Outage(format!("{url} answered what is not a schema: {e}")))
+        let code = status.as_u16();
+        if code == 404 {
+            let error: Option<Refusal> = serde_json::from_slice(&body).ok();
+            return match error.map(|e| e.error_code) {
+                Some(40401..=40403) => Ok(Got::Missing),
+                _ => Err(Outage(format!(
+                    "{url} answered 404 without the registry's error code: is [registry] url right?"
+                ))),
+            };
+        }
+        if status.is_server_error() || matches!(code, 401 | 403 | 408 | 429) {
+            return Err(Outage(format!("{url} answered {status}")));
+        }
+        if !status.is_success() {
+            return Ok(Got::Bad(format!("{url} answered {status}")));
+        }
+        Ok(match serde_json::from_slice(&body) {
+            Ok(found) => Got::Found(found),
+            Err(e) => Got::Bad(format!("{url} answered what is not a registry's answer: {e}")),
+        })
     }
+}
+
+/// What the registry says of a schema id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    Found(Fetched),
+    /// It has no such id. Not kept: an id registered a moment ago may
+    /// reach this host before the registry's replica has it.
+    Missing,
+    /// It has the id, not a schema the id references: which. Not kept either.
+    MissingReference(String),
+    /// Its answer cannot be used (too large, malformed, refused): why.
+    Unusable(String),
+}
+
+enum Got<T> {
+    Found(T),
+    Missing,
+    Bad(String),
+}
+
+#[derive(Deserialize)]
+struct Refusal {
+    error_code: i64,
 }
 
 /// A subject in a URL path: anything but unreserved characters escaped.

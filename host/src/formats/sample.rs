@@ -54,8 +54,8 @@ impl Reading {
     pub async fn sampler(&self, id: Option<u32>) -> Result<Result<Sampler, String>, Outage> {
         let Some(id) = id else { return Ok(Ok(self.reader_sampler())) };
         let writer = self.fetch(id).await?;
-        let Some(fetched) = self.registry().schema(id).await? else {
-            return Ok(Err(format!("schema id {id} is not in the registry")));
+        let super::registry::Lookup::Found(fetched) = self.registry().schema(id).await? else {
+            return Ok(Err(format!("schema id {id} is not in the registry, or not usable")));
         };
         Ok(match (&*writer, self.reader()) {
             (Writer::Avro(_), _) => avro::Schema::parse(&fetched.text).map(|s| Sampler::Avro(id, s)).map_err(|e| e.0),

@@ -10,22 +10,11 @@ use std::time::Duration;
 
 use idem::formats::avro;
 use idem::pipeline::dlq_headers as h;
-use idem_tests::registry::{self, avro_record, order};
+use idem_tests::registry::{self, ORDER_PROTO, ORDER_V1, avro_record, order, schema_file};
 use idem_tests::{host, kafka};
 use serde_json::json;
 
 use super::{CHARGES, DISTINCT_ORDERS, Env};
-
-const ORDER_V1: &str = r#"{"type":"record","name":"OrderConfirmed","namespace":"shop","fields":[
-    {"name":"eventId","type":{"type":"string","logicalType":"uuid"}},
-    {"name":"eventType","type":"string"},
-    {"name":"occurredAt","type":{"type":"long","logicalType":"timestamp-millis"}},
-    {"name":"aggregateType","type":"string"},
-    {"name":"orderId","type":"long"},
-    {"name":"customerId","type":"long"},
-    {"name":"totalAmount","type":"double"},
-    {"name":"currency","type":"string"},
-    {"name":"note","type":["null","string"],"default":null}]}"#;
 
 /// v1 evolved compatibly: a field added with a default, the optional `note` removed.
 const ORDER_V2: &str = r#"{"type":"record","name":"OrderConfirmed","namespace":"shop","fields":[
@@ -38,30 +27,6 @@ const ORDER_V2: &str = r#"{"type":"record","name":"OrderConfirmed","namespace":"
     {"name":"totalAmount","type":"double"},
     {"name":"currency","type":"string"},
     {"name":"channel","type":"string","default":"web"}]}"#;
-
-const ORDER_PROTO: &str = r#"syntax = "proto3";
-package shop;
-// int32 ids: the canonical JSON mapping writes 64-bit integers as strings,
-// and the billing example reads numbers.
-message OrderConfirmed {
-  string event_id = 1;
-  string event_type = 2;
-  string occurred_at = 3;
-  string aggregate_type = 4;
-  int32 order_id = 5;
-  int32 customer_id = 6;
-  double total_amount = 7;
-  string currency = 8;
-}
-"#;
-
-/// A folder holding `name` with `text`: a handler's reader schema.
-fn schema_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(idem_tests::unique_name("idem_schema"));
-    std::fs::create_dir_all(&dir).expect("a folder");
-    std::fs::write(dir.join(name), text).expect("the schema");
-    dir.join(name)
-}
 
 /// The billing handler reading `format` with reader schema `schema`, and
 /// the config file (with `[registry] url = registry`).

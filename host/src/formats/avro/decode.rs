@@ -16,8 +16,9 @@ use serde_json::{Map, Number, Value};
 use super::resolve::{Plan, Resolved, Step};
 use super::schema::{Logical, NamedKind, Node};
 
-/// Records nested deeper than this are refused (a recursive schema allows any depth).
-pub const MAX_NESTING: usize = 64;
+/// Values nested deeper than this (records, arrays, maps, unions) are
+/// refused: a recursive schema allows any depth, the stack does not.
+pub const MAX_NESTING: usize = 128;
 /// Values beyond the record's bytes (each value takes a byte or more, but
 /// a null none): this many more.
 const SPARE_VALUES: usize = 1024;
@@ -66,6 +67,22 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn value(&mut self, plan: &Plan) -> Result<Value, DecodeError> {
         self.budget = self.budget.checked_sub(1).ok_or_else(too_many)?;
+        self.deeper()?;
+        let value = self.value_within(plan);
+        self.depth -= 1;
+        value
+    }
+
+    /// One level deeper, refused past [`MAX_NESTING`].
+    fn deeper(&mut self) -> Result<(), DecodeError> {
+        if self.depth >= MAX_NESTING {
+            return fail(format!("values nest deeper than {MAX_NESTING} levels"));
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    fn value_within(&mut self, plan: &Plan) -> Result<Value, DecodeError> {
         Ok(match plan {
             Plan::Null => Value::Null,
             Plan::Boolean => match self.byte()? {
@@ -158,11 +175,9 @@ impl<'a> Reader<'a> {
     }
 
     fn record(&mut self, index: usize) -> Result<Value, DecodeError> {
-        self.depth += 1;
-        if self.depth > MAX_NESTING {
-            return fail(format!("records nest deeper than {MAX_NESTING} levels"));
-        }
         let plan = &self.resolved.records[index];
+        // The defaults are values the record's bytes do not hold.
+        self.budget = self.budget.checked_sub(plan.defaults.len()).ok_or_else(too_many)?;
         let mut object = Map::new();
         for step in &plan.steps {
             match step {
@@ -176,13 +191,19 @@ impl<'a> Reader<'a> {
         for (name, default) in &plan.defaults {
             object.insert(name.clone(), default.clone());
         }
-        self.depth -= 1;
         Ok(Value::Object(object))
     }
 
     /// Reads a writer value the reader has no field for, keeping nothing.
     fn skip(&mut self, node: &Node) -> Result<(), DecodeError> {
         self.budget = self.budget.checked_sub(1).ok_or_else(too_many)?;
+        self.deeper()?;
+        let skipped = self.skip_within(node);
+        self.depth -= 1;
+        skipped
+    }
+
+    fn skip_within(&mut self, node: &Node) -> Result<(), DecodeError> {
         match node {
             Node::Null => {}
             Node::Boolean => _ = self.byte()?,
@@ -209,14 +230,9 @@ impl<'a> Reader<'a> {
                     NamedKind::Fixed { size, .. } => _ = self.take(*size)?,
                     NamedKind::Enum { .. } => _ = self.int()?,
                     NamedKind::Record(fields) => {
-                        self.depth += 1;
-                        if self.depth > MAX_NESTING {
-                            return fail(format!("records nest deeper than {MAX_NESTING} levels"));
-                        }
                         for field in fields {
                             self.skip(&field.node)?;
                         }
-                        self.depth -= 1;
                     }
                 }
             }
@@ -323,7 +339,8 @@ fn logical_number(n: i64, logical: Option<Logical>) -> Result<Value, DecodeError
     use chrono::{DateTime, NaiveDate, NaiveTime, SecondsFormat};
     let out_of_range = || DecodeError { path: Vec::new(), what: format!("{n} is out of range for its logical type") };
     let stamp = |t: Option<DateTime<chrono::Utc>>, format: SecondsFormat, utc: bool| {
-        let t = t.ok_or_else(out_of_range)?;
+        // RFC 3339 has four-digit years.
+        let t = t.filter(|t| (0..=9999).contains(&chrono::Datelike::year(t))).ok_or_else(out_of_range)?;
         let text = if utc {
             t.to_rfc3339_opts(format, true)
         } else {

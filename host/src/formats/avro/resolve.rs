@@ -88,7 +88,7 @@ pub struct Resolved {
 pub struct Incompatible(pub String);
 
 pub fn resolve(writer: &Schema, reader: &Schema) -> Result<Resolved, Incompatible> {
-    let mut resolver = Resolver { writer, reader, records: Vec::new(), memo: HashMap::new() };
+    let mut resolver = Resolver { writer, reader, records: Vec::new(), memo: HashMap::new(), depth: 0 };
     let root = resolver.plan(&writer.root, &reader.root).map_err(Incompatible)?;
     Ok(Resolved { root, records: resolver.records, writer: writer.clone() })
 }
@@ -100,22 +100,51 @@ struct Resolver<'a> {
     /// (writer record, reader record) → its plan: a recursive record is
     /// planned once.
     memo: HashMap<(usize, usize), usize>,
+    /// How deep the resolution is now: a writer schema may chain
+    /// thousands of distinct records that match a recursive reader's.
+    depth: usize,
 }
+
+/// How deep the schemas' types may nest as they are resolved.
+const MAX_DEPTH: usize = 64;
 
 impl Resolver<'_> {
     fn plan(&mut self, w: &Node, r: &Node) -> Result<Plan, String> {
+        if self.depth >= MAX_DEPTH {
+            return Err(format!("the schemas nest deeper than {MAX_DEPTH} levels"));
+        }
+        self.depth += 1;
+        let plan = self.plan_within(w, r);
+        self.depth -= 1;
+        plan
+    }
+
+    fn plan_within(&mut self, w: &Node, r: &Node) -> Result<Plan, String> {
         if let Node::Union(branches) = w {
             let plans = branches.iter().map(|b| self.plan(b, r)).collect();
             return Ok(Plan::Union(plans));
         }
         if let Node::Union(branches) = r {
-            // The first branch of the same type, else the first the writer's promotes to.
-            let exact = branches.iter().find(|b| self.same_type(w, b));
-            let choice = exact.or_else(|| branches.iter().find(|b| self.clone_probe(w, b)));
-            return match choice {
-                Some(branch) => self.plan(w, branch),
-                None => Err(format!("the writer's {} is none of the reader's union's branches", self.name(w, true))),
-            };
+            // The first branch of the same type that resolves, else the
+            // first the writer's promotes to (a failed try keeps nothing).
+            let (exact, rest): (Vec<&Node>, Vec<&Node>) = branches.iter().partition(|b| self.same_type(w, b));
+            let mut why = None;
+            for branch in exact.into_iter().chain(rest) {
+                match self.plan(w, branch) {
+                    Ok(plan) => return Ok(plan),
+                    Err(e) => _ = why.get_or_insert(e),
+                }
+            }
+            let name = self.name(w, true);
+            return Err(match why {
+                Some(why) if self.same_type_in(w, branches) => format!("the reader's union's {name}: {why}"),
+                _ => format!("the writer's {name} is none of the reader's union's branches"),
+            });
+        }
+        if let (Some(wl), Some(rl)) = (logical(w, self.writer), logical(r, self.reader))
+            && wl != rl
+        {
+            return Err(format!("the writer's {wl:?} cannot be read as the reader's {rl:?}"));
         }
         let plan = match (w, r) {
             (Node::Null, Node::Null) => Plan::Null,
@@ -129,7 +158,7 @@ impl Resolver<'_> {
             (Node::Bytes(_), Node::Bytes(l)) => Plan::Bytes { logical: *l, as_string: false },
             (Node::Bytes(_), Node::String) => Plan::Bytes { logical: None, as_string: true },
             (Node::String, Node::String) => Plan::String { as_bytes: false },
-            (Node::String, Node::Bytes(_)) => Plan::String { as_bytes: true },
+            (Node::String, Node::Bytes(None)) => Plan::String { as_bytes: true },
             (Node::Array(wi), Node::Array(ri)) => Plan::Array(Box::new(self.plan(wi, ri)?)),
             (Node::Map(wv), Node::Map(rv)) => Plan::Map(Box::new(self.plan(wv, rv)?)),
             (Node::Named(wi), Node::Named(ri)) => self.named(*wi, *ri)?,
@@ -144,13 +173,8 @@ impl Resolver<'_> {
         Ok(plan)
     }
 
-    /// Whether the writer's `w` resolves against `r` at all (for a reader union's choice).
-    fn clone_probe(&mut self, w: &Node, r: &Node) -> bool {
-        let (records, memo) = (self.records.len(), self.memo.clone());
-        let fits = self.plan(w, r).is_ok();
-        self.records.truncate(records);
-        self.memo = memo;
-        fits
+    fn same_type_in(&self, w: &Node, branches: &[Node]) -> bool {
+        branches.iter().any(|b| self.same_type(w, b))
     }
 
     fn same_type(&self, w: &Node, r: &Node) -> bool {
@@ -186,10 +210,23 @@ impl Resolver<'_> {
         }
     }
 
+    /// A record pair's plan; on failure nothing it planned is kept (a
+    /// writer union keeps the failure as its branch's, and a later meeting
+    /// of the pair must fail the same way, not find a half-made plan).
     fn record(&mut self, wi: usize, ri: usize) -> Result<Plan, String> {
         if let Some(index) = self.memo.get(&(wi, ri)) {
             return Ok(Plan::Record(*index));
         }
+        let index = self.records.len();
+        let planned = self.record_fields(wi, ri);
+        if planned.is_err() {
+            self.records.truncate(index);
+            self.memo.retain(|_, at| *at < index);
+        }
+        planned
+    }
+
+    fn record_fields(&mut self, wi: usize, ri: usize) -> Result<Plan, String> {
         let (NamedKind::Record(wf), NamedKind::Record(rf)) = (&self.writer.named[wi].kind, &self.reader.named[ri].kind)
         else {
             return Err("not records".into());
@@ -230,6 +267,18 @@ impl Resolver<'_> {
     fn name(&self, node: &Node, writer: bool) -> String {
         let schema = if writer { self.writer } else { self.reader };
         super::schema::type_name(node, &schema.named)
+    }
+}
+
+/// A node's logical type, if it has one (a fixed's too).
+fn logical(node: &Node, schema: &Schema) -> Option<Logical> {
+    match node {
+        Node::Int(l) | Node::Long(l) | Node::Bytes(l) => *l,
+        Node::Named(i) => match schema.named[*i].kind {
+            NamedKind::Fixed { logical, .. } => logical,
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -284,5 +333,50 @@ mod tests {
         let needs = r#"{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"sku","type":"string"}]}"#;
         let error = resolve(&schema(V1), &schema(needs)).expect_err("no default").to_string();
         assert!(error.contains("field `shop.Order.sku`: the writer has no such field"), "{error}");
+    }
+
+    #[test]
+    fn a_chain_of_records_deeper_than_the_bound_is_refused_not_followed() {
+        // 200 distinct writer records, each declared flat in the root's
+        // skipped fields, each one's `next` the one before: a chain that a
+        // recursive reader's `Node` matches at every link.
+        let mut fields =
+            vec![r#"{"name":"f0","type":{"type":"record","name":"Node","namespace":"a0","fields":[]}}"#.to_owned()];
+        for i in 1..200 {
+            let prev = i - 1;
+            fields.push(format!(
+                r#"{{"name":"f{i}","type":{{"type":"record","name":"Node","namespace":"a{i}","fields":[{{"name":"next","type":["null","a{prev}.Node"]}}]}}}}"#
+            ));
+        }
+        fields.push(r#"{"name":"next","type":["null","a199.Node"]}"#.to_owned());
+        let writer = format!(r#"{{"type":"record","name":"Root","fields":[{}]}}"#, fields.join(","));
+        let reader = r#"{"type":"record","name":"Root","fields":[{"name":"next","type":["null",
+            {"type":"record","name":"Node","fields":[{"name":"next","type":["null","Node"],"default":null}]}]}]}"#;
+        // Resolved as deep as the bound, the link past it a union branch
+        // that fails: only a record that goes that deep is refused.
+        let resolved =
+            resolve(&schema(&writer), &schema(reader)).expect("the failure is deferred to the union's branch");
+        let mut bytes = vec![0u8; 199]; // f1..f199: `next` null
+        bytes.extend([2u8; 100]); // then 100 links
+        bytes.push(0);
+        let error = super::super::decode::decode(&resolved, &bytes).expect_err("too deep").to_string();
+        assert!(error.contains("nest deeper than 64"), "{error}");
+        let mut shallow = vec![0u8; 199];
+        shallow.extend([2u8; 10]);
+        shallow.push(0);
+        assert!(super::super::decode::decode(&resolved, &shallow).is_ok(), "10 links are fine");
+    }
+
+    #[test]
+    fn a_record_pair_that_fails_once_fails_everywhere_it_is_met() {
+        let writer = r#"{"type":"record","name":"Order","fields":[
+            {"name":"a","type":["null",{"type":"record","name":"Item","fields":[{"name":"x","type":"string"}]}]},
+            {"name":"b","type":["null","Item"]}]}"#;
+        let reader = r#"{"type":"record","name":"Order","fields":[
+            {"name":"a","type":["null",{"type":"record","name":"Item","fields":[{"name":"x","type":"int"}]}],"default":null},
+            {"name":"b","type":["null","Item"],"default":null}]}"#;
+        let resolved = resolve(&schema(writer), &schema(reader)).expect("unions defer their branches' failures");
+        let error = super::super::decode::decode(&resolved, &[0, 2]).expect_err("b's Item cannot be read");
+        assert!(error.to_string().contains("union branch 1"), "{error}");
     }
 }

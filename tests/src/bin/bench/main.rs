@@ -15,6 +15,7 @@
 mod ceiling;
 mod compare;
 mod emit;
+mod formats;
 mod measure;
 mod restarts;
 mod seed;
@@ -87,6 +88,8 @@ enum Kind {
     /// Billing emitting one event per order through the outbox, taken by a
     /// second handler (`emit`; only without HTTP).
     Emit,
+    /// a on records of a registry format (`formats`).
+    Format(&'static str),
 }
 
 struct Variant {
@@ -117,6 +120,8 @@ const VARIANTS: &[Variant] = &[
         name: "t: a, the billing handler in TypeScript, events_per_instance = 1000, concurrency = 6",
         kind: Kind::Idem(Shape { component: "billing-ts", events_per_instance: 1000, concurrency: 6, ..BATCHED }),
     },
+    Variant { name: "r: a on Avro records (schema registry)", kind: Kind::Format("avro") },
+    Variant { name: "q: a on Protobuf records (schema registry)", kind: Kind::Format("protobuf") },
     Variant { name: "s: the seed's stack (kafkajs, TypeORM, zod)", kind: Kind::Seed },
     Variant {
         name: "v: a, watched by 10 console viewers refreshing every second",
@@ -135,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksv".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksvrq".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     // `BENCH_ROUNDS=4`: the chosen variants four times, in turn and every
     // other round backwards (a v v a a v v a, so that a drift of the
@@ -160,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
                 Kind::Idem(shape) => idem_variant(variant.name, shape, http, orders).await?,
                 Kind::Ceiling { concurrent } => ceiling_variant(variant.name, http, orders, concurrent).await?,
                 Kind::Seed => seed::variant(variant.name, http, orders).await?,
+                Kind::Format(format) => formats::variant(variant.name, format, http, orders).await?,
                 Kind::Skewed(ordering) => skewed::variant(variant.name, ordering).await?,
                 Kind::Emit => {
                     let (row, figures) = emit::variant(variant.name, orders).await?;
@@ -176,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
     if rounds > 1 {
         report.push_str(&format!("\nMedians of {rounds} rounds; records/s in each: {spread}\n"));
     }
+    report.push_str(&formats::render(&rows));
     if let Some(r) = &relayed {
         let a = rows.iter().find(|r| !r.http && r.variant.starts_with('a')).map_or(f64::NAN, |r| r.events_per_s);
         let o = rows.iter().find(|r| r.variant.starts_with('o')).map_or(f64::NAN, |r| r.events_per_s);

@@ -132,5 +132,5 @@ fn nesting_is_bounded_even_under_a_recursive_schema() {
     assert!(decode(&resolved, &ten).is_ok());
     let deep = vec![2u8; 1_000_000];
     let error = decode(&resolved, &deep).expect_err("too deep").to_string();
-    assert!(error.contains("nest deeper than 64"), "{error}");
+    assert!(error.contains("nest deeper than 128"), "{error}");
 }
