@@ -56,7 +56,6 @@ pub(crate) mod text;
 pub mod throttle;
 pub(crate) mod traces;
 pub(crate) mod transaction;
-pub(crate) mod validate;
 pub mod wit;
 
 /// Modules the test harness (`tests/`) reaches inside: public with the
@@ -73,7 +72,7 @@ macro_rules! harness_visible {
     };
 }
 
-harness_visible!(dedup, migrate, modules, outbox, pipeline, retention, sandbox, scaffold);
+harness_visible!(dedup, migrate, modules, outbox, pipeline, retention, sandbox, scaffold, validate);
 
 #[cfg(test)]
 mod structure_tests;

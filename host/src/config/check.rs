@@ -107,6 +107,9 @@ impl Config {
         }
         failure::check(&at, &h.failure, h.ordering, h.retry.on_failure)?;
         format::check(&at, h.format, h.message.as_deref(), &h.envelope, self.registry.is_some())?;
+        if let Some(e) = h.emit.iter().find(|e| e.format.uses_registry() && self.registry.is_none()) {
+            bail!("{at}: emit topic `{}` is written as {}: it needs a [registry]", e.topic, e.format.as_str());
+        }
         rates::check(&at, h.max_events_per_second, &h.http.rate)?;
         if !ranges::is_topic_name(&dlq) {
             bail!("{at}: retry.dlq_topic `{dlq}` is not a valid topic name");

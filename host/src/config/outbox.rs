@@ -23,6 +23,21 @@ pub struct HandlerEmit {
     /// `eventId`, `eventType` and `occurredAt` included (what a consumer of
     /// the topic validates), relative to the config file.
     pub schema: PathBuf,
+    /// How the relay writes the topic's records: `json` (default), or
+    /// `avro`, `protobuf`, `json-schema` with the latest version of
+    /// `subject` in `[registry]` (looked up, never registered by idem).
+    #[serde(default)]
+    pub format: super::Format,
+    /// The subject whose latest version encodes them (default: `<topic>-value`).
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+impl HandlerEmit {
+    /// The registry subject its records are written with.
+    pub fn subject(&self) -> String {
+        self.subject.clone().unwrap_or_else(|| format!("{}-value", self.topic))
+    }
 }
 
 /// `[outbox]`.

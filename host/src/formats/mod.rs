@@ -6,12 +6,14 @@
 //! reader schema and the writer schemas it has met, each resolved once.
 
 pub mod avro;
+mod emitting;
 pub mod frame;
 pub mod protobuf;
 mod reading;
 pub mod registry;
 mod sample;
 
+pub use emitting::{Emitting, NotWritten};
 pub use reading::{Decoded, Reading, Writer};
 pub use registry::{Outage, Registry};
 pub use sample::{READER_ID, Sampler};

@@ -62,20 +62,10 @@ impl ProtoReader {
         Ok(Self { message })
     }
 
-    /// `fetched` (the registry's text and its references) compiled, and
-    /// checked against the reader's message where their field numbers meet.
+    /// A writer schema compiled (checked against the reader's message per
+    /// message, where their field numbers meet, as records meet it).
     pub fn writer(&self, text: &str, references: &[(String, String)]) -> Result<ProtoWriter, String> {
-        for (name, source) in references.iter().map(|(n, s)| (n.as_str(), s.as_str())).chain([("the schema", text)]) {
-            nesting_within_bounds(source).map_err(|e| format!("{name}: {e}"))?;
-        }
-        let mut files: HashMap<String, String> = references.iter().cloned().collect();
-        files.insert(WRITER_FILE.to_owned(), text.to_owned());
-        let mut resolver = ChainFileResolver::new();
-        resolver.add(Memory(files));
-        resolver.add(GoogleFileResolver::new());
-        let mut compiler = protox::Compiler::with_file_resolver(resolver);
-        compiler.open_file(WRITER_FILE).map_err(|e| format!("the writer's .proto does not compile: {e}"))?;
-        Ok(ProtoWriter { pool: compiler.descriptor_pool(), file: WRITER_FILE.to_owned(), checked: Arc::default() })
+        ProtoWriter::compile(text, references)
     }
 
     /// The record's message (`indexes` into the writer's file) decoded as the reader's, as JSON.
@@ -135,6 +125,22 @@ impl ProtoReader {
 }
 
 impl ProtoWriter {
+    /// A writer schema (the registry's text and its references) compiled,
+    /// its nesting bounded first.
+    pub fn compile(text: &str, references: &[(String, String)]) -> Result<ProtoWriter, String> {
+        for (name, source) in references.iter().map(|(n, s)| (n.as_str(), s.as_str())).chain([("the schema", text)]) {
+            nesting_within_bounds(source).map_err(|e| format!("{name}: {e}"))?;
+        }
+        let mut files: HashMap<String, String> = references.iter().cloned().collect();
+        files.insert(WRITER_FILE.to_owned(), text.to_owned());
+        let mut resolver = ChainFileResolver::new();
+        resolver.add(Memory(files));
+        resolver.add(GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.open_file(WRITER_FILE).map_err(|e| format!("the writer's .proto does not compile: {e}"))?;
+        Ok(ProtoWriter { pool: compiler.descriptor_pool(), file: WRITER_FILE.to_owned(), checked: Arc::default() })
+    }
+
     /// [`compatible`] for `written`, worked out once per message.
     fn compatible(&self, written: &MessageDescriptor, reader: &MessageDescriptor) -> Result<(), String> {
         let name = written.full_name();
@@ -146,6 +152,13 @@ impl ProtoWriter {
             checked.insert(name.to_owned(), result.clone());
         }
         result
+    }
+
+    /// The name of the file's first message (what an emitted event is
+    /// written as, unless the topic names another).
+    pub fn first_message(&self) -> Option<String> {
+        let file = self.pool.get_file_by_name(&self.file)?;
+        file.messages().next().map(|m| m.name().to_owned())
     }
 
     /// `value` (the canonical JSON mapping) as the writer's message of the

@@ -50,6 +50,13 @@ struct Version {
 }
 
 #[derive(Deserialize)]
+struct Latest {
+    id: u32,
+    #[serde(flatten)]
+    answer: Answer,
+}
+
+#[derive(Deserialize)]
 struct Reference {
     name: String,
     subject: String,
@@ -108,11 +115,25 @@ impl Registry {
 
     /// Schema `id` and the schemas it references.
     pub async fn schema(&self, id: u32) -> Result<Lookup, Outage> {
-        let answer = match self.get_json::<Answer>(&format!("{}/schemas/ids/{id}", self.base)).await? {
-            Got::Found(answer) => answer,
-            Got::Missing => return Ok(Lookup::Missing),
-            Got::Bad(why) => return Ok(Lookup::Unusable(why)),
-        };
+        match self.get_json::<Answer>(&format!("{}/schemas/ids/{id}", self.base)).await? {
+            Got::Found(answer) => self.with_references(answer).await,
+            Got::Missing => Ok(Lookup::Missing),
+            Got::Bad(why) => Ok(Lookup::Unusable(why)),
+        }
+    }
+
+    /// The latest version of `subject`: its schema id and schema.
+    pub async fn latest(&self, subject: &str) -> Result<(Option<u32>, Lookup), Outage> {
+        let url = format!("{}/subjects/{}/versions/latest", self.base, encode(subject));
+        match self.get_json::<Latest>(&url).await? {
+            Got::Found(Latest { id, answer }) => Ok((Some(id), self.with_references(answer).await?)),
+            Got::Missing => Ok((None, Lookup::Missing)),
+            Got::Bad(why) => Ok((None, Lookup::Unusable(why))),
+        }
+    }
+
+    /// `answer` with the schemas it references fetched.
+    async fn with_references(&self, answer: Answer) -> Result<Lookup, Outage> {
         let mut references = Vec::new();
         let mut queue: Vec<Reference> = answer.references;
         let mut asked = 0;

@@ -74,6 +74,8 @@ pub struct Relay {
     /// Topics an outage held rows of back, until when they wait; the next
     /// backoff for each.
     held: HashMap<String, (Instant, Duration)>,
+    /// The topics written in a registry format (`[[handler.emit]] format`).
+    emitting: crate::formats::Emitting,
 }
 
 /// What a round did.
@@ -100,6 +102,7 @@ impl Relay {
             cleaned: None,
             counted: None,
             held: HashMap::new(),
+            emitting: emitting(config)?,
         })
     }
 
@@ -142,6 +145,27 @@ impl Relay {
         }
     }
 
+    /// `rows` with their values in their topics' formats; the rows that do
+    /// not fit (failed, with why); the topics whose subject the registry
+    /// could not give now (their rows wait, as in a broker's outage).
+    async fn encoded(&self, rows: Vec<Row>) -> (Vec<Row>, Vec<(i64, String)>, Vec<(String, String)>) {
+        let (mut out, mut refused, mut waiting) = (Vec::with_capacity(rows.len()), Vec::new(), Vec::<(String, String)>::new());
+        for mut row in rows {
+            if waiting.iter().any(|(topic, _)| *topic == row.topic) {
+                continue;
+            }
+            match self.emitting.encode(&row.topic, &row.value).await {
+                Ok(encoded) => {
+                    row.encoded = encoded;
+                    out.push(row);
+                }
+                Err(crate::formats::NotWritten::Refused(why)) => refused.push((row.id, why)),
+                Err(crate::formats::NotWritten::Outage(outage)) => waiting.push((row.topic.clone(), outage.to_string())),
+            }
+        }
+        (out, refused, waiting)
+    }
+
     /// How long until the first held-back topic may be tried again.
     fn next_held(&self) -> Option<Duration> {
         self.held.values().map(|(until, _)| until.saturating_duration_since(Instant::now())).min()
@@ -171,7 +195,13 @@ impl Relay {
             self.count_pending().await?;
             return Ok(Round::Idle);
         }
-        let sent = send(&self.kafka, &rows).await;
+        let (rows, refused, waiting) = self.encoded(rows).await;
+        let mut sent = send(&self.kafka, &rows).await;
+        sent.failed.extend(refused);
+        for (topic, why) in waiting {
+            sent.outage.get_or_insert(why);
+            sent.held.push(topic);
+        }
         fault_after_publish();
         self.mark(&sent).await?;
         self.hold_back(&sent);
@@ -298,4 +328,15 @@ fn next_backoff(backoff: &mut Duration) -> Duration {
     let now = *backoff;
     *backoff = (now * 2).min(MAX_BACKOFF);
     now
+}
+
+/// The handlers' emit topics written in a registry format, with the
+/// config's registry.
+fn emitting(config: &Config) -> anyhow::Result<crate::formats::Emitting> {
+    let emits: Vec<&crate::config::HandlerEmit> = config.handlers.iter().flat_map(|h| &h.emit).collect();
+    let registry = match (&config.registry, emits.iter().any(|e| e.format.uses_registry())) {
+        (Some(registry), true) => Some(std::sync::Arc::new(crate::formats::Registry::new(registry)?)),
+        _ => None,
+    };
+    Ok(crate::formats::Emitting::new(emits, registry))
 }

@@ -41,6 +41,9 @@ pub(super) struct Row {
     pub key: String,
     pub value: String,
     pub headers: sqlx::types::Json<serde_json::Value>,
+    /// The value in its topic's registry format (`formats::Emitting`); none: the JSON as it is.
+    #[sqlx(skip)]
+    pub encoded: Option<Vec<u8>>,
 }
 
 /// What became of a round's rows.
@@ -108,7 +111,7 @@ fn produce(kafka: &Producer, row: &Row) -> Delivery {
     // Never a map of text: not a record anyone can send (the database
     // refuses such headers; only a row written around it).
     let headers = headers(&row.headers.0).ok_or(None)?;
-    let record = FutureRecord::to(&row.topic).key(row.key.as_bytes()).payload(row.value.as_bytes()).headers(headers);
+    let record = FutureRecord::to(&row.topic).key(row.key.as_bytes()).payload(row.encoded.as_deref().unwrap_or(row.value.as_bytes())).headers(headers);
     kafka.send_result(record).map_err(|(e, _)| Some(e))
 }
 

@@ -20,7 +20,10 @@
 //!   acknowledged an outbox relay's rows, before they are marked published
 //!   (in `outbox/relay.rs`: the outbox does not depend on the pipeline);
 //! - `IDEM_TEST_OUTBOX_NO_RELAY`: start no outbox relay, so that what the
-//!   handlers commit stays unpublished (in `outbox/relay.rs` too).
+//!   handlers commit stays unpublished (in `outbox/relay.rs` too);
+//! - `IDEM_TEST_HOLD_POLL_UNTIL=<path>`: the consumers do not poll (so they
+//!   serve no rebalance: their group join does not complete) until the
+//!   file exists, so a test sees the host before its join whatever the load.
 
 #[cfg(feature = "test-hooks")]
 mod enabled {
@@ -110,6 +113,19 @@ pub(crate) fn no_module_watch() -> bool {
     return crate::env::get("IDEM_TEST_NO_MODULE_WATCH").is_some();
     #[cfg(not(feature = "test-hooks"))]
     false
+}
+
+/// Waits before a consumer's first poll until `IDEM_TEST_HOLD_POLL_UNTIL`'s
+/// file exists, or `stop` (never without `test-hooks`).
+pub(crate) fn hold_poll(stop: &tokio::sync::watch::Receiver<bool>) {
+    #[cfg(feature = "test-hooks")]
+    if let Some(path) = crate::env::get("IDEM_TEST_HOLD_POLL_UNTIL") {
+        while !std::path::Path::new(&path).exists() && !*stop.borrow() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = stop;
 }
 
 /// Whether `handler`'s consumer hides its signs of health

@@ -125,6 +125,7 @@ pub(super) fn poll_loop(
     let mut last_commit = Instant::now();
     let mut last_recommit = Instant::now();
     let mut backoff = Backoff::default();
+    super::faults::hold_poll(&stop);
     while !*stop.borrow() {
         let trouble = match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {

@@ -1,5 +1,5 @@
-//! `idem new NAME --lang rust|python|ts`: a handler project that builds and
-//! runs on its own, outside idem's repository.
+//! `idem new NAME --lang rust|python|ts [--format json|avro|protobuf]`: a
+//! handler project that builds and runs on its own, outside idem's repository.
 //!
 //! No SDK is on a registry, so they ship inside the binary ([`files`]) and
 //! are written into the project: `.idem/sdk/<lang>/`, with the WIT world in
@@ -41,12 +41,31 @@ impl std::str::FromStr for Lang {
     }
 }
 
+/// How a new handler's topic is encoded (`idem new --format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RecordFormat {
+    /// JSON text, checked with a JSON Schema.
+    #[default]
+    Json,
+    /// Avro through a schema registry: an `.avsc` reader schema.
+    Avro,
+    /// Protobuf through a schema registry: a `.proto` reader schema.
+    Protobuf,
+}
+
 /// Writes a new handler project named `name` in `lang` into `dir`, which
 /// must not exist yet; returns the files written. `name` is the handler's
 /// name, its crate's, and (with `-` as `_`) its database schema's.
+#[cfg_attr(not(any(test, feature = "test-hooks")), expect(dead_code, reason = "the command line passes a format; the tests and the harness do not"))]
 pub fn new_project(name: &str, lang: Lang, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    new_project_reading(name, lang, RecordFormat::Json, dir)
+}
+
+/// [`new_project`] for a topic in `format`: its reader schema, and a
+/// `[registry]` in its config.
+pub fn new_project_reading(name: &str, lang: Lang, format: RecordFormat, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     check_name(name)?;
-    let project = Project::new(name, lang);
+    let project = Project { format, ..Project::new(name, lang) };
     let mut files = templates::common(&project)?;
     files.extend(match lang {
         Lang::Rust => rust::files(&project)?,
@@ -118,11 +137,12 @@ struct Project {
     /// The name with `-` as `_`: the database schema and database, the Rust library.
     snake: String,
     lang: Lang,
+    format: RecordFormat,
 }
 
 impl Project {
     fn new(name: &str, lang: Lang) -> Self {
-        Self { name: name.to_owned(), snake: name.replace('-', "_"), lang }
+        Self { name: name.to_owned(), snake: name.replace('-', "_"), lang, format: RecordFormat::Json }
     }
 }
 

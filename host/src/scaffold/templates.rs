@@ -3,11 +3,13 @@
 
 use anyhow::bail;
 
-use super::{File, Lang, Project};
+use super::{File, Lang, Project, RecordFormat};
 
 const README: &str = include_str!("templates/README.md.tmpl");
 const IDEM_TOML: &str = include_str!("templates/idem.toml.tmpl");
 const SCHEMA: &str = include_str!("templates/item-created.v1.schema.json.tmpl");
+const AVRO_SCHEMA: &str = include_str!("templates/item-created.v1.avsc.tmpl");
+const PROTO_SCHEMA: &str = include_str!("templates/item_created.proto.tmpl");
 const MIGRATION: &str = include_str!("templates/0001_init.sql.tmpl");
 const EVENTS: &str = include_str!("templates/events.jsonl.tmpl");
 const TEST_SH: &str = include_str!("templates/test.sh.tmpl");
@@ -47,10 +49,39 @@ pub(super) fn common(p: &Project) -> anyhow::Result<Vec<File>> {
         ),
     };
     let readme = [("language", language), ("source", source), ("build", build), ("sdk_docs", sdk_docs)];
+    let (schema_file, schema_text, schema_lines) = match p.format {
+        RecordFormat::Json => {
+            ("schema/item-created.v1.schema.json", SCHEMA, "schema = \"schema/item-created.v1.schema.json\"".to_owned())
+        }
+        RecordFormat::Avro => (
+            "schema/item-created.v1.avsc",
+            AVRO_SCHEMA,
+            "# Avro records framed for the schema registry, read with this reader schema\n\
+             # (idem test encodes events.jsonl with it: no registry needed there).\n\
+             format = \"avro\"\nschema = \"schema/item-created.v1.avsc\""
+                .to_owned(),
+        ),
+        RecordFormat::Protobuf => (
+            "schema/item_created.proto",
+            PROTO_SCHEMA,
+            "# Protobuf records framed for the schema registry, read as this message\n\
+             # (idem test encodes events.jsonl with it: no registry needed there).\n\
+             format = \"protobuf\"\nschema = \"schema/item_created.proto\"\n"
+                .to_owned()
+                + &format!("message = \"{}.ItemCreated\"", p.snake),
+        ),
+    };
+    let registry = match p.format {
+        RecordFormat::Json => "",
+        RecordFormat::Avro | RecordFormat::Protobuf => {
+            "[registry]\n# The schema registry (Confluent's REST API); IDEM_REGISTRY_URL overrides.\nurl = \"http://127.0.0.1:8081\"\n\n"
+        }
+    };
+    let lines = [("events_per_instance", per_instance), ("schema_lines", schema_lines.as_str()), ("registry", registry)];
     Ok(vec![
         File::text("README.md", render(README, p, &readme)?),
-        File::text("idem.toml", render(IDEM_TOML, p, &[("events_per_instance", per_instance)])?),
-        File::text("schema/item-created.v1.schema.json", render(SCHEMA, p, &[])?),
+        File::text("idem.toml", render(IDEM_TOML, p, &lines)?),
+        File::text(schema_file, render(schema_text, p, &[])?),
         File::text("migrations/0001_init.sql", render(MIGRATION, p, &[])?),
         File::text("events.jsonl", render(EVENTS, p, &events)?),
         File::script("test.sh", render(TEST_SH, p, &[])?),

@@ -103,3 +103,35 @@ fn the_rust_sdk_manifest_is_concrete_and_the_lock_pins_it() {
     assert!(!lock.contains("name = \"wasmtime\""), "only the SDK's closure");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+#[tokio::test]
+async fn an_avro_or_protobuf_project_reads_its_samples_with_its_reader_schema() {
+    use super::RecordFormat;
+    for format in [RecordFormat::Avro, RecordFormat::Protobuf] {
+        let dir = fresh("format");
+        super::new_project_reading("order-audit", Lang::Rust, format, &dir).expect("new project");
+        let config = crate::config::Config::load(&dir.join("idem.toml")).unwrap_or_else(|e| panic!("{format:?}: {e:#}"));
+        assert!(config.registry.is_some(), "{format:?}: a [registry]");
+        let validators = crate::validate::Validator::for_config(&config).unwrap_or_else(|e| panic!("{format:?}: {e:#}"));
+        let reading = validators[0].reading().expect("a registry format");
+        let sampler = reading.sampler(None).await.expect("no registry asked").expect("a sampler");
+        let mut outcomes = Vec::new();
+        for line in read(&dir, "events.jsonl").lines().filter(|l| !l.starts_with('#')) {
+            let valid = sampler.record(line.as_bytes()).ok().is_some_and(|framed| {
+                let record = crate::validate::Record {
+                    topic: "item.created".into(),
+                    partition: 0,
+                    offset: 0,
+                    key: None,
+                    payload: Some(framed),
+                    headers: vec![],
+                    timestamp: None,
+                };
+                validators[0].validate(&record).is_ok()
+            });
+            outcomes.push(valid);
+        }
+        assert_eq!(outcomes, [true, true, false], "{format:?}: two samples, and the one marked invalid");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

@@ -359,3 +359,53 @@ async fn idem_test_encodes_json_events_with_the_reader_schema_or_a_registered_ve
     assert!(!ok && out.contains("schema id 987654 is not in the registry"), "{out}");
     env.finish().await;
 }
+
+const PAYMENT_REQUESTED: &str = r#"{"type":"record","name":"PaymentRequested","namespace":"payments","fields":[
+    {"name":"eventId","type":"string"},
+    {"name":"eventType","type":"string"},
+    {"name":"occurredAt","type":"string"},
+    {"name":"orderId","type":"long"},
+    {"name":"amount","type":"double"},
+    {"name":"currency","type":"string"}]}"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_avro_outbox_chain_writes_and_reads_each_request_once() {
+    let env = Env::new(2).await;
+    let base = registry::url();
+    let requests = kafka::create_topic(2).await;
+    let id = registry::register(&base, &format!("{requests}-value"), "AVRO", PAYMENT_REQUESTED).await;
+    let billing = host::HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
+    let mut payments = host::HandlerSpec::payments(&requests);
+    payments.schema = schema_file("payment-requested.avsc", PAYMENT_REQUESTED);
+    payments.extra.push_str("format = \"avro\"\n");
+    let config = host::write_config(&env.db.url, &[billing, payments]);
+    let text = std::fs::read_to_string(&config).expect("the config");
+    let emit = format!("[[handler.emit]]\ntopic = \"{requests}\"\n");
+    assert!(text.contains(&emit), "billing emits to {requests}");
+    std::fs::write(&config, text.replace(&emit, &format!("{emit}format = \"avro\"\n"))).expect("the config");
+    append_registry(&config, &base);
+    env.db.allow_emits(&config).await;
+
+    env.send_orders(200).await;
+    let running = host::spawn(&config, false, &[]);
+    idem_tests::wait_until_async("every request is taken", || async {
+        env.count("SELECT count(*) FROM payments.request").await >= 200
+    })
+    .await;
+    host::signal(&running, "TERM");
+    let (status, _) = tokio::task::spawn_blocking(move || host::wait_report(running)).await.expect("the host");
+    assert!(status.success(), "{status}");
+    assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM payments.request").await, 200, "each request once");
+    let written = kafka::read_all(&requests);
+    assert_eq!(written.len(), 200);
+    for m in &written {
+        let payload = rdkafka::Message::payload(m).expect("a payload");
+        assert_eq!(payload[0], 0, "framed");
+        assert_eq!(
+            u32::from_be_bytes([payload[1], payload[2], payload[3], payload[4]]),
+            id,
+            "with the subject's schema"
+        );
+    }
+    env.finish().await;
+}

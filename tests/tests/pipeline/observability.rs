@@ -181,8 +181,12 @@ async fn readyz_follows_the_group_join_and_the_database() {
         std::fs::read_to_string(&config).expect("config").replace("[kafka]\n", "[kafka]\ninstance_id = \"off\"\n");
     std::fs::write(&config, text).expect("config");
     let admin = host::admin_url(&config);
-    let running = host::InProcess::start(&config);
-    // From the moment the listener answers: not ready until the group join.
+    // The consumer polls (and so completes its join) only once the test has
+    // seen the listener's first answer: under load that answer could
+    // otherwise come after a one-member group's join.
+    let release = std::env::temp_dir().join(idem_tests::unique_name("poll"));
+    let hold = release.to_str().expect("a path").to_owned();
+    let running = host::spawn(&config, false, &[("IDEM_TEST_HOLD_POLL_UNTIL", &hold)]);
     let mut seen = Vec::new();
     for _ in 0..600 {
         let (status, body) = get(&format!("{admin}/readyz")).await;
@@ -191,6 +195,7 @@ async fn readyz_follows_the_group_join_and_the_database() {
             if status == 200 {
                 break;
             }
+            std::fs::write(&release, b"").expect("the release file");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -222,7 +227,8 @@ async fn readyz_follows_the_group_join_and_the_database() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(up, 200, "ready again once the database is back");
-    running.stop().await;
+    host::signal(&running, "TERM");
+    let _ = tokio::task::spawn_blocking(move || host::wait_report(running)).await;
     env.finish().await;
 }
 

@@ -28,6 +28,10 @@ pub(super) enum Command {
         name: String,
         #[arg(long, value_enum)]
         lang: crate::scaffold::Lang,
+        /// How its topic is encoded: json (default), or avro or protobuf
+        /// through a schema registry (a reader schema and a [registry]).
+        #[arg(long, value_enum, default_value = "json")]
+        format: crate::scaffold::RecordFormat,
         /// Where to write it (default: ./NAME); must not exist.
         #[arg(long)]
         dir: Option<PathBuf>,

@@ -209,9 +209,9 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
         Command::Check { config } => check(&config, natives).await,
-        Command::New { name, lang, dir } => {
+        Command::New { name, lang, format, dir } => {
             let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-            let written = crate::scaffold::new_project(&name, lang, &dir)?;
+            let written = crate::scaffold::new_project_reading(&name, lang, format, &dir)?;
             outln!(
                 "idem: wrote {} files into {}; next: cd there, ./build.sh, ./test.sh",
                 written.len(),

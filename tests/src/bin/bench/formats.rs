@@ -4,6 +4,8 @@
 //! (`IDEM_TEST_REGISTRY`). The report compares each with a: records/s
 //! (goal ≥ 0.9 of a) and host CPU per record (decoding's share: goal ≤ 10 µs).
 
+use std::path::PathBuf;
+
 use idem_tests::host::{self, HandlerSpec};
 use idem_tests::kafka;
 use idem_tests::provider::PaymentProvider;
@@ -66,4 +68,62 @@ pub fn render(rows: &[Row]) -> String {
         }
     }
     out
+}
+
+/// The host's validation of one order record, per format, measured in
+/// this process: JSON as a's, Avro and Protobuf with their writer schema
+/// fetched once (the cache's hit, as in a steady stream). What decoding
+/// adds per record is the difference.
+pub async fn decode_costs() -> anyhow::Result<String> {
+    const ROUNDS: u32 = 20_000;
+    let base = idem_tests::registry::url();
+    let topic = idem_tests::unique_name("decode");
+    let registry: idem::config::RegistryConfig = serde_json::from_value(serde_json::json!({ "url": base }))?;
+    let registry = std::sync::Arc::new(idem::formats::Registry::new(&registry)?);
+    let (_, json) = idem_tests::host::order_payload(7);
+    let value: serde_json::Value = serde_json::from_slice(&json)?;
+    let mut out = String::from("decoding, host CPU per record (validation included):");
+    let mut json_us = f64::NAN;
+    for format in ["json", "avro", "protobuf"] {
+        let mut h = idem::config::HandlerConfig::named("billing".into());
+        h.event_types = vec!["order.confirmed.v1".into()];
+        let payload = if format == "json" {
+            h.schema = PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../examples/billing/order-confirmed.v1.schema.json"
+            ));
+            json.clone()
+        } else {
+            let (reader, framer) =
+                idem_tests::registry::order_format(&base, format, &format!("{topic}-{format}-value")).await;
+            h.schema = reader;
+            h.format = if format == "avro" { idem::config::Format::Avro } else { idem::config::Format::Protobuf };
+            framer(&value)
+        };
+        let validator = idem::validate::Validator::for_handler(&h, Some(&registry))?;
+        let record = idem::validate::Record {
+            topic: topic.clone(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            payload: Some(payload),
+            headers: vec![],
+            timestamp: None,
+        };
+        validator.check(&record).await?.map_err(|e| anyhow::anyhow!("{format}: {e}"))?;
+        let started = std::time::Instant::now();
+        for _ in 0..ROUNDS {
+            std::hint::black_box(validator.validate(std::hint::black_box(&record)).is_ok());
+        }
+        let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        if format == "json" {
+            json_us = us;
+            out.push_str(&format!(" json {us:.1} µs;"));
+        } else {
+            out.push_str(&format!(" {format} {us:.1} µs ({:+.1} µs beside JSON, goal ≤ 10);", us - json_us));
+        }
+    }
+    out.pop();
+    out.push('\n');
+    Ok(out)
 }

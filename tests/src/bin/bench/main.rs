@@ -183,6 +183,9 @@ async fn main() -> anyhow::Result<()> {
         report.push_str(&format!("\nMedians of {rounds} rounds; records/s in each: {spread}\n"));
     }
     report.push_str(&formats::render(&rows));
+    if chosen("r") || chosen("q") {
+        report.push_str(&formats::decode_costs().await?);
+    }
     if let Some(r) = &relayed {
         let a = rows.iter().find(|r| !r.http && r.variant.starts_with('a')).map_or(f64::NAN, |r| r.events_per_s);
         let o = rows.iter().find(|r| r.variant.starts_with('o')).map_or(f64::NAN, |r| r.events_per_s);
