@@ -84,6 +84,13 @@ impl Reading {
         Ok(Self { format, reader, registry, writers: Mutex::new(Cache::default()), capacity })
     }
 
+    /// The writer schema ids this handler keeps, met on its topic (not
+    /// `idem test`'s stand-in for the reader schema).
+    pub fn met(&self) -> Vec<u32> {
+        let Ok(cache) = self.writers.lock() else { return Vec::new() };
+        cache.order.iter().copied().filter(|id| *id != super::READER_ID).collect()
+    }
+
     /// Writer schema `id`, if this handler has it.
     pub fn cached(&self, id: u32) -> Option<Arc<Writer>> {
         self.writers.lock().ok()?.by_id.get(&id).cloned()
@@ -172,9 +179,25 @@ impl Reading {
     /// The contract check: every version of `subject` the reader schema
     /// cannot read, each named with its schema id and why (the first
     /// incompatibility, with its field).
-    pub async fn unreadable_versions(&self, subject: &str) -> Result<Vec<String>, Outage> {
+    /// `seen`: the ids met on the topic (`idem.schema_seen`), read too
+    /// when no version of the subject has them.
+    pub async fn unreadable_versions(&self, subject: &str, seen: &[u32]) -> Result<Vec<String>, Outage> {
         let mut refused = Vec::new();
-        for (version, id) in self.registry.versions(subject).await? {
+        let versions = self.registry.versions(subject).await?;
+        for id in seen.iter().filter(|id| !versions.iter().any(|(_, v)| v == *id)) {
+            let writer = match self.cached(*id) {
+                Some(writer) => writer,
+                None => self.fetch(*id).await?,
+            };
+            match &*writer {
+                Writer::Unknown => {
+                    refused.push(format!("schema id {id}, seen on the topic: it is not in the registry"))
+                }
+                Writer::Unusable(why) => refused.push(format!("schema id {id}, seen on the topic: {why}")),
+                _ => {}
+            }
+        }
+        for (version, id) in versions {
             let writer = match self.cached(id) {
                 Some(writer) => writer,
                 None => self.fetch(id).await?,

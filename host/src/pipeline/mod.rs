@@ -16,6 +16,7 @@ mod polling;
 pub mod quarantine;
 pub mod replay;
 pub mod rewinds;
+mod schemas_seen;
 pub mod throttles;
 mod shutdown;
 mod stall;
@@ -239,6 +240,9 @@ impl Pipeline {
     pub(crate) fn spawn(self, stop: watch::Receiver<bool>, how: Stopping) -> tokio::task::JoinHandle<()> {
         let Self { config, recipe, consumer, probe, shared, .. } = self;
         follow_throttles(&shared, &stop);
+        if shared.validator.reads_registry() {
+            tokio::spawn(schemas_seen::record(shared.clone(), stop.clone()));
+        }
         if shared.quarantine.on() {
             quarantine::spawn(shared, stop.clone());
         }

@@ -182,6 +182,7 @@ async fn a_registry_that_does_not_answer_holds_new_schemas_records_and_loses_not
         (0..200).map(|i| ((i % 2) as i32, avro_record(&v1, id1, &order(i + 1, &stamp).1))).collect();
     kafka::produce_all(&env.producer, &env.topic, &first).await;
     let (_, config) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), url.as_str());
+    let admin = host::admin_url(&config);
     // Not `exit_when_drained`: the host would end once v1's records are
     // done. It runs until every order is charged.
     let outage = async {
@@ -193,6 +194,12 @@ async fn a_registry_that_does_not_answer_holds_new_schemas_records_and_loses_not
         kafka::produce_all(&env.producer, &env.topic, &second).await;
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(env.count(CHARGES).await, 200, "nothing of v2 ran while the registry was away");
+        let ready = reqwest::get(format!("{admin}/readyz")).await.expect("the admin listener");
+        let status = ready.status().as_u16();
+        let why = ready.text().await.unwrap_or_default();
+        assert!(status == 503 && why.contains("schema registry does not answer"), "/readyz: {status} {why}");
+        let metrics = reqwest::get(format!("{admin}/metrics")).await.expect("metrics").text().await.unwrap_or_default();
+        assert!(metrics.lines().any(|l| l.starts_with("idem_registry_waiting{") && !l.ends_with(" 0")), "{metrics}");
         let dead = kafka::read_all(&format!("{}.billing.dlq", env.topic));
         assert!(dead.is_empty(), "nothing dead-lettered for the registry's outage");
         proxy.restore();
@@ -320,6 +327,20 @@ async fn the_contract_check_refuses_a_reader_that_cannot_read_a_registered_versi
         "{out}"
     );
     assert!(!out.contains("version 1 ") && !out.contains("version 2 "), "v1 and v2 still read: {out}");
+
+    // A schema met on the topic that is no version of the subject (written
+    // under another subject): once a host has met it, the check reads it too.
+    let stray_text = ORDER_V1.replace(r#""name":"orderId","type":"long""#, r#""name":"orderId","type":"string""#);
+    let stray = registry::register(&base, &format!("{}-stray-value", env.topic), "AVRO", &stray_text).await;
+    let (_, before) = idem_check(&strict_config);
+    assert!(!before.contains(&format!("schema id {stray}")), "not met yet: {before}");
+    let mut value = order(1, &[("occurredAt", json!("2026-12-06T01:00:00.000Z"))]).1;
+    value["orderId"] = json!("one");
+    let framed = avro_record(&avro::Schema::parse(&stray_text).expect("stray"), stray, &value);
+    kafka::produce_all(&env.producer, &env.topic, &[(0, framed)]).await;
+    host::run_until_drained(&lenient).await;
+    let (ok, out) = idem_check(&lenient);
+    assert!(!ok && out.contains(&format!("schema id {stray}, seen on the topic")) && out.contains("orderId"), "{out}");
     env.finish().await;
 }
 
@@ -333,7 +354,11 @@ async fn idem_test_encodes_json_events_with_the_reader_schema_or_a_registered_ve
     let stamp = [("occurredAt", json!("2026-12-06T01:00:00.000Z"))];
     let mut no_amount = order(3, &stamp).1;
     no_amount.as_object_mut().expect("an object").remove("totalAmount");
-    let lines = [order(1, &stamp).1.to_string(), order(2, &stamp).1.to_string(), no_amount.to_string()];
+    // And a record as it is on the topic: written with v2, framed.
+    let v2 = avro::Schema::parse(ORDER_V2).expect("v2");
+    let framed = avro_record(&v2, id2, &order(4, &stamp).1);
+    let raw = format!("base64:{}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &framed));
+    let lines = [order(1, &stamp).1.to_string(), order(2, &stamp).1.to_string(), no_amount.to_string(), raw];
     let events = std::env::temp_dir().join(format!("{}.jsonl", idem_tests::unique_name("events")));
     std::fs::write(&events, lines.join("\n")).expect("events file");
     let run = |extra: &[&str]| {
@@ -350,11 +375,11 @@ async fn idem_test_encodes_json_events_with_the_reader_schema_or_a_registered_ve
     // third cannot be an Avro `OrderConfirmed` at all.
     let (ok, out) = run(&[]);
     assert!(!ok, "{out}");
-    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 2, "{out}");
+    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 3, "lines 1, 2 and the framed 4: {out}");
     assert!(out.contains("line 3: invalid") && out.contains("no field `totalAmount`"), "{out}");
     // With v2 as the writer: resolved to the reader's v1 on the way in.
     let (_, out) = run(&["--schema-id", &id2.to_string()]);
-    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 2, "{out}");
+    assert_eq!(out.matches("order.confirmed.v1: processed").count(), 3, "{out}");
     let (ok, out) = run(&["--schema-id", "987654"]);
     assert!(!ok && out.contains("schema id 987654 is not in the registry"), "{out}");
     env.finish().await;

@@ -29,7 +29,7 @@ pub(super) enum Command {
         #[arg(long, value_enum)]
         lang: crate::scaffold::Lang,
         /// How its topic is encoded: json (default), or avro or protobuf
-        /// through a schema registry (a reader schema and a [registry]).
+        /// through a schema registry (a reader schema and a `[registry]`).
         #[arg(long, value_enum, default_value = "json")]
         format: crate::scaffold::RecordFormat,
         /// Where to write it (default: ./NAME); must not exist.

@@ -1,5 +1,7 @@
 //! The events file of `idem test`: JSON lines, each an event's payload as
-//! a producer would publish it (with `eventId`, `eventType`, `occurredAt`).
+//! a producer would publish it (with `eventId`, `eventType`, `occurredAt`),
+//! or `base64:` and a record's bytes as they are on the topic (a registry
+//! format's framed record, taken from the topic as it is).
 //! A line starting with `#` is a comment; `# expect: invalid` (or
 //! `failed`, `duplicate`, `processed`) says what the next event should
 //! come to, so a sample of a bad event is a passing test, not a failure.
@@ -21,6 +23,9 @@ pub struct Line {
     pub was: Option<String>,
     /// What the file says this event comes to (`# expect: …` before it).
     pub expect: Option<Outcome>,
+    /// The line is a record's bytes as on the topic (`base64:…`), not JSON
+    /// to encode: a registry format's framed record, say.
+    pub raw: bool,
 }
 
 /// What one event came to under `idem test`.
@@ -81,6 +86,23 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
             }
             continue;
         }
+        if let Some(encoded) = line.strip_prefix("base64:") {
+            use base64::Engine as _;
+            let payload = base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .with_context(|| format!("{} line {number}: `base64:` is not followed by base64", path.display()))?;
+            let record = Record {
+                topic: topic.to_owned(),
+                partition: 0,
+                offset: i64::try_from(number).unwrap_or(i64::MAX),
+                key: None,
+                payload: Some(payload),
+                headers: Vec::new(),
+                timestamp: None,
+            };
+            records.push(Line { number, record, was: None, expect: expect.take(), raw: true });
+            continue;
+        }
         let value = match serde_json::from_str::<serde_json::Value>(line) {
             Ok(value) if value.is_object() => value,
             Ok(_) => bail!("{} line {number}: not a JSON object (one event's payload per line)", path.display()),
@@ -106,7 +128,7 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
             headers: Vec::new(),
             timestamp: None,
         };
-        records.push(Line { number, record, was, expect: expect.take() });
+        records.push(Line { number, record, was, expect: expect.take(), raw: false });
     }
     if records.is_empty() {
         bail!("{} holds no event (one JSON object per line)", path.display());

@@ -129,7 +129,7 @@ async fn run(config: &Config, o: &Options) -> anyhow::Result<bool> {
     let exec = executor(config, h, o, recorder.as_ref()).await?;
     let mut tx = Some(exec.begin().await.context("failed to begin the test's transaction")?);
     let (mut failed, mut as_marked) = (0, 0);
-    for events::Line { number: line, record, was, expect } in &lines {
+    for events::Line { number: line, record, was, expect, .. } in &lines {
         if let Some(was) = was {
             outln!("line {line}: its eventId {was} is older than the dedup retention: it runs with a fresh one")?;
         }
@@ -207,7 +207,7 @@ async fn encode(
     let sampler = reading.sampler(schema_id).await?.map_err(|e| anyhow::anyhow!("{e}"))?;
     let id = sampler.schema_id();
     let mut unencoded = Vec::new();
-    for line in lines {
+    for line in lines.iter_mut().filter(|l| !l.raw) {
         let json = line.record.payload.take().unwrap_or_default();
         match sampler.record(&json) {
             Ok(framed) => line.record.payload = Some(framed),
