@@ -2,9 +2,9 @@
 //! and the host enveloped it) written in its topic's format with the
 //! latest version of the topic's subject (`[[handler.emit]] format`,
 //! `subject`). The subject is looked up when the relay first writes to the
-//! topic and kept for the host's life: idem never registers a schema, so a
-//! new version is the producer team's to register, and reaches a host at
-//! its restart.
+//! topic and kept; an event that does not fit it has the subject looked up
+//! again (a newer version may fit). idem never registers a schema: a new
+//! version is the producer team's to register.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,8 +20,13 @@ pub enum NotWritten {
     /// The registry cannot answer: the topic's rows wait.
     #[error(transparent)]
     Outage(#[from] Outage),
-    /// The subject has no usable latest version, or the event does not fit
-    /// it: the row fails, with why.
+    /// The subject has no usable latest version (none registered yet, of
+    /// another format, not compiling): the topic's rows wait, as in an
+    /// outage, until it has one.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The event does not fit the subject's latest version: the row fails,
+    /// with why.
     #[error("{0}")]
     Refused(String),
 }
@@ -60,25 +65,35 @@ impl Emitting {
     }
 
     /// `json` (an outbox row's value) as `topic`'s record: `None` when the
-    /// topic is written as JSON.
+    /// topic is written as JSON. An event that does not fit the version
+    /// kept has the subject looked up again first: a newer version may
+    /// have been registered since.
     pub async fn encode(&self, topic: &str, json: &str) -> Result<Option<Vec<u8>>, NotWritten> {
         let Some(rules) = self.topics.get(topic) else { return Ok(None) };
-        let writer = self.writer(rules).await?;
-        writer.record(json.as_bytes()).map(Some).map_err(|why| {
-            NotWritten::Refused(format!(
-                "the event does not fit subject `{}` (schema id {}): {why}",
-                rules.subject,
-                writer.schema_id()
-            ))
-        })
+        let (mut writer, fresh) = self.writer(rules, false).await?;
+        let mut misfit = match writer.record(json.as_bytes()) {
+            Ok(bytes) => return Ok(Some(bytes)),
+            Err(why) => why,
+        };
+        if !fresh {
+            (writer, _) = self.writer(rules, true).await?;
+            misfit = match writer.record(json.as_bytes()) {
+                Ok(bytes) => return Ok(Some(bytes)),
+                Err(why) => why,
+            };
+        }
+        let (subject, id) = (&rules.subject, writer.schema_id());
+        Err(NotWritten::Refused(format!("the event does not fit subject `{subject}` (schema id {id}): {misfit}")))
     }
 
-    async fn writer(&self, rules: &Topic) -> Result<Arc<Sampler>, NotWritten> {
+    /// The topic's writer, and whether it was looked up just now (`again`:
+    /// look it up even if one is kept).
+    async fn writer(&self, rules: &Topic, again: bool) -> Result<(Arc<Sampler>, bool), NotWritten> {
         let mut writer = rules.writer.lock().await;
-        if let Some(known) = writer.as_ref() {
-            return Ok(known.clone());
+        if let Some(known) = writer.as_ref().filter(|_| !again) {
+            return Ok((known.clone(), false));
         }
-        let registry = self.registry.as_ref().ok_or_else(|| NotWritten::Refused("no [registry]".into()))?;
+        let registry = self.registry.as_ref().ok_or_else(|| NotWritten::Unavailable("no [registry]".into()))?;
         let subject = &rules.subject;
         let (id, lookup) = registry.latest(subject).await?;
         let made = match (id, lookup) {
@@ -86,9 +101,9 @@ impl Emitting {
             (_, Lookup::Unusable(why) | Lookup::MissingReference(why)) => Err(why),
             _ => Err(format!("subject `{subject}` has no version: register the topic's schema (idem never does)")),
         };
-        let made = Arc::new(made.map_err(|why| NotWritten::Refused(format!("subject `{subject}`: {why}")))?);
+        let made = Arc::new(made.map_err(|why| NotWritten::Unavailable(format!("subject `{subject}`: {why}")))?);
         *writer = Some(made.clone());
-        Ok(made)
+        Ok((made, true))
     }
 }
 

@@ -56,6 +56,8 @@ pub struct Reading {
 struct Cache {
     by_id: HashMap<u32, Arc<Writer>>,
     order: VecDeque<u32>,
+    /// The ids records asked for since `met` last took them.
+    hit: std::collections::HashSet<u32>,
 }
 
 impl std::fmt::Debug for Reading {
@@ -84,16 +86,21 @@ impl Reading {
         Ok(Self { format, reader, registry, writers: Mutex::new(Cache::default()), capacity })
     }
 
-    /// The writer schema ids this handler keeps, met on its topic (not
-    /// `idem test`'s stand-in for the reader schema).
+    /// The writer schema ids records asked for since the last call (not
+    /// `idem test`'s stand-in for the reader schema), for `idem.schema_seen`.
     pub fn met(&self) -> Vec<u32> {
-        let Ok(cache) = self.writers.lock() else { return Vec::new() };
-        cache.order.iter().copied().filter(|id| *id != super::READER_ID).collect()
+        let Ok(mut cache) = self.writers.lock() else { return Vec::new() };
+        cache.hit.drain().filter(|id| *id != super::READER_ID).collect()
     }
 
-    /// Writer schema `id`, if this handler has it.
+    /// Writer schema `id`, if this handler has it (a record asks: it is met).
     pub fn cached(&self, id: u32) -> Option<Arc<Writer>> {
-        self.writers.lock().ok()?.by_id.get(&id).cloned()
+        let mut cache = self.writers.lock().ok()?;
+        let found = cache.by_id.get(&id).cloned();
+        if found.is_some() && !cache.hit.contains(&id) {
+            cache.hit.insert(id);
+        }
+        found
     }
 
     /// Writer schema `id` from the registry, resolved and kept.
@@ -122,6 +129,7 @@ impl Reading {
     /// Keeps `writer` as schema `id`'s, the oldest going past the capacity.
     pub(super) fn install(&self, id: u32, writer: Arc<Writer>) {
         if let Ok(mut cache) = self.writers.lock() {
+            cache.hit.insert(id);
             if cache.by_id.insert(id, writer.clone()).is_none() {
                 cache.order.push_back(id);
             }

@@ -53,6 +53,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const FINAL_ROUNDS: Duration = Duration::from_millis(700);
 /// How often the lease holder deletes published rows past the retention.
 const CLEAN_EVERY: Duration = Duration::from_secs(60);
+/// How long one round may spend looking subjects up in the registry.
+const LOOKUP_BUDGET: Duration = Duration::from_secs(2);
 /// How often a relay without the lease tries to take it.
 const LEASE_RETRY: Duration = Duration::from_secs(2);
 
@@ -102,7 +104,7 @@ impl Relay {
             cleaned: None,
             counted: None,
             held: HashMap::new(),
-            emitting: emitting(config)?,
+            emitting: emitting(config, producer)?,
         })
     }
 
@@ -148,19 +150,29 @@ impl Relay {
     /// `rows` with their values in their topics' formats; the rows that do
     /// not fit (failed, with why); the topics whose subject the registry
     /// could not give now (their rows wait, as in a broker's outage).
+    ///
+    /// The registry lookups of one round share [`LOOKUP_BUDGET`], well
+    /// inside the lease: a topic whose subject is not known by then waits
+    /// for a later round, as in an outage.
     async fn encoded(&self, rows: Vec<Row>) -> (Vec<Row>, Vec<(i64, String)>, Vec<(String, String)>) {
-        let (mut out, mut refused, mut waiting) = (Vec::with_capacity(rows.len()), Vec::new(), Vec::<(String, String)>::new());
+        use crate::formats::NotWritten;
+        let budget = tokio::time::Instant::now() + LOOKUP_BUDGET;
+        let (mut out, mut refused) = (Vec::with_capacity(rows.len()), Vec::new());
+        let mut waiting = Vec::<(String, String)>::new();
         for mut row in rows {
             if waiting.iter().any(|(topic, _)| *topic == row.topic) {
                 continue;
             }
-            match self.emitting.encode(&row.topic, &row.value).await {
-                Ok(encoded) => {
+            let encoded = tokio::time::timeout_at(budget, self.emitting.encode(&row.topic, &row.value)).await;
+            match encoded {
+                Ok(Ok(encoded)) => {
                     row.encoded = encoded;
                     out.push(row);
                 }
-                Err(crate::formats::NotWritten::Refused(why)) => refused.push((row.id, why)),
-                Err(crate::formats::NotWritten::Outage(outage)) => waiting.push((row.topic.clone(), outage.to_string())),
+                Ok(Err(NotWritten::Refused(why))) => refused.push((row.id, why)),
+                Ok(Err(NotWritten::Outage(outage))) => waiting.push((row.topic.clone(), outage.to_string())),
+                Ok(Err(NotWritten::Unavailable(why))) => waiting.push((row.topic.clone(), why)),
+                Err(_) => waiting.push((row.topic.clone(), "the schema registry is slow to answer".into())),
             }
         }
         (out, refused, waiting)
@@ -227,7 +239,7 @@ impl Relay {
             self.stats.published.fetch_add(sent.published.len() as u64, Ordering::Relaxed);
         }
         for (id, reason) in &sent.failed {
-            tracing::error!(producer = %self.producer, id, "outbox: the broker refused a row for good: {reason}");
+            tracing::error!(producer = %self.producer, id, "outbox: a row failed for good: {reason}");
             sqlx::query("UPDATE idem.outbox SET failed_at = now(), failure = $2 WHERE id = $1")
                 .bind(id)
                 .bind(reason)
@@ -330,10 +342,12 @@ fn next_backoff(backoff: &mut Duration) -> Duration {
     now
 }
 
-/// The handlers' emit topics written in a registry format, with the
-/// config's registry.
-fn emitting(config: &Config) -> anyhow::Result<crate::formats::Emitting> {
-    let emits: Vec<&crate::config::HandlerEmit> = config.handlers.iter().flat_map(|h| &h.emit).collect();
+/// `producer`'s emit topics written in a registry format (a handler's own
+/// `[[handler.emit]]`; another application's rows are written as they
+/// are), with the config's registry.
+fn emitting(config: &Config, producer: &str) -> anyhow::Result<crate::formats::Emitting> {
+    let emits: Vec<&crate::config::HandlerEmit> =
+        config.handlers.iter().filter(|h| h.name == producer).flat_map(|h| &h.emit).collect();
     let registry = match (&config.registry, emits.iter().any(|e| e.format.uses_registry())) {
         (Some(registry), true) => Some(std::sync::Arc::new(crate::formats::Registry::new(registry)?)),
         _ => None,

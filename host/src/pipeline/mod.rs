@@ -240,9 +240,7 @@ impl Pipeline {
     pub(crate) fn spawn(self, stop: watch::Receiver<bool>, how: Stopping) -> tokio::task::JoinHandle<()> {
         let Self { config, recipe, consumer, probe, shared, .. } = self;
         follow_throttles(&shared, &stop);
-        if shared.validator.reads_registry() {
-            tokio::spawn(schemas_seen::record(shared.clone(), stop.clone()));
-        }
+        let seen = shared.validator.reads_registry().then(|| (shared.clone(), tokio::spawn(schemas_seen::record(shared.clone()))));
         if shared.quarantine.on() {
             quarantine::spawn(shared, stop.clone());
         }
@@ -266,7 +264,19 @@ impl Pipeline {
             // Without the watcher a stalled consumer goes unnoticed; the handler runs.
             tracing::error!(handler = %config.name, "failed to start the stall watcher: {e}");
         }
-        tokio::task::spawn_blocking(move || polling::poll_loop(&recipe, consumer, stop, &drained, how))
+        let polling = tokio::task::spawn_blocking(move || polling::poll_loop(&recipe, consumer, stop, &drained, how));
+        let Some((shared, seen)) = seen else { return polling };
+        // The schema ids' last pass ends before the pipeline does.
+        tokio::spawn(async move {
+            let polled = polling.await;
+            seen.abort();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), schemas_seen::last_pass(&shared)).await;
+            if let Err(e) = polled
+                && e.is_panic()
+            {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        })
     }
 }
 

@@ -200,6 +200,7 @@ async fn readyz_follows_the_group_join_and_the_database() {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let (first, last) = (seen.first().expect("an answer"), seen.last().expect("an answer"));
+    let _ = std::fs::remove_file(&release);
     assert_eq!(first.0, 503, "ready before the group join: {seen:?}");
     assert!(first.1.contains("has not joined its group"), "{}", first.1);
     assert_eq!(last.0, 200, "{seen:?}");

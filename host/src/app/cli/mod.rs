@@ -329,8 +329,9 @@ async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Re
     }
     if !prepared.unreadable.is_empty() {
         anyhow::bail!(
-            "the contract check failed: {}\n(records written with such a version would be dead-lettered; \
-             make the reader schema able to read it, or delete the version from the registry)",
+            "the contract check failed: {}\n(records written with such a schema are dead-lettered: make the reader \
+             schema able to read it; a version no producer writes any more can be deleted from the registry, and an id \
+             seen on the topic leaves the check once unused for the handler's dedup retention)",
             prepared.unreadable.join("\n")
         );
     }

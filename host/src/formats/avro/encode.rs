@@ -1,7 +1,8 @@
 //! JSON written as Avro, the inverse of `decode`'s mapping: what `idem
-//! test` encodes an event with, and what the test suite produces. A
-//! union takes its first branch the value fits; a record's field missing
-//! from the object takes its default.
+//! test` encodes an event with, the outbox writes, and what the test
+//! suite produces. A union takes its first branch the value fits; a
+//! record's field missing from the object takes its default; a key the
+//! record has no field for is an error (nothing is dropped silently).
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -86,6 +87,10 @@ impl Writer<'_> {
         match &named.kind {
             NamedKind::Record(fields) => {
                 let object = value.as_object().ok_or_else(|| format!("{} is not a `{}`", shown(value), named.name))?;
+                // Nothing is dropped on the way: a key the schema lacks is an error.
+                if let Some(extra) = object.keys().find(|k| !fields.iter().any(|f| f.name == **k)) {
+                    return Err(format!("`{}` has no field `{}`", named.name, crate::text::shown(extra, 60)));
+                }
                 for field in fields {
                     let item = object.get(&field.name).or(field.default.as_ref()).ok_or_else(|| {
                         format!("`{}` has no field `{}` (and it has no default)", named.name, field.name)
@@ -201,5 +206,9 @@ mod tests {
         assert_eq!(decode(&resolved, &bytes).expect("decodes"), value);
         let error = encode(&schema, &json!({"eventId": "e"})).expect_err("fields missing");
         assert!(error.contains("has no field `occurredAt`"), "{error}");
+        let mut extra = value.clone();
+        extra["channel"] = json!("web");
+        let error = encode(&schema, &extra).expect_err("a key the schema lacks");
+        assert!(error.contains("`Order` has no field `channel`"), "{error}");
     }
 }
