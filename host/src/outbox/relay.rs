@@ -207,15 +207,15 @@ impl Relay {
             self.count_pending().await?;
             return Ok(Round::Idle);
         }
-        let (rows, refused, waiting) = self.encoded(rows).await;
+        let (rows, misfits, waiting) = self.encoded(rows).await;
         let mut sent = send(&self.kafka, &rows).await;
-        sent.failed.extend(refused);
         for (topic, why) in waiting {
             sent.outage.get_or_insert(why);
             sent.held.push(topic);
         }
         fault_after_publish();
         self.mark(&sent).await?;
+        self.fail(&misfits, "an event does not fit its topic's schema").await?;
         self.hold_back(&sent);
         if sent.fatal {
             self.renew_producer();
@@ -226,7 +226,8 @@ impl Relay {
             self.count_pending().await?;
         }
         // Rows went out: more may wait. Only held back: wait for them.
-        Ok(if sent.published.is_empty() && sent.failed.is_empty() { Round::Idle } else { Round::Sent })
+        let settled = !(sent.published.is_empty() && sent.failed.is_empty() && misfits.is_empty());
+        Ok(if settled { Round::Sent } else { Round::Idle })
     }
 
     /// Marks what the broker acknowledged, and what it refused for good.
@@ -238,15 +239,20 @@ impl Relay {
                 .await?;
             self.stats.published.fetch_add(sent.published.len() as u64, Ordering::Relaxed);
         }
-        for (id, reason) in &sent.failed {
-            tracing::error!(producer = %self.producer, id, "outbox: a row failed for good: {reason}");
+        self.fail(&sent.failed, "the broker refused a row for good").await
+    }
+
+    /// Fails `rows` for good, each with its reason, logged as `what`.
+    async fn fail(&self, rows: &[(i64, String)], what: &str) -> Result<(), sqlx::Error> {
+        for (id, reason) in rows {
+            tracing::error!(producer = %self.producer, id, "outbox: {what}: {reason}");
             sqlx::query("UPDATE idem.outbox SET failed_at = now(), failure = $2 WHERE id = $1")
                 .bind(id)
                 .bind(reason)
                 .execute(&self.pool)
                 .await?;
         }
-        self.stats.failed.fetch_add(sent.failed.len() as u64, Ordering::Relaxed);
+        self.stats.failed.fetch_add(rows.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
