@@ -231,24 +231,17 @@ fn written_fields(message: &DynamicMessage, depth: usize) -> usize {
     if depth > 100 {
         return 0;
     }
+    // An element of a list or a map: a message's fields, or one value.
+    let element = |v: &Value| match v {
+        Value::Message(m) => written_fields(m, depth + 1),
+        _ => 1,
+    };
     let mut count = message.descriptor().fields().len();
     for (_, value) in message.fields() {
         count += match value {
             Value::Message(m) => written_fields(m, depth + 1),
-            Value::List(items) => items
-                .iter()
-                .map(|v| match v {
-                    Value::Message(m) => written_fields(m, depth + 1),
-                    _ => 1,
-                })
-                .sum(),
-            Value::Map(entries) => entries
-                .values()
-                .map(|v| match v {
-                    Value::Message(m) => written_fields(m, depth + 1),
-                    _ => 1,
-                })
-                .sum(),
+            Value::List(items) => items.iter().map(element).sum(),
+            Value::Map(entries) => entries.values().map(element).sum(),
             _ => 0,
         };
     }

@@ -86,39 +86,19 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
             }
             continue;
         }
-        if let Some(encoded) = line.strip_prefix("base64:") {
-            use base64::Engine as _;
-            let payload = base64::engine::general_purpose::STANDARD
-                .decode(encoded.trim())
-                .with_context(|| format!("{} line {number}: `base64:` is not followed by base64", path.display()))?;
-            let record = Record {
-                topic: topic.to_owned(),
-                partition: 0,
-                offset: i64::try_from(number).unwrap_or(i64::MAX),
-                key: None,
-                payload: Some(payload),
-                headers: Vec::new(),
-                timestamp: None,
-            };
-            records.push(Line { number, record, was: None, expect: expect.take(), raw: true });
-            continue;
-        }
-        let value = match serde_json::from_str::<serde_json::Value>(line) {
-            Ok(value) if value.is_object() => value,
-            Ok(_) => bail!("{} line {number}: not a JSON object (one event's payload per line)", path.display()),
-            Err(e) => bail!("{} line {number}: not JSON: {e}", path.display()),
+        let (payload, was, raw) = match line.strip_prefix("base64:") {
+            Some(encoded) => {
+                use base64::Engine as _;
+                let payload = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).with_context(|| {
+                    format!("{} line {number}: `base64:` is not followed by base64", path.display())
+                })?;
+                (payload, None, true)
+            }
+            None => {
+                let (payload, was) = json_payload(line, path, number, retention, &mut fresh)?;
+                (payload, was, false)
+            }
         };
-        let mut payload = line.as_bytes().to_vec();
-        let mut was = None;
-        if let Some(id) = value["eventId"].as_str().map(str::to_owned)
-            && is_older_than(&id, retention)
-        {
-            // In the text, as it is: the rest of the line stays byte for byte
-            // (a reference to the same id elsewhere in it follows it).
-            let new = fresh.entry(id.clone()).or_insert_with(|| uuid::Uuid::now_v7().to_string()).clone();
-            payload = line.replace(&id, &new).into_bytes();
-            was = Some(id);
-        }
         let record = Record {
             topic: topic.to_owned(),
             partition: 0,
@@ -128,12 +108,37 @@ pub fn read(path: &Path, topic: &str, retention: std::time::Duration) -> anyhow:
             headers: Vec::new(),
             timestamp: None,
         };
-        records.push(Line { number, record, was, expect: expect.take(), raw: false });
+        records.push(Line { number, record, was, expect: expect.take(), raw });
     }
     if records.is_empty() {
         bail!("{} holds no event (one JSON object per line)", path.display());
     }
     Ok(records)
+}
+
+/// A JSON line's payload, its `eventId` replaced by a fresh one (the same
+/// wherever it repeats: `fresh`) when older than `retention`, and the id it had.
+fn json_payload(
+    line: &str,
+    path: &Path,
+    number: usize,
+    retention: std::time::Duration,
+    fresh: &mut std::collections::HashMap<String, String>,
+) -> anyhow::Result<(Vec<u8>, Option<String>)> {
+    let value = match serde_json::from_str::<serde_json::Value>(line) {
+        Ok(value) if value.is_object() => value,
+        Ok(_) => bail!("{} line {number}: not a JSON object (one event's payload per line)", path.display()),
+        Err(e) => bail!("{} line {number}: not JSON: {e}", path.display()),
+    };
+    if let Some(id) = value["eventId"].as_str().map(str::to_owned)
+        && is_older_than(&id, retention)
+    {
+        // In the text, as it is: the rest of the line stays byte for byte
+        // (a reference to the same id elsewhere in it follows it).
+        let new = fresh.entry(id.clone()).or_insert_with(|| uuid::Uuid::now_v7().to_string()).clone();
+        return Ok((line.replace(&id, &new).into_bytes(), Some(id)));
+    }
+    Ok((line.as_bytes().to_vec(), None))
 }
 
 /// Whether `id` is a UUID v7 created longer than `retention` ago.
