@@ -22,6 +22,17 @@ pub struct Event {
     /// [`payload_hash`] of the payload: kept with the claim, it tells a
     /// duplicate from an event id reused for another payload.
     pub payload_sha256: [u8; 32],
+    /// The record's value as it arrived, when the payload was decoded from
+    /// it (a registry format); `None`: the payload is the value. What a
+    /// handler reads through the `origin` import.
+    pub origin: Option<Origin>,
+}
+
+/// A framed record's value, byte for byte, and its writer schema's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub value: std::sync::Arc<[u8]>,
+    pub schema_id: u32,
 }
 
 /// SHA-256 of the payload's canonical JSON: object keys sorted, no

@@ -217,10 +217,16 @@ impl Throttles {
             .collect()
     }
 
-    /// The most events one batch may hold under the events' rate: its
-    /// burst (a larger batch would wait for tokens and then run at once).
+    /// The most events one batch may hold under the events' rate: a tenth
+    /// of a second's worth (at least one, at most the burst). A batch takes
+    /// its tokens at once and then runs its events together, so a larger
+    /// one would pace them in lumps (50 a second as one lump of 50 each
+    /// second); a tenth keeps what reaches a downstream even.
     pub fn batch_cap(&self, max_events: usize) -> usize {
-        self.rate(EVENTS).map_or(max_events, |r| max_events.min(r.burst.max(1) as usize))
+        self.rate(EVENTS).map_or(max_events, |r| {
+            let tenth = (r.per_second / 10.0).ceil().max(1.0) as usize;
+            max_events.min(tenth).min(r.burst.max(1) as usize)
+        })
     }
 
     /// The rate in force for `target` (`None`: no limit).
@@ -280,5 +286,18 @@ mod tests {
         }
         let took = start.elapsed().as_secs_f64();
         assert!((1.9..2.1).contains(&took), "5 at once, 10 more at 5/s: {took}");
+    }
+
+    #[test]
+    fn a_batch_holds_a_tenth_of_a_seconds_events_at_most() {
+        let throttles = Throttles::new(rates(&[("events", 50.0)]));
+        assert_eq!(throttles.batch_cap(100), 5, "50/s: batches of 5, ten a second");
+        assert_eq!(throttles.batch_cap(3), 3, "never more than the batch's own cap");
+        throttles.set_changed([(EVENTS.to_owned(), Some(Rate { per_second: 1000.0, burst: 20 }))].into());
+        assert_eq!(throttles.batch_cap(1000), 20, "never more than the burst");
+        throttles.set_changed([(EVENTS.to_owned(), Some(Rate::per_second(0.5)))].into());
+        assert_eq!(throttles.batch_cap(100), 1, "at least one");
+        throttles.set_changed([(EVENTS.to_owned(), None)].into());
+        assert_eq!(throttles.batch_cap(100), 100, "no rate: the batch's own cap");
     }
 }

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use uuid::Uuid;
 
 use crate::config::{Envelope, Format, HandlerConfig};
-use crate::event::Event;
+use crate::event::{Event, Origin};
 use crate::formats::{Decoded, Outage, Reading, Registry, Unreadable, Writer, frame};
 
 /// A Kafka record as the host received it, owned.
@@ -190,17 +190,21 @@ impl Validator {
         writer: &Writer,
         body: &[u8],
     ) -> Result<Event, Invalid> {
-        match reading.decode(id, writer, body)? {
+        let mut event = match reading.decode(id, writer, body)? {
             Decoded::Value(payload) => {
                 let text = payload.to_string();
-                self.event(record, payload, text)
+                self.event(record, payload, text)?
             }
             Decoded::Text(json) => {
                 let payload =
                     crate::strict_json::from_slice(json).map_err(|e| Invalid::NotJson(shown(&e.to_string())))?;
-                self.event(record, payload, String::from_utf8_lossy(json).into_owned())
+                self.event(record, payload, String::from_utf8_lossy(json).into_owned())?
             }
-        }
+        };
+        // Kept only once the event is valid: the handler may ask for them.
+        let value = record.payload.as_deref().unwrap_or_default();
+        event.origin = Some(Origin { value: value.into(), schema_id: id });
+        Ok(event)
     }
 
     /// The decoded `payload` (`text`: the JSON the guest reads) checked: the envelope, the schema.
@@ -243,6 +247,7 @@ impl Validator {
             headers: record.headers.clone(),
             payload: text,
             payload_sha256: crate::event::payload_hash(&payload),
+            origin: None,
         })
     }
 }

@@ -12,4 +12,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use self::idem::handler::{config, db, emit, http, log, types};
+pub use self::idem::handler::{config, db, emit, http, log, origin, types};

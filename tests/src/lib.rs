@@ -67,6 +67,7 @@ pub fn event(id: uuid::Uuid, mut payload: serde_json::Value, topic: &str, offset
         key: None,
         headers: vec![],
         payload_sha256: idem::event::payload_hash(&payload),
+        origin: None,
         payload: payload.to_string(),
     }
 }

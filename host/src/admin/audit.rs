@@ -32,6 +32,9 @@ pub(crate) struct Detail(pub serde_json::Value);
 pub(crate) enum Via {
     Api,
     Console,
+    /// A command that changed something without a host (`idem dlq replay
+    /// --config`), with the database access its config gives.
+    Cli,
 }
 
 impl Via {
@@ -39,6 +42,7 @@ impl Via {
         match self {
             Self::Api => "api",
             Self::Console => "console",
+            Self::Cli => "cli",
         }
     }
 }
@@ -189,6 +193,31 @@ pub(crate) async fn write(pool: &PgPool, host: &str, entry: &Entry<'_>) {
             detail = ?entry.detail, "audit: this change is not in idem.audit ({e})"
         );
     }
+}
+
+/// Records a change a command made in its own process, as no host served
+/// it: the actor is the operating system's user who ran it (`local:<user>`,
+/// as `$USER` says, else `local:uid <n>`: whoever holds the config's
+/// database credentials could claim another), the host this machine; `ok` is answered 200, else 500.
+pub(crate) async fn write_local(pool: &PgPool, handler: &str, action: String, ok: bool, detail: serde_json::Value) {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/proc/self").map_or_else(|_| "unknown".into(), |m| format!("uid {}", m.uid()))
+    });
+    let actor =
+        Actor { name: format!("local:{}", crate::text::shown(&user, 100)).into(), scope: Scope::Operate, named: false };
+    let status = if ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
+    let action = crate::text::shown(&action, ACTION_KEPT);
+    let entry = Entry {
+        actor: &actor,
+        via: Via::Cli,
+        peer: None,
+        action,
+        handler: Some(handler.to_owned()),
+        status,
+        detail: Some(detail),
+    };
+    write(pool, &crate::identity::hostname().unwrap_or_default(), &entry).await;
 }
 
 /// `GET /audit`'s filters: newest first, `before` an entry's id to page.

@@ -52,6 +52,7 @@ use tokio::sync::watch;
 use crate::config::AdminConfig;
 use crate::modules::Slot;
 use access::Scope;
+pub(crate) use audit::write_local as audit_local;
 
 /// Uploads handled at once; more wait (each holds up to `max_module_mib`).
 const MAX_UPLOADS: usize = 2;

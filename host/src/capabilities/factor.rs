@@ -85,6 +85,8 @@ pub(crate) trait Capability: Sized + Send + 'static {
 pub(crate) struct Call<'a> {
     pub handler: &'a str,
     pub event_id: &'a str,
+    /// The record's value, when the payload was decoded from it (`origin`).
+    pub origin: Option<&'a crate::event::Origin>,
     /// In a batch (see `db`).
     pub batched: bool,
     /// The end of the invocation's budget.

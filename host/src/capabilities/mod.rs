@@ -20,6 +20,7 @@ mod factor;
 mod fault;
 pub(crate) mod http;
 pub(crate) mod log;
+pub(crate) mod origin;
 #[cfg(test)]
 mod tests;
 
@@ -145,6 +146,7 @@ capabilities! {
     config: config::ConfigCapability => std::collections::BTreeMap<String, String>,
     log: log::LogCapability => (),
     emit: emit::EmitCapability => emit::EmitSettings,
+    origin: origin::OriginCapability => (),
 }
 
 impl Capabilities {

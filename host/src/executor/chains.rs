@@ -77,6 +77,7 @@ mod tests {
             headers: Vec::new(),
             payload: "{}".into(),
             payload_sha256: [0; 32],
+            origin: None,
         }
     }
 

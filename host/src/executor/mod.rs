@@ -215,7 +215,7 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let caps = self.capabilities(Lent::Whole(tx), &uuid::Uuid::nil().to_string(), false, None);
+        let caps = self.capabilities(Lent::Whole(tx), &uuid::Uuid::nil().to_string(), None, false, None);
         let (caps, result) = self.handler.try_instantiate(caps).await;
         if let Some(tx) = caps.tx.into_whole() {
             tx.rollback().await;
@@ -235,12 +235,14 @@ impl Executor {
         &self,
         tx: Lent,
         event_id: &str,
+        origin: Option<&crate::event::Origin>,
         batched: bool,
         provenance: Option<Vec<(String, String)>>,
     ) -> Capabilities {
         let call = Call {
             handler: &self.handler.settings().name,
             event_id,
+            origin,
             batched,
             deadline: tx.deadline(),
             provenance,
@@ -282,7 +284,8 @@ impl Executor {
         // not name it as their cause (docs/outbox.md).
         let trust = self.handler.settings().trust_input_trace_headers;
         let provenance = guarded.then(|| crate::capabilities::emit::write::provenance(event, trust));
-        let caps = self.capabilities(tx, &event.id.hyphenated().to_string(), batched, provenance);
+        let caps =
+            self.capabilities(tx, &event.id.hyphenated().to_string(), event.origin.as_ref(), batched, provenance);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
         let Returned { mut caps, invocation, stderr } =

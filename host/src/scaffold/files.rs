@@ -15,7 +15,7 @@ macro_rules! embed {
 
 /// The world every handler is built against.
 pub(super) const WIT: Embedded =
-    embed!["wit/db.wit", "wit/emit.wit", "wit/host-info.wit", "wit/http.wit", "wit/types.wit", "wit/world.wit"];
+    embed!["wit/db.wit", "wit/emit.wit", "wit/host-info.wit", "wit/http.wit", "wit/origin.wit", "wit/types.wit", "wit/world.wit"];
 
 /// The Rust SDK, the crate `idem-guest` (its manifest is rewritten, see `rust.rs`).
 pub(super) const RUST_SDK: Embedded = embed![
@@ -29,6 +29,7 @@ pub(super) const RUST_SDK: Embedded = embed![
     "sdk/rust/src/http.rs",
     "sdk/rust/src/lib.rs",
     "sdk/rust/src/log.rs",
+    "sdk/rust/src/origin.rs",
 ];
 
 /// The workspace's manifest and lock file: the versions the Rust SDK's
@@ -74,6 +75,7 @@ pub(super) const TS_SDK: Embedded = embed![
     "sdk/typescript/src/index.ts",
     "sdk/typescript/src/json.ts",
     "sdk/typescript/src/log.ts",
+    "sdk/typescript/src/origin.ts",
     "sdk/typescript/src/response.ts",
     "sdk/typescript/src/rows.ts",
     "sdk/typescript/src/runner.ts",
@@ -85,6 +87,7 @@ pub(super) const TS_SDK: Embedded = embed![
     "sdk/typescript/src/wit/idem-handler-emit.d.ts",
     "sdk/typescript/src/wit/idem-handler-http.d.ts",
     "sdk/typescript/src/wit/idem-handler-log.d.ts",
+    "sdk/typescript/src/wit/idem-handler-origin.d.ts",
     "sdk/typescript/src/wit/idem-handler-types.d.ts",
     "sdk/typescript/tools/build.mjs",
     "sdk/typescript/tools/wit-types.mjs",

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._payload import build, exact
+from ._wit import origin
 
 if TYPE_CHECKING:
     from ._wit import types
@@ -35,7 +36,8 @@ class Event:
     ``offset``, ``key`` (``bytes`` or ``None``), ``headers`` (``(name, value)``
     pairs, value ``bytes`` or ``None``), ``attempt`` (1 on the first execution
     by this host process, then 2, 3, ...: never part of an idempotency key)
-    and ``payload_text``; ``payload`` is the parsed payload.
+    and ``payload_text``; ``payload`` is the parsed payload, ``value_bytes`` the
+    record's value as its producer wrote it (an Avro record's frame, say).
     """
 
     def __init__(
@@ -86,6 +88,21 @@ class Event:
         a float would round.
         """
         return build(cls, exact(self.payload_text))
+
+    @property
+    def value_bytes(self) -> bytes:
+        """The record's value as its producer wrote it: on an Avro, Protobuf
+        or JSON Schema topic the registry's frame (magic byte, schema id, body)
+        the payload was decoded from; on a JSON topic the payload's UTF-8
+        bytes, which are the value. Asked of the host on each read."""
+        value = origin.value()
+        return self.payload_text.encode() if value is None else value
+
+    @property
+    def schema_id(self) -> int | None:
+        """The registry's id of the schema the record was written with
+        (``None`` on a JSON topic)."""
+        return origin.schema_id()
 
     def header(self, name: str) -> bytes | None:
         """The value of the first header called ``name``, if any."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from wit_world.imports import emit as emit
     from wit_world.imports import http as http
     from wit_world.imports import log as log
+    from wit_world.imports import origin as origin
     from wit_world.imports import types as types
 
     AVAILABLE: bool
@@ -28,7 +29,7 @@ else:
     try:
         from componentize_py_types import Err
         from wit_world import WitWorld
-        from wit_world.imports import config, db, emit, http, log, types
+        from wit_world.imports import config, db, emit, http, log, origin, types
 
         AVAILABLE = True
     except ImportError:
@@ -49,6 +50,7 @@ else:
         class WitWorld:
             """Stands in for the generated export protocol."""
 
-        config, db, emit, http, log, types = (
-            _Absent(f"wit_world.imports.{name}") for name in ("config", "db", "emit", "http", "log", "types")
+        config, db, emit, http, log, origin, types = (
+            _Absent(f"wit_world.imports.{name}")
+            for name in ("config", "db", "emit", "http", "log", "origin", "types")
         )

@@ -152,6 +152,14 @@ class HttpEmitConfig(unittest.TestCase):
             idem.config.require("payment_base_url")
         self.assertIn("`payment_base_url`", str(missing.exception))
 
+    def test_value_bytes_are_the_records_frame_or_else_the_payload(self) -> None:
+        origin, e = _wit.origin, event({"a": "é"})
+        framed = b"\x00\x00\x00\x00\x07\x02"
+        with mock.patch.object(origin, "value", return_value=framed), mock.patch.object(origin, "schema_id", return_value=7):
+            self.assertEqual((e.value_bytes, e.schema_id), (framed, 7))
+        with mock.patch.object(origin, "value", return_value=None), mock.patch.object(origin, "schema_id", return_value=None):
+            self.assertEqual((e.value_bytes, e.schema_id), (e.payload_text.encode(), None))
+
 
 @NEEDS
 class Export(unittest.TestCase):

@@ -57,6 +57,20 @@ impl Event {
         &self.raw.payload
     }
 
+    /// The record's value as its producer wrote it: on an Avro, Protobuf
+    /// or JSON Schema topic the registry's frame (magic byte, schema id,
+    /// body) the payload was decoded from; on a JSON topic the payload's
+    /// bytes, which are the value. Asked of the host on each call.
+    pub fn value_bytes(&self) -> Vec<u8> {
+        crate::origin::value().unwrap_or_else(|| self.raw.payload.as_bytes().to_vec())
+    }
+
+    /// The registry's id of the schema the record was written with
+    /// (`None` on a JSON topic).
+    pub fn schema_id(&self) -> Option<u32> {
+        crate::origin::schema_id()
+    }
+
     pub fn event_type(&self) -> &str {
         &self.raw.event_type
     }

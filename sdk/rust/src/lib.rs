@@ -45,6 +45,7 @@ mod error;
 mod event;
 pub mod http;
 pub mod log;
+pub mod origin;
 
 pub use db::{Db, DbError, FromValue, Row, Rows, ToValue, Value};
 pub use error::{Error, Result};

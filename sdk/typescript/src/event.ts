@@ -2,6 +2,7 @@
 
 import type { Event as WitEvent } from 'idem:handler/types@0.1.0';
 import { Permanent } from './errors.js';
+import * as origin from './origin.js';
 import { type BigIntegers, parse } from './json.js';
 
 /** A Kafka record header; `value` is undefined for a null header. */
@@ -102,6 +103,21 @@ export class Event {
             if (fits === false) throw new Permanent("payload does not fit the handler's type");
         }
         return payload as T;
+    }
+
+    /**
+     * The record's value as its producer wrote it: on an Avro, Protobuf or
+     * JSON Schema topic the registry's frame (magic byte, schema id, body)
+     * the payload was decoded from; on a JSON topic the payload's UTF-8
+     * bytes, which are the value. Asked of the host on each read.
+     */
+    get valueBytes(): Uint8Array {
+        return origin.value() ?? new TextEncoder().encode(this.payloadText);
+    }
+
+    /** The registry's id of the schema the record was written with (undefined on a JSON topic). */
+    get schemaId(): number | undefined {
+        return origin.schemaId();
     }
 
     /** The first header called `name`, if any (undefined also for a null header). */

@@ -48,3 +48,4 @@ export * as http from './http.js';
 export * as emit from './emit.js';
 export * as config from './config.js';
 export * as log from './log.js';
+export * as origin from './origin.js';

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { Event, Permanent } from '@idem/handler';
+import { host } from './mocks/host.mjs';
 
 const raw = (payload) => ({
     id: '0190f0f0-0000-7000-8000-00000000000a',
@@ -28,6 +29,17 @@ test('fields', () => {
     assert.equal(e.header('nil'), undefined);
     assert.equal(e.header('absent'), undefined);
     assert.equal(e.headers.length, 2);
+});
+
+test('valueBytes: the record as framed, or else the payload as UTF-8', () => {
+    host.reset();
+    const e = new Event(raw('{"a":"é"}'));
+    assert.deepEqual(e.valueBytes, new TextEncoder().encode('{"a":"é"}'));
+    assert.equal(e.schemaId, undefined);
+    const framed = new Uint8Array([0, 0, 0, 0, 7, 2]);
+    host.origin = { value: framed, schemaId: 7 };
+    assert.deepEqual([e.valueBytes, e.schemaId], [framed, 7]);
+    assert.deepEqual(host.calls.map((c) => c[0]), ['origin.value', 'origin.schemaId', 'origin.value', 'origin.schemaId']);
 });
 
 test('the payload is parsed once, on first use', () => {

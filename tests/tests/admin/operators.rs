@@ -195,3 +195,82 @@ async fn the_audit_trail_keeps_changes_for_its_retention_and_no_longer() {
     host.stop().await;
     env.finish().await;
 }
+
+/// The newest entry of the trail: actor, via, action, status.
+async fn newest(env: &Env) -> (String, String, String, i16) {
+    sqlx::query_as("SELECT actor, via, action, status FROM idem.audit ORDER BY id DESC LIMIT 1")
+        .fetch_one(&env.db.pool)
+        .await
+        .expect("an entry")
+}
+
+/// Issue 42: every lever an operator pulls — pause, resume, rewind,
+/// throttle, a quarantined key's release and dead-lettering, a replay, a
+/// discard — is in the trail under their name, with how it was answered
+/// (a refused change too); a replay run without a host (`--config`) under
+/// the machine's user, as `cli`.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_lever_an_operator_pulls_is_in_the_trail_under_their_name() {
+    let env = Env::new().await;
+    let config = env.config(&env.billing(), "");
+    let host = Host::start(&config, None).await;
+    let (code, alice, err) = idem_json(&["token", "create", "alice", "--scope", "operate"], &host.url, TOKEN);
+    assert_eq!(code, Some(0), "{err}");
+    let alice = alice["token"].as_str().expect("the token").to_owned();
+    let levers: [(&[&str], &str); 9] = [
+        (&["pause", "--handler", "billing", "--reason", "provider down"], "POST /handlers/billing/pause"),
+        (&["resume", "--handler", "billing"], "POST /handlers/billing/resume"),
+        (
+            &["rewind", "--handler", "billing", "--to", "earliest", "--reason", "bad deploy"],
+            "POST /handlers/billing/rewind",
+        ),
+        (
+            &["throttle", "--handler", "billing", "--target", "events", "--per-second", "5"],
+            "POST /handlers/billing/throttle",
+        ),
+        (&["throttle", "--handler", "billing", "--target", "events", "--reset"], "POST /handlers/billing/throttle"),
+        (
+            &["quarantine", "--handler", "billing", "--release", "customer-7"],
+            "POST /handlers/billing/quarantine/release",
+        ),
+        (
+            &["quarantine", "--handler", "billing", "--dead-letter", "customer-7"],
+            "POST /handlers/billing/quarantine/dead-letter",
+        ),
+        (&["dlq", "replay", "--handler", "billing", "--since", "1h"], "POST /handlers/billing/dead-letters/replay"),
+        (&["dlq", "discard", "--handler", "billing", "--since", "1h"], "POST /handlers/billing/dead-letters/discard"),
+    ];
+    for (args, action) in levers {
+        let before = env.db.count("SELECT count(*) FROM idem.audit").await;
+        let (code, answer, err) = idem_json(args, &host.url, &alice);
+        let (actor, via, done, status) = newest(&env).await;
+        assert_eq!(env.db.count("SELECT count(*) FROM idem.audit").await, before + 1, "{args:?}: one entry");
+        assert_eq!((actor.as_str(), via.as_str()), ("alice", "api"), "{args:?}");
+        assert!(done.starts_with(action), "{args:?}: {done}");
+        // The CLI's exit code follows the answer: 0 for a change made.
+        assert_eq!(code == Some(0), (200..300).contains(&status), "{args:?}: {status} {answer} {err}");
+    }
+    host.stop().await;
+
+    // Without a host: the machine's user, via the CLI, and the counts.
+    let path = config.to_str().expect("path");
+    let (code, out, err) = cli(
+        &["dlq", "replay", "--config", path, "--handler", "billing", "--since", "1h", "--json"],
+        &[("USER", "oncall-bob")],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (actor, via, done, status) = newest(&env).await;
+    assert_eq!((actor.as_str(), via.as_str(), status), ("local:oncall-bob", "cli", 200), "{done}");
+    assert!(done.starts_with("idem dlq replay --config"), "{done}");
+    let detail: Value = sqlx::query_scalar("SELECT detail FROM idem.audit ORDER BY id DESC LIMIT 1")
+        .fetch_one(&env.db.pool)
+        .await
+        .expect("detail");
+    assert_eq!(detail["report"]["read"], 0, "{detail}");
+    assert!(detail["asked"]["since"].is_string(), "{detail}");
+    let (code, _, _) =
+        cli(&["dlq", "replay", "--config", path, "--handler", "billing", "--since", "1h", "--dry-run"], &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(newest(&env).await.2, done, "a dry run changes nothing and is not a change");
+    env.finish().await;
+}

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use idem::formats::avro;
 use idem::pipeline::dlq_headers as h;
+use idem_tests::host::HandlerSpec;
 use idem_tests::registry::{self, ORDER_PROTO, ORDER_V1, avro_record, order, schema_file};
 use idem_tests::{host, kafka};
 use serde_json::json;
@@ -469,5 +470,58 @@ async fn an_avro_outbox_chain_writes_and_reads_each_request_once() {
             "with the subject's schema"
         );
     }
+    env.finish().await;
+}
+
+/// The scenarios handler's events as Avro: the envelope and the scenario.
+const SCENARIO_AVRO: &str = r#"{"type":"record","name":"Scenario","namespace":"test","fields":[
+    {"name":"eventId","type":{"type":"string","logicalType":"uuid"}},
+    {"name":"eventType","type":"string"},
+    {"name":"occurredAt","type":"string"},
+    {"name":"scenario","type":"string"}]}"#;
+
+/// The notes the `origin` scenario wrote, by event: `origin <schema id or -> <hex>`.
+async fn origins(env: &Env) -> Vec<(uuid::Uuid, String)> {
+    sqlx::query_as("SELECT event_id, note FROM scenario.effect WHERE note LIKE 'origin %' ORDER BY event_id")
+        .fetch_all(&env.db.pool)
+        .await
+        .expect("notes")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_reads_each_records_value_as_its_producer_wrote_it_framed_or_json() {
+    let env = Env::new(1).await;
+    let base = registry::url();
+    let schema = avro::Schema::parse(SCENARIO_AVRO).expect("schema");
+    let id = registry::register(&base, &format!("{}-value", env.topic), "AVRO", SCENARIO_AVRO).await;
+    let mut sent: Vec<(uuid::Uuid, Vec<u8>)> = Vec::new();
+    for _ in 0..5 {
+        let (event_id, json) = super::failures::scenario("origin", json!({}));
+        let value: serde_json::Value = serde_json::from_slice(&json).expect("json");
+        let bytes = registry::avro_record(&schema, id, &value);
+        env.send(0, &bytes).await;
+        sent.push((event_id, bytes));
+    }
+    let mut spec = HandlerSpec::scenarios(&env.topic, &env.provider.base_url());
+    spec.schema = schema_file("scenario.avsc", SCENARIO_AVRO);
+    spec.extra.push_str("format = \"avro\"\n");
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    append_registry(&config, &base);
+    assert_eq!(host::run_until_drained(&config).await[0].processed, 5);
+    sent.sort();
+    let framed: Vec<(uuid::Uuid, String)> =
+        sent.iter().map(|(event, bytes)| (*event, format!("origin {id} {}", hex::encode(bytes)))).collect();
+    assert_eq!(origins(&env).await, framed, "each handler saw its record's frame, byte for byte, and its schema id");
+
+    // A JSON topic's value is the payload: the same call answers its bytes.
+    let topic = kafka::create_topic(1).await;
+    let (event_id, json) = super::failures::scenario("origin", json!({ "note": "é \u{1F600}" }));
+    let spaced = format!(" {} ", String::from_utf8(json).expect("utf-8")).into_bytes();
+    kafka::produce(&env.producer, &topic, 0, "k", &spaced).await;
+    let spec = HandlerSpec::scenarios(&topic, &env.provider.base_url());
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    assert_eq!(host::run_until_drained(&config).await[0].processed, 1);
+    let json_note = origins(&env).await.into_iter().find(|(e, _)| *e == event_id);
+    assert_eq!(json_note, Some((event_id, format!("origin - {}", hex::encode(&spaced)))));
     env.finish().await;
 }

@@ -106,6 +106,7 @@ fn event(payload: serde_json::Value) -> Event {
         key: None,
         headers: vec![],
         payload_sha256: idem::event::payload_hash(&payload),
+        origin: None,
         payload: payload.to_string(),
     }
 }

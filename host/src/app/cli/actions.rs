@@ -2,6 +2,7 @@
 //! dead-letter topic, the outbox, maintenance, migrations.
 
 use anyhow::Context as _;
+use serde_json::json;
 
 use super::commands::DlqTarget;
 use crate::output::outln;
@@ -81,9 +82,32 @@ pub(super) async fn dlq_replay_here(
         .iter()
         .find(|h| h.config.name == handler)
         .with_context(|| format!("no handler `{handler}` in {}", config.display()))?;
-    let report =
-        crate::pipeline::replay::replay(&prepared.config, prepared_handler, &prepared.pool, window, options).await?;
-    Ok(serde_json::to_value(&report)?)
+    let (dry_run, force, trust_unsigned) = (options.dry_run, options.force, options.trust_unsigned);
+    let replayed = crate::pipeline::replay::replay(&prepared.config, prepared_handler, &prepared.pool, window, options)
+        .await
+        .map(|report| serde_json::to_value(&report));
+    // In the audit trail as a host's replay is (a dry run changes nothing).
+    if !dry_run {
+        let asked = json!({
+            "since": window.since, "until": window.until, "limit": window.limit, "class": window.class,
+            "force": force, "trust_unsigned": trust_unsigned,
+        });
+        let detail = match &replayed {
+            Ok(Ok(report)) => {
+                let mut counts = report.clone();
+                if let Some(fields) = counts.as_object_mut() {
+                    fields.remove("outcomes");
+                }
+                json!({ "asked": asked, "report": counts })
+            }
+            Ok(Err(e)) => json!({ "asked": asked, "error": e.to_string() }),
+            Err(e) => json!({ "asked": asked, "error": format!("{e:#}") }),
+        };
+        let ok = matches!(replayed, Ok(Ok(_)));
+        let action = format!("idem dlq replay --config {}", config.display());
+        crate::admin::audit_local(&prepared.pool, handler, action, ok, detail).await;
+    }
+    Ok(replayed??)
 }
 
 /// A replay's report (from this process or a host) for people.

@@ -225,6 +225,7 @@ mod tests {
             headers,
             payload: "{}".into(),
             payload_sha256: [0; 32],
+            origin: None,
         };
         (event, other)
     }

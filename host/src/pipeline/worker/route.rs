@@ -140,6 +140,7 @@ mod tests {
             headers: vec![],
             payload: text,
             payload_sha256: [0; 32],
+            origin: None,
         })
     }
 

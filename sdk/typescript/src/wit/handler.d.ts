@@ -4,6 +4,7 @@
 /// <reference path="./idem-handler-emit.d.ts" />
 /// <reference path="./idem-handler-http.d.ts" />
 /// <reference path="./idem-handler-log.d.ts" />
+/// <reference path="./idem-handler-origin.d.ts" />
 /// <reference path="./idem-handler-types.d.ts" />
 declare module 'idem:handler/handler@0.1.0' {
   export type Event = import('idem:handler/types@0.1.0').Event;
@@ -13,6 +14,7 @@ declare module 'idem:handler/handler@0.1.0' {
   export type * as IdemHandlerEmit010 from 'idem:handler/emit@0.1.0'; // import idem:handler/emit@0.1.0
   export type * as IdemHandlerHttp010 from 'idem:handler/http@0.1.0'; // import idem:handler/http@0.1.0
   export type * as IdemHandlerLog010 from 'idem:handler/log@0.1.0'; // import idem:handler/log@0.1.0
+  export type * as IdemHandlerOrigin010 from 'idem:handler/origin@0.1.0'; // import idem:handler/origin@0.1.0
   export type * as IdemHandlerTypes010 from 'idem:handler/types@0.1.0'; // import idem:handler/types@0.1.0
   export function handle(event: Event): void;
   export type Result<T, E> = { tag: 'ok', val: T } | { tag: 'err', val: E };

@@ -19,6 +19,7 @@ export const host = {
         this.query = () => ({ columns: [], rows: [] });
         this.http = () => ({ status: 200, headers: [], body: new Uint8Array() });
         this.emit = () => '0190f0f0-0000-7000-8000-000000000001';
+        this.origin = undefined;
     },
     record(name, ...args) {
         this.calls.push([name, ...args]);

@@ -277,6 +277,12 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             eprintln!("{text}");
             Err(Error::permanent(text))
         }
+        "origin" => {
+            // The record as its producer wrote it: `origin <schema id or -> <hex>`.
+            let id = event.schema_id().map_or_else(|| "-".to_owned(), |id| id.to_string());
+            let hex: String = event.value_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            record(db, event, &format!("origin {id} {hex}"))
+        }
         "count" => {
             // Which invocation of this instance this is: 1 on a fresh one.
             static INVOCATIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
