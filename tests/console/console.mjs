@@ -186,6 +186,16 @@ try {
   await page.locator("#pauses").getByText("Not paused.").waitFor({ timeout: 15000 });
   await until("every partition runs again", async () => (await pausedCells()).every((c) => c !== "paused by an operator"), 30);
 
+  // ---- one partition paused from its row (at once), the others running ----
+  const firstRow = page.locator("#partitions tr[data-partition]").first();
+  const which = await firstRow.getAttribute("data-partition");
+  await page.locator(`button[data-pause-partition="${which}"]`).click();
+  const heldCell = page.locator(`#partitions tr[data-partition="${which}"] td[data-field="paused"]`);
+  await until("the partition paused by an operator", async () => (await heldCell.textContent()) === "paused by an operator", 30);
+  assert.equal((await pausedCells()).filter((c) => c === "paused by an operator").length, 1, "only that partition");
+  await page.locator(`button[data-resume-partition="${which}"]`).click();
+  await until("the partition runs again", async () => (await heldCell.textContent()) !== "paused by an operator", 30);
+
   // ---- a rewind: counted first, asked only as counted, then applied ----
   const summary = await page.evaluate(async (h) => (await (await fetch(`/console/api/handlers/${h}`)).json()).summary, handler);
   // Not partition 0: its last record is the dead-lettered poison.

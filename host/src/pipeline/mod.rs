@@ -7,6 +7,7 @@ mod attempts;
 mod combine;
 mod consumer;
 pub mod dlq;
+mod ends;
 mod faults;
 mod follow;
 mod incident;

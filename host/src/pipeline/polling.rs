@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::HandlerContext;
 use super::consumer::{self, Ctx, HandlerConsumer, IdemContext, Positions};
+use super::ends::{PausedEnds, Quiet};
 use super::incident::Backoff;
 use super::shutdown;
 use crate::config::{Config, HandlerConfig};
@@ -46,7 +47,7 @@ pub(super) struct Recipe {
     client: ClientConfig,
     /// A group-less client's properties (the handler's brokers and
     /// credentials), for the stall probe (`stalled`).
-    probe: ClientConfig,
+    pub(super) probe: ClientConfig,
     pub context: Arc<IdemContext>,
     topic: String,
     what: String,
@@ -189,8 +190,11 @@ const PROBE_WAIT: Duration = Duration::from_secs(5);
 /// dropped here so that the polling thread never waits on it.
 pub(super) fn watch_stall(recipe: &Recipe, group: &str, stop: &watch::Receiver<bool>) {
     let mut warned = false;
+    // The same thread keeps paused partitions' ends current (`ends`).
+    let mut ends = PausedEnds::new();
     while !*stop.borrow() {
         std::thread::sleep(Duration::from_secs(1));
+        ends.tick(&recipe.context, &recipe.probe);
         if !recipe.context.watch().due(Instant::now()) {
             continue;
         }
@@ -218,17 +222,6 @@ pub(super) fn watch_stall(recipe: &Recipe, group: &str, stop: &watch::Receiver<b
     }
 }
 
-/// The stall probe's client context: librdkafka's lines are dropped (a
-/// probe made every ten seconds through an outage would say each
-/// connection's failure again; the consumer's own client says them once).
-struct Quiet;
-
-impl rdkafka::ClientContext for Quiet {
-    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, _: &str, _: &str) {}
-    fn error(&self, _: rdkafka::error::KafkaError, _: &str) {}
-}
-
-impl rdkafka::consumer::ConsumerContext for Quiet {}
 
 /// Reports the consumer stalled if the probe's answer makes it so.
 fn stalled(recipe: &Recipe, answers: bool) {

@@ -180,9 +180,11 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             &s.quarantine_keys
         }),
         ("idem_quarantined_events", "Events parked in the quarantine now.", |s| &s.quarantine_events),
-        ("idem_quarantine_oldest_seconds", "Age of the oldest parked event (0: none).", |s| {
-            &s.quarantine_oldest_seconds
-        }),
+        (
+            "idem_quarantine_oldest_seconds",
+            "Age of the oldest parked event (0: none; counted every few seconds).",
+            |s| &s.quarantine_oldest_seconds,
+        ),
         (
             "idem_registry_waiting",
             "Lanes waiting for the schema registry to answer (its records wait, nothing spent).",

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::operate::{get, named, owners, post};
 use crate::{CHARGES, DISTINCT_ORDERS, Env};
 
-/// A pause is obeyed within 2 s (README, "Pausing a handler"); a little
+/// A pause is obeyed within 2 s (docs/operating.md, "Pausing a handler"); a little
 /// more for the test's own clock.
 const OBEYED: Duration = Duration::from_millis(2_500);
 
@@ -198,5 +198,91 @@ async fn an_event_being_retried_when_its_handler_is_paused_makes_no_call_until_t
     assert_eq!(env.provider.charges(), 1, "charged once");
     let reports = running.stop().await;
     assert_eq!(reports[0].failed, 0, "no attempt ran out: {reports:?}");
+    env.finish().await;
+}
+
+/// The summed `idem_consumer_lag_records` of `topic` on the hosts at `admins`.
+async fn lag(admins: &[&str], topic: &str) -> f64 {
+    let mut sum = 0.0;
+    for admin in admins {
+        let metrics = get(admin, "/metrics").await.unwrap_or_default();
+        let prefix = format!("idem_consumer_lag_records{{handler=\"billing\",topic=\"{topic}\",");
+        sum += metrics
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
+    sum
+}
+
+/// Transactions open in the test database besides this query's own.
+async fn open_transactions(env: &Env) -> i64 {
+    env.count(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND xact_start IS NOT NULL AND pid <> pg_backend_pid()",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_paused_while_its_events_flow_stops_within_2_s_on_every_host_holding_nothing_while_its_lag_grows() {
+    let env = Env::new(4).await;
+    let spec = env.billing();
+    let a = named(&host::write_config(&env.db.url, std::slice::from_ref(&spec)), "flow-a");
+    let b = named(&host::write_config(&env.db.url, std::slice::from_ref(&spec)), "flow-b");
+    let (admin_a, admin_b) = (host::admin_url(&a), host::admin_url(&b));
+    let host_a = host::InProcess::start(&a);
+    let host_b = host::InProcess::start(&b);
+    send(&env, 1, 40).await;
+    env.charged(40, Duration::from_secs(60)).await;
+
+    // Orders keep coming, 20 every 100 ms, until the test ends.
+    let sending = {
+        let (producer, topic) = (kafka::producer(), env.topic.clone());
+        tokio::spawn(async move {
+            for round in 0..400_i64 {
+                let from = 41 + round * 20;
+                let records: Vec<(i32, String, Vec<u8>)> = (from..from + 20)
+                    .map(|i| ((i % 4) as i32, format!("customer-{}", i % 50), order_payload(i).1))
+                    .collect();
+                kafka::produce_all_keyed(&producer, &topic, &records).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    wait_until_async("orders flowing", || async { env.count(CHARGES).await > 200 }).await;
+
+    let topic = env.topic.clone();
+    let (status, answer) =
+        post(&admin_b, "/handlers/billing/pause", json!({ "topic": topic, "reason": "provider degraded" })).await;
+    assert_eq!((status, &answer["paused"]), (200, &json!(true)), "{answer}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stopped_at = env.count(CHARGES).await;
+    let lag_then = lag(&[&admin_a, &admin_b], &topic).await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(env.count(CHARGES).await, stopped_at, "2 s after the pause nothing more ran, on either host");
+    assert_eq!(open_transactions(&env).await, 0, "a paused handler holds no transaction");
+    let lag_now = lag(&[&admin_a, &admin_b], &topic).await;
+    assert!(lag_now >= lag_then + 300.0, "the lag grows visibly while paused: {lag_then} then {lag_now}");
+
+    // Host B leaves: host A takes its partitions, paused.
+    host_b.stop().await;
+    wait_until_async("host A owns all four partitions", || async {
+        let owners = owners(&admin_a).await;
+        owners.len() == 4 && owners.iter().all(|o| o == "flow-a")
+    })
+    .await;
+    tokio::time::sleep(WATCHED).await;
+    assert_eq!(env.count(CHARGES).await, stopped_at, "nor on host A after the rebalance");
+
+    let (status, answer) = post(&admin_a, "/handlers/billing/resume", json!({ "topic": topic })).await;
+    assert_eq!((status, &answer["lifted"]), (200, &json!(1)), "{answer}");
+    sending.await.expect("the producer");
+    let all = 40 + 400 * 20;
+    env.charged(all, Duration::from_secs(120)).await;
+    assert_eq!(env.count(DISTINCT_ORDERS).await, all, "each order charged once");
+    assert_eq!(env.provider.charges(), all as usize, "the provider saw each key once");
+    host_a.stop().await;
     env.finish().await;
 }

@@ -248,7 +248,12 @@ async fn a_key_failing_at_its_provider_is_parked_in_order_while_the_others_drain
     // rewinds or rates.
     let guest = env.db.handler_pool("billing", "billing").await;
     for table in ["idem.audit", "idem.parked_key", "idem.parked_event", "idem.throttle", "idem.pause", "idem.rewind"] {
-        for sql in [format!("SELECT 1 FROM {table} LIMIT 1"), format!("DELETE FROM {table}")] {
+        for sql in [
+            format!("SELECT 1 FROM {table} LIMIT 1"),
+            format!("DELETE FROM {table}"),
+            format!("INSERT INTO {table} DEFAULT VALUES"),
+            format!("UPDATE {table} SET handler = handler"),
+        ] {
             let refused = sqlx::query(&sql).execute(&guest).await;
             assert!(refused.as_ref().is_err_and(|e| e.to_string().contains("permission denied")), "{sql}: {refused:?}");
         }
@@ -256,5 +261,63 @@ async fn a_key_failing_at_its_provider_is_parked_in_order_while_the_others_drain
     guest.close().await;
     host::signal(&host_a, "TERM");
     let _ = host::wait_report(host_a);
+    env.finish().await;
+}
+
+/// A metric's value in `/metrics` at `admin`.
+async fn metric(admin: &str, line: &str) -> Option<f64> {
+    let metrics = get(admin, "/metrics").await.unwrap_or_default();
+    metrics.lines().find_map(|l| l.strip_prefix(line)?.trim().parse().ok())
+}
+
+/// Under `ordering = "none"` too: a key whose events exhaust their
+/// attempts is parked while every other event drains and every offset is
+/// committed; the age of the oldest parked event is shown; a release
+/// charges each of the key's events once.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_ordering_none_a_failing_key_is_parked_while_the_rest_drains_and_its_age_is_shown() {
+    let env = Env::new(2).await;
+    env.provider.fail_marked(true);
+    let mut spec = env.billing().with_lanes("none", 4);
+    spec.max_attempts = 2;
+    spec.extra.push_str("failure = { on_exhausted = \"quarantine\" }\n");
+    let group = spec.group_id.clone();
+    let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
+    let admin = host::admin_url(&config);
+    let running = host::InProcess::start(&config);
+    let bad = [3, 9, 14, 22];
+    send(&env, 1..=30, &bad, &[]).await;
+    env.charged(26, Duration::from_secs(90)).await;
+    wait_until_async("the failing key held, its four events parked", || async {
+        parked(&env, BAD).await == 4 && key_state(&env, BAD).await.as_deref() == Some("held")
+    })
+    .await;
+    wait_until_async("every offset committed", || all_committed(&env, &group)).await;
+    assert_eq!(env.count(CHARGES).await, 26, "the others drained; nothing of the failing key applied");
+    let mut parked_ids = parked_orders(&env, BAD).await;
+    parked_ids.sort_unstable();
+    assert_eq!(parked_ids, bad);
+    // Counted every 5 s: within two counts it shows an age of seconds.
+    wait_until_async("the oldest parked event's age shown", || async {
+        metric(&admin, "idem_quarantine_oldest_seconds{handler=\"billing\"}").await.is_some_and(|s| s >= 2.0)
+    })
+    .await;
+    assert_eq!(metric(&admin, "idem_quarantined_events{handler=\"billing\"}").await, Some(4.0));
+
+    env.provider.fail_marked(false);
+    let mark = env.provider.seen().len();
+    let (status, answer) =
+        post(&admin, "/handlers/billing/quarantine/release", json!({ "key": BAD, "events": 4 })).await;
+    assert_eq!(status, 200, "{answer}");
+    env.charged(30, Duration::from_secs(60)).await;
+    let mut charged = charged_fai(&env, mark);
+    charged.sort_unstable();
+    assert_eq!(charged, bad, "each of the key's events charged once");
+    wait_until_async("the key let go", || async { key_state(&env, BAD).await.is_none() }).await;
+    wait_until_async("no age once nothing is parked", || async {
+        metric(&admin, "idem_quarantine_oldest_seconds{handler=\"billing\"}").await == Some(0.0)
+    })
+    .await;
+    running.stop().await;
     env.finish().await;
 }

@@ -96,7 +96,27 @@ async fn a_rewind_an_hour_back_on_two_hosts_runs_again_only_what_had_not_taken_e
         serde_json::from_str(&get(&admin, "/handlers/billing/rewinds").await.unwrap_or_default()).unwrap_or_default();
     assert_eq!(listed["rewinds"], json!([]), "dry runs and refusals ask nothing");
 
+    // The CLI's dry run shows the same counts, per partition.
+    let dry = std::process::Command::new(idem_tests::idem_bin())
+        .args(["rewind", "--handler", "billing", "--to", "earliest", "--dry-run", "--json", "--url", &admin])
+        .output()
+        .expect("idem rewind --dry-run");
+    let shown: Value = serde_json::from_slice(&dry.stdout).unwrap_or_default();
+    assert_eq!(counted(&shown), [100, 98, 2, 40, 0], "{shown} {}", String::from_utf8_lossy(&dry.stderr));
+    let table = std::process::Command::new(idem_tests::idem_bin())
+        .args(["rewind", "--handler", "billing", "--to", &hour_ago, "--dry-run", "--url", &admin])
+        .output()
+        .expect("idem rewind --dry-run");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("60 record(s) in the window, 58 of them applied already"), "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).count(),
+        4,
+        "{table}"
+    );
+
     // The rewind: every partition's owner applies it, both hosts.
+    let requests_before = env.provider.seen().len();
     let body = json!({ "to": hour_ago, "reason": "restored from a backup" });
     let (status, asked) = post(&admin, "/handlers/billing/rewind", body).await;
     assert_eq!(status, 200, "{asked}");
@@ -116,6 +136,25 @@ async fn a_rewind_an_hour_back_on_two_hosts_runs_again_only_what_had_not_taken_e
     env.charged(100, Duration::from_secs(30)).await;
     assert_eq!(env.count(CHARGES).await, 100, "each order charged once");
     assert_eq!(env.count(DISTINCT_ORDERS).await, 100);
+    assert_eq!(env.provider.seen().len() - requests_before, 2, "only the 2 lost orders reached the provider again");
+
+    // Past the retention with force: the risk is named in the answer, and
+    // every record of the topic is in the window.
+    let body = json!({ "to": "earliest", "force": true, "reason": "reconcile everything" });
+    let (status, forced) = post(&admin, "/handlers/billing/rewind", body).await;
+    assert_eq!(status, 200, "{forced}");
+    assert!(forced["message"].as_str().is_some_and(|m| m.contains("dedup_retention")), "{forced}");
+    let forced = forced["id"].as_i64().expect("the forced rewind's id");
+    wait_until_async("the forced rewind applied and run", || async {
+        let r = report(&admin, forced).await;
+        let parts = r["rewind"]["partitions"].as_array().cloned().unwrap_or_default();
+        parts.len() == 4 && parts.iter().all(|p| !p["applied_at"].is_null()) && sum(&r["report"], "not_applied") == 0
+    })
+    .await;
+    let r = report(&admin, forced).await;
+    assert_eq!(sum(&r["report"], "records"), 100, "{r}");
+    assert_eq!(env.count(DISTINCT_ORDERS).await, 100, "{r}");
+    assert_eq!(env.provider.charges(), 100, "no order charged twice at the provider, whose key is the event's");
 
     // The trail names it and its actor; the CLI shows the report.
     let trail = get(&admin, "/audit?handler=billing").await.unwrap_or_default();

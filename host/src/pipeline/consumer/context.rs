@@ -76,14 +76,24 @@ impl IdemContext {
             }
         }
         drop(lows);
+        // A paused partition's end comes from `pipeline::ends`: librdkafka's
+        // is the last one it fetched.
+        let paused: Vec<(String, i32)> = self
+            .states()
+            .iter()
+            .filter(|s| s.paused.load(Ordering::SeqCst))
+            .map(|s| (s.topic.clone(), s.partition))
+            .collect();
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
             for (partition, p) in &topic.partitions {
                 // Under read_committed (librdkafka's default) the end a
                 // consumer can reach is the last stable offset.
                 let end = if p.ls_offset >= 0 { p.ls_offset } else { p.hi_offset };
-                if let Some(known) = watermarks.get_mut(&(name.clone(), *partition))
+                let key = (name.clone(), *partition);
+                if let Some(known) = watermarks.get_mut(&key)
                     && end >= 0
+                    && !paused.contains(&key)
                 {
                     *known = end;
                 }

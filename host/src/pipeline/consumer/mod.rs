@@ -122,6 +122,17 @@ impl IdemContext {
         self.partitions().values().cloned().collect()
     }
 
+    /// A paused partition's end as looked up (`pipeline::ends`), for its
+    /// lag; a partition no longer assigned keeps what it had.
+    pub(crate) fn paused_end(&self, topic: &str, partition: i32, end: i64) {
+        let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = watermarks.get_mut(&(topic.to_owned(), partition))
+            && end >= 0
+        {
+            *known = end;
+        }
+    }
+
     /// Forgets the assignment, at shutdown once its positions are
     /// committed: the revocation the consumer's close causes then has
     /// nothing to wait for or commit.
