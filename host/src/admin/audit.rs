@@ -198,15 +198,21 @@ pub(crate) async fn write(pool: &PgPool, host: &str, entry: &Entry<'_>) {
 /// Records a change a command made in its own process, as no host served
 /// it: the actor is the operating system's user who ran it (`local:<user>`,
 /// as `$USER` says, else `local:uid <n>`: whoever holds the config's
-/// database credentials could claim another), the host this machine; `ok` is answered 200, else 500.
-pub(crate) async fn write_local(pool: &PgPool, handler: &str, action: String, ok: bool, detail: serde_json::Value) {
+/// database credentials could claim another), the host this machine, and
+/// `status` what the change came to (202: begun).
+pub(crate) async fn write_local(
+    pool: &PgPool,
+    handler: &str,
+    action: String,
+    status: StatusCode,
+    detail: serde_json::Value,
+) {
     let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| {
         use std::os::unix::fs::MetadataExt as _;
         std::fs::metadata("/proc/self").map_or_else(|_| "unknown".into(), |m| format!("uid {}", m.uid()))
     });
     let actor =
         Actor { name: format!("local:{}", crate::text::shown(&user, 100)).into(), scope: Scope::Operate, named: false };
-    let status = if ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
     let action = crate::text::shown(&action, ACTION_KEPT);
     let entry = Entry {
         actor: &actor,

@@ -78,6 +78,11 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
     };
     let runtime = open_runtime(&config)?;
     let validators = Validator::for_config(&config)?;
+    // The schemas emit topics register, read and compiled (the relay
+    // reads them again when it starts).
+    for h in &config.handlers {
+        crate::formats::Emitting::new(&h.emit, None).with_context(|| format!("handler `{}`", h.name))?;
+    }
     let pool = open_database(&config, seed).await?;
     let unreadable = if seed == Seed::No { contract(&config, &validators, &pool).await? } else { Vec::new() };
     crate::outbox::provision::check(&pool, &config).await?;

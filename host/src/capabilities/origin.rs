@@ -11,8 +11,8 @@ use crate::config::HandlerConfig;
 use crate::event::Origin;
 use crate::wit::origin;
 
-/// One invocation's record: shared with the event, never copied until
-/// the guest asks for it.
+/// One invocation's record: shared with the event (kept beside its JSON
+/// since it was validated), copied into the guest only when it asks.
 pub(crate) struct OriginCapability {
     origin: Option<Origin>,
 }

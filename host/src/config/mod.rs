@@ -182,6 +182,9 @@ impl Config {
             h.schema = base.join(&h.schema);
             for emit in &mut h.emit {
                 emit.schema = base.join(&emit.schema);
+                if let Some(file) = &mut emit.register {
+                    *file = base.join(&*file);
+                }
             }
             if let Some(m) = &mut h.database.migrations {
                 *m = base.join(&*m);

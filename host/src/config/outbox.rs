@@ -31,6 +31,17 @@ pub struct HandlerEmit {
     /// The subject whose latest version encodes them (default: `<topic>-value`).
     #[serde(default)]
     pub subject: Option<String>,
+    /// A schema file (relative to the config file) idem registers under
+    /// `subject` before it writes the topic, and writes with: what a
+    /// serializer's automatic registration does, opted into per topic.
+    /// Without it the subject's latest version writes, and idem never
+    /// registers anything.
+    #[serde(default)]
+    pub register: Option<PathBuf>,
+    /// `protobuf`: the top-level message an event is written as (its name
+    /// or full name; default: the schema's first message).
+    #[serde(default)]
+    pub message: Option<String>,
 }
 
 impl HandlerEmit {

@@ -3,14 +3,17 @@
 //! latest version of the topic's subject (`[[handler.emit]] format`,
 //! `subject`). The subject is looked up when the relay first writes to the
 //! topic and kept; an event that does not fit it has the subject looked up
-//! again (a newer version may fit). idem never registers a schema: a new
-//! version is the producer team's to register.
+//! again (a newer version may fit). idem registers a schema only where the
+//! config says so (`register = "<file>"`): then that schema, registered
+//! under the subject (or found there), writes the topic's records, as a
+//! serializer with automatic registration does; the registry's
+//! compatibility rule decides whether it may.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::protobuf::ProtoWriter;
-use super::registry::{Lookup, Outage, Registry};
+use super::registry::{Fetched, Lookup, Outage, Registry};
 use super::{Sampler, avro};
 use crate::config::{Format, HandlerEmit};
 
@@ -41,6 +44,10 @@ pub struct Emitting {
 struct Topic {
     format: Format,
     subject: String,
+    /// `register`: the schema file and its text, checked when read.
+    register: Option<(String, String)>,
+    /// `protobuf`: the message written (default: the schema's first).
+    message: Option<String>,
     writer: tokio::sync::Mutex<Option<Arc<Sampler>>>,
 }
 
@@ -51,17 +58,32 @@ impl std::fmt::Debug for Emitting {
 }
 
 impl Emitting {
-    /// The emit topics of `emits` written in a registry format.
-    pub fn new<'a>(emits: impl IntoIterator<Item = &'a HandlerEmit>, registry: Option<Arc<Registry>>) -> Self {
-        let topics = emits
-            .into_iter()
-            .filter(|e| e.format.uses_registry())
-            .map(|e| {
-                let topic = Topic { format: e.format, subject: e.subject(), writer: tokio::sync::Mutex::default() };
-                (e.topic.clone(), topic)
-            })
-            .collect();
-        Self { registry, topics }
+    /// The emit topics of `emits` written in a registry format; a schema
+    /// to register is read and checked now (a file that does not compile
+    /// is refused before anything runs).
+    pub fn new<'a>(
+        emits: impl IntoIterator<Item = &'a HandlerEmit>,
+        registry: Option<Arc<Registry>>,
+    ) -> anyhow::Result<Self> {
+        let mut topics = HashMap::new();
+        for e in emits.into_iter().filter(|e| e.format.uses_registry()) {
+            let message = e.message.as_deref();
+            let register = match &e.register {
+                Some(file) => Some(registered(e.format, file, message).map_err(|why| {
+                    anyhow::anyhow!("emit topic `{}`: register = {}: {why}", e.topic, file.display())
+                })?),
+                None => None,
+            };
+            let topic = Topic {
+                format: e.format,
+                subject: e.subject(),
+                register,
+                message: e.message.clone(),
+                writer: tokio::sync::Mutex::default(),
+            };
+            topics.insert(e.topic.clone(), topic);
+        }
+        Ok(Self { registry, topics })
     }
 
     /// `json` (an outbox row's value) as `topic`'s record: `None` when the
@@ -95,11 +117,23 @@ impl Emitting {
         }
         let registry = self.registry.as_ref().ok_or_else(|| NotWritten::Unavailable("no [registry]".into()))?;
         let subject = &rules.subject;
-        let (id, lookup) = registry.latest(subject).await?;
+        let (id, lookup) = match &rules.register {
+            Some((file, text)) => {
+                let kind = kind_of(rules.format);
+                let id = registry.register(subject, kind, text).await?.map_err(|why| {
+                    NotWritten::Unavailable(format!("subject `{subject}`: registering {file} was refused: {why}"))
+                })?;
+                let fetched = Fetched { kind: kind.to_owned(), text: text.clone(), references: Vec::new() };
+                (Some(id), Lookup::Found(fetched))
+            }
+            None => registry.latest(subject).await?,
+        };
         let made = match (id, lookup) {
-            (Some(id), Lookup::Found(fetched)) => sampler(rules.format, id, &fetched),
+            (Some(id), Lookup::Found(fetched)) => sampler(rules.format, id, &fetched, rules.message.as_deref()),
             (_, Lookup::Unusable(why) | Lookup::MissingReference(why)) => Err(why),
-            _ => Err(format!("subject `{subject}` has no version: register the topic's schema (idem never does)")),
+            _ => Err(format!(
+                "subject `{subject}` has no version: register the topic's schema (or let idem: [[handler.emit]] register)"
+            )),
         };
         let made = Arc::new(made.map_err(|why| NotWritten::Unavailable(format!("subject `{subject}`: {why}")))?);
         *writer = Some(made.clone());
@@ -107,13 +141,31 @@ impl Emitting {
     }
 }
 
-/// What writes `format`'s records with schema `id`.
-fn sampler(format: Format, id: u32, fetched: &super::registry::Fetched) -> Result<Sampler, String> {
-    let expected = match format {
+/// The registry's name of `format`'s schemas.
+fn kind_of(format: Format) -> &'static str {
+    match format {
         Format::Avro => "AVRO",
         Format::Protobuf => "PROTOBUF",
         Format::JsonSchema | Format::Json => "JSON",
-    };
+    }
+}
+
+/// The schema file to register for a topic written as `format`: its
+/// display name and text, once it compiles as `format`'s schema.
+fn registered(format: Format, file: &std::path::Path, message: Option<&str>) -> Result<(String, String), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot be read: {e}"))?;
+    if format == Format::JsonSchema {
+        serde_json::from_str::<serde_json::Value>(&text).map_err(|e| format!("is not JSON: {e}"))?;
+    }
+    let fetched = Fetched { kind: kind_of(format).to_owned(), text, references: Vec::new() };
+    sampler(format, 0, &fetched, message)?;
+    Ok((file.display().to_string(), fetched.text))
+}
+
+/// What writes `format`'s records with schema `id` (Protobuf's as
+/// `message`, else the schema's first).
+fn sampler(format: Format, id: u32, fetched: &Fetched, message: Option<&str>) -> Result<Sampler, String> {
+    let expected = kind_of(format);
     if fetched.kind != expected {
         return Err(format!("its latest version is a {} schema, not {expected}", fetched.kind));
     }
@@ -121,9 +173,46 @@ fn sampler(format: Format, id: u32, fetched: &super::registry::Fetched) -> Resul
         Format::Avro => avro::Schema::parse(&fetched.text).map(|s| Sampler::Avro(id, s)).map_err(|e| e.0),
         Format::Protobuf => {
             let writer = ProtoWriter::compile(&fetched.text, &fetched.references)?;
-            let name = writer.first_message().ok_or("its .proto declares no message")?;
+            let name = match message {
+                Some(name) if writer.declares(name) => name.to_owned(),
+                Some(name) => return Err(format!("its .proto declares no top-level message `{name}`")),
+                None => writer.first_message().ok_or("its .proto declares no message")?,
+            };
             Ok(Sampler::Protobuf(id, writer, name))
         }
         Format::JsonSchema | Format::Json => Ok(Sampler::Json(id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Fetched, Format, sampler};
+    use crate::formats::frame;
+
+    const TWO: &str = "syntax = \"proto3\";\npackage p;\nmessage A { string eventId = 1; }\n\
+                       message B { string eventId = 1; int64 n = 2; }\n";
+
+    fn fetched() -> Fetched {
+        Fetched { kind: "PROTOBUF".into(), text: TWO.into(), references: Vec::new() }
+    }
+
+    #[test]
+    fn a_protobuf_topic_writes_the_message_it_names_else_the_first() {
+        let indexes = |message: Option<&str>| {
+            let written = sampler(Format::Protobuf, 7, &fetched(), message).expect("a writer");
+            let bytes = written.record(br#"{"eventId":"x","n":"5"}"#.as_slice()).unwrap_or_else(|e| {
+                // A's writer has no field `n`: the first message refuses it.
+                assert!(message.is_none(), "{e}");
+                written.record(br#"{"eventId":"x"}"#.as_slice()).expect("as A")
+            });
+            let framed = frame::split(&bytes).expect("framed");
+            assert_eq!(framed.schema_id, 7);
+            frame::message_indexes(framed.body).expect("indexes").0
+        };
+        assert_eq!(indexes(Some("p.B")), vec![1], "by full name");
+        assert_eq!(indexes(Some("B")), vec![1], "by name");
+        assert_eq!(indexes(None), vec![0], "the first message");
+        let missing = sampler(Format::Protobuf, 7, &fetched(), Some("C")).err().unwrap_or_default();
+        assert!(missing.contains("no top-level message `C`"), "{missing}");
     }
 }

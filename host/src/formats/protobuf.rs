@@ -161,6 +161,13 @@ impl ProtoWriter {
         file.messages().next().map(|m| m.name().to_owned())
     }
 
+    /// Whether the file declares a top-level message `name` (its own name
+    /// or its full name).
+    pub fn declares(&self, name: &str) -> bool {
+        let file = self.pool.get_file_by_name(&self.file);
+        file.is_some_and(|f| f.messages().any(|m| m.name() == name || m.full_name() == name))
+    }
+
     /// `value` (the canonical JSON mapping) as the writer's message of the
     /// reader's name, and that message's indexes (`idem test --schema-id`).
     pub fn encode(&self, name: &str, value: &serde_json::Value) -> Result<(Vec<usize>, Vec<u8>), String> {
@@ -169,7 +176,7 @@ impl ProtoWriter {
         let (index, message) = file
             .messages()
             .enumerate()
-            .find(|(_, m)| m.name() == name)
+            .find(|(_, m)| m.name() == name || m.full_name() == name)
             .ok_or_else(|| format!("the writer's schema has no top-level message `{name}`"))?;
         let message = DynamicMessage::deserialize(message, value).map_err(|e| e.to_string())?;
         Ok((vec![index], message.encode_to_vec()))

@@ -185,12 +185,37 @@ impl Registry {
         Ok(out)
     }
 
-    /// A GET's answer, told apart: the registry's own "not found" (its
+    /// Registers `text` (a schema of `kind`: `AVRO`, `PROTOBUF`, `JSON`,
+    /// without references) under `subject`, or finds it registered there
+    /// already: its id. What `[[handler.emit]] register` asks for. The
+    /// registry applies the subject's compatibility rule: a schema it
+    /// refuses is `Ok(Err(why))`, in its words.
+    pub async fn register(&self, subject: &str, kind: &str, text: &str) -> Result<Result<u32, String>, Outage> {
+        let url = format!("{}/subjects/{}/versions", self.base, encode(subject));
+        let body = serde_json::json!({ "schemaType": kind, "schema": text });
+        let request = self.http.post(&url).json(&body);
+        match self.answer::<Version>(request, &url).await? {
+            Got::Found(Version { id }) => Ok(Ok(id)),
+            Got::Missing => Ok(Err(format!("{url} answered that there is no such subject"))),
+            Got::Bad(why) => Ok(Err(why)),
+        }
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Got<T>, Outage> {
+        self.answer(self.http.get(url), url).await
+    }
+
+    /// A request's answer, told apart: the registry's own "not found" (its
     /// error codes 40401 to 40403) from a 404 of something else in the way
     /// (an outage: a wrong path or a proxy answers for it), a definite
-    /// refusal of the request or a bad answer from one that may pass.
-    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<Got<T>, Outage> {
-        let request = self.http.get(url).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+    /// refusal of the request (with the registry's message) or a bad
+    /// answer from one that may pass.
+    async fn answer<T: serde::de::DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<Got<T>, Outage> {
+        let request = request.header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
         let request = match &self.auth {
             Auth::None => request,
             Auth::Basic(user, password) => request.basic_auth(user, Some(password)),
@@ -219,7 +244,9 @@ impl Registry {
             return Err(Outage(format!("{url} answered {status}")));
         }
         if !status.is_success() {
-            return Ok(Got::Bad(format!("{url} answered {status}")));
+            let said = serde_json::from_slice::<Refusal>(&body).ok().and_then(|r| r.message);
+            let said = said.map(|m| format!(": {}", crate::text::shown(&m, 500))).unwrap_or_default();
+            return Ok(Got::Bad(format!("{url} answered {status}{said}")));
         }
         Ok(match serde_json::from_slice(&body) {
             Ok(found) => Got::Found(found),
@@ -250,6 +277,8 @@ enum Got<T> {
 #[derive(Deserialize)]
 struct Refusal {
     error_code: i64,
+    #[serde(default)]
+    message: Option<String>,
 }
 
 /// A subject in a URL path: anything but unreserved characters escaped.

@@ -358,5 +358,5 @@ fn emitting(config: &Config, producer: &str) -> anyhow::Result<crate::formats::E
         (Some(registry), true) => Some(std::sync::Arc::new(crate::formats::Registry::new(registry)?)),
         _ => None,
     };
-    Ok(crate::formats::Emitting::new(emits, registry))
+    crate::formats::Emitting::new(emits, registry)
 }

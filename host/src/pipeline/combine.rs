@@ -94,7 +94,9 @@ impl Combiner {
                 // this lane waits for the answer, not for a connection.
                 permit = shared.permits.clone().acquire_owned(), if queued => {
                     let Ok(permit) = permit else { return (None, BatchEnd::Failed(BatchFailure::Stopped)) };
-                    let taken = combiner.take(shared.config.batch.max_events);
+                    // Merged up to what one batch may hold under an events' rate.
+                    let cap = shared.slot.executor().throttles().batch_cap(shared.config.batch.max_events);
+                    let taken = combiner.take(cap);
                     if !taken.is_empty() {
                         // Its own task: this lane answers its own partition's
                         // stop meanwhile, whichever batches it runs.

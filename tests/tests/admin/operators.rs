@@ -208,7 +208,7 @@ async fn newest(env: &Env) -> (String, String, String, i16) {
 /// throttle, a quarantined key's release and dead-lettering, a replay, a
 /// discard — is in the trail under their name, with how it was answered
 /// (a refused change too); a replay run without a host (`--config`) under
-/// the machine's user, as `cli`.
+/// the machine's user, as `cli`, as it begins and with its outcome.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_lever_an_operator_pulls_is_in_the_trail_under_their_name() {
     let env = Env::new().await;
@@ -262,6 +262,12 @@ async fn every_lever_an_operator_pulls_is_in_the_trail_under_their_name() {
     let (actor, via, done, status) = newest(&env).await;
     assert_eq!((actor.as_str(), via.as_str(), status), ("local:oncall-bob", "cli", 200), "{done}");
     assert!(done.starts_with("idem dlq replay --config"), "{done}");
+    let begun: Vec<(String, i16)> =
+        sqlx::query_as("SELECT action, status FROM idem.audit WHERE via = 'cli' ORDER BY id")
+            .fetch_all(&env.db.pool)
+            .await
+            .expect("rows");
+    assert_eq!(begun, vec![(done.clone(), 202), (done.clone(), 200)], "once as it began, once with its outcome");
     let detail: Value = sqlx::query_scalar("SELECT detail FROM idem.audit ORDER BY id DESC LIMIT 1")
         .fetch_one(&env.db.pool)
         .await

@@ -525,3 +525,84 @@ async fn a_handler_reads_each_records_value_as_its_producer_wrote_it_framed_or_j
     assert_eq!(json_note, Some((event_id, format!("origin - {}", hex::encode(&spaced)))));
     env.finish().await;
 }
+
+/// Sets `subject`'s compatibility rule at the registry.
+async fn compatibility(base: &str, subject: &str, rule: &str) {
+    let answer = reqwest::Client::new()
+        .put(format!("{base}/config/{subject}"))
+        .json(&json!({ "compatibility": rule }))
+        .send()
+        .await
+        .expect("the registry");
+    assert!(answer.status().is_success(), "PUT /config/{subject}: {}", answer.status());
+}
+
+/// `[[handler.emit]] register`: idem registers the topic's schema itself
+/// and writes with the id the registry gave; while the registry refuses
+/// it (the subject's compatibility rule), the rows wait, none failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_emit_topic_that_registers_its_schema_waits_while_refused_then_writes_with_the_id_given() {
+    let env = Env::new(2).await;
+    let base = registry::url();
+    let requests = kafka::create_topic(2).await;
+    let subject = format!("{requests}-value");
+    // The subject holds another schema, and refuses what old readers cannot read.
+    let other = r#"{"type":"record","name":"Other","namespace":"x","fields":[{"name":"x","type":"int"}]}"#;
+    registry::register(&base, &subject, "AVRO", other).await;
+    compatibility(&base, &subject, "FORWARD").await;
+    let billing = host::HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
+    let mut payments = host::HandlerSpec::payments(&requests);
+    payments.schema = schema_file("payment-requested.avsc", PAYMENT_REQUESTED);
+    payments.extra.push_str("format = \"avro\"\n");
+    let config = host::write_config(&env.db.url, &[billing, payments]);
+    let text = std::fs::read_to_string(&config).expect("the config");
+    let emit = format!("[[handler.emit]]\ntopic = \"{requests}\"\n");
+    let file = schema_file("payment.avsc", PAYMENT_REQUESTED);
+    let registering = format!("{emit}format = \"avro\"\nregister = \"{}\"\n", file.display());
+    std::fs::write(&config, text.replace(&emit, &registering)).expect("the config");
+    append_registry(&config, &base);
+    env.db.allow_emits(&config).await;
+
+    env.send_orders(100).await;
+    let running = host::spawn(&config, false, &[]);
+    idem_tests::wait_until_async("the orders are charged", || async { env.count(CHARGES).await >= 100 }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let failed = env.count("SELECT count(*) FROM idem.outbox WHERE failed_at IS NOT NULL").await;
+    let published = env.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NOT NULL").await;
+    assert_eq!((failed, published), (0, 0), "held while the registry refuses the schema");
+
+    compatibility(&base, &subject, "NONE").await;
+    idem_tests::wait_until_async("every request is taken", || async {
+        env.count("SELECT count(*) FROM payments.request").await >= 100
+    })
+    .await;
+    host::signal(&running, "TERM");
+    let (status, _) = tokio::task::spawn_blocking(move || host::wait_report(running)).await.expect("the host");
+    assert!(status.success(), "{status}");
+    let latest: serde_json::Value = reqwest::get(format!("{base}/subjects/{subject}/versions/latest"))
+        .await
+        .expect("the registry")
+        .json()
+        .await
+        .expect("json");
+    let id = latest["id"].as_u64().expect("an id") as u32;
+    let registered: serde_json::Value = serde_json::from_str(latest["schema"].as_str().expect("schema")).expect("avsc");
+    assert_eq!(registered["name"], "PaymentRequested", "idem registered its file: {latest}");
+    let written = kafka::read_all(&requests);
+    assert_eq!(written.len(), 100);
+    for m in &written {
+        let payload = rdkafka::Message::payload(m).expect("a payload");
+        assert_eq!(u32::from_be_bytes([payload[1], payload[2], payload[3], payload[4]]), id, "with the id given");
+    }
+    assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM payments.request").await, 100, "each request once");
+
+    // A schema file that does not compile is refused before anything runs.
+    std::fs::write(&file, "{\"type\": \"record\"").expect("a broken schema");
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(["check", "--config", config.to_str().expect("path")])
+        .output()
+        .expect("idem check");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("register =") && said.contains("payment.avsc"), "{said}");
+    env.finish().await;
+}

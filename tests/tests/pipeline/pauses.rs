@@ -216,11 +216,12 @@ async fn lag(admins: &[&str], topic: &str) -> f64 {
     sum
 }
 
-/// Transactions open in the test database besides this query's own.
+/// Transactions open in the test database for more than a second (the
+/// hosts' own short reads of pauses and rates come and go).
 async fn open_transactions(env: &Env) -> i64 {
     env.count(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-         AND xact_start IS NOT NULL AND pid <> pg_backend_pid()",
+         AND xact_start < now() - interval '1 second' AND pid <> pg_backend_pid()",
     )
     .await
 }
@@ -257,14 +258,17 @@ async fn a_topic_paused_while_its_events_flow_stops_within_2_s_on_every_host_hol
     let (status, answer) =
         post(&admin_b, "/handlers/billing/pause", json!({ "topic": topic, "reason": "provider degraded" })).await;
     assert_eq!((status, &answer["paused"]), (200, &json!(true)), "{answer}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(OBEYED).await;
     let stopped_at = env.count(CHARGES).await;
     let lag_then = lag(&[&admin_a, &admin_b], &topic).await;
     tokio::time::sleep(WATCHED).await;
     assert_eq!(env.count(CHARGES).await, stopped_at, "2 s after the pause nothing more ran, on either host");
     assert_eq!(open_transactions(&env).await, 0, "a paused handler holds no transaction");
-    let lag_now = lag(&[&admin_a, &admin_b], &topic).await;
-    assert!(lag_now >= lag_then + 300.0, "the lag grows visibly while paused: {lag_then} then {lag_now}");
+    // Each host looks its paused partitions' ends up every 5 s.
+    wait_until_async("the lag grows visibly while paused", || async {
+        lag(&[&admin_a, &admin_b], &topic).await >= lag_then + 300.0
+    })
+    .await;
 
     // Host B leaves: host A takes its partitions, paused.
     host_b.stop().await;
@@ -282,7 +286,8 @@ async fn a_topic_paused_while_its_events_flow_stops_within_2_s_on_every_host_hol
     let all = 40 + 400 * 20;
     env.charged(all, Duration::from_secs(120)).await;
     assert_eq!(env.count(DISTINCT_ORDERS).await, all, "each order charged once");
-    assert_eq!(env.provider.charges(), all as usize, "the provider saw each key once");
+    let posts = env.provider.seen().iter().filter(|s| s.method == "POST").count();
+    assert_eq!(posts, all as usize, "one request per order reached the provider");
     host_a.stop().await;
     env.finish().await;
 }

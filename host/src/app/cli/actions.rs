@@ -2,6 +2,7 @@
 //! dead-letter topic, the outbox, maintenance, migrations.
 
 use anyhow::Context as _;
+use axum::http::StatusCode;
 use serde_json::json;
 
 use super::commands::DlqTarget;
@@ -83,15 +84,22 @@ pub(super) async fn dlq_replay_here(
         .find(|h| h.config.name == handler)
         .with_context(|| format!("no handler `{handler}` in {}", config.display()))?;
     let (dry_run, force, trust_unsigned) = (options.dry_run, options.force, options.trust_unsigned);
+    let asked = json!({
+        "since": window.since, "until": window.until, "limit": window.limit, "class": window.class,
+        "force": force, "trust_unsigned": trust_unsigned,
+    });
+    let action = format!("idem dlq replay --config {}", config.display());
+    // In the audit trail as a host's replay is (a dry run changes nothing):
+    // once when it begins, so a replay killed midway is there too, and
+    // once with what it came to.
+    if !dry_run {
+        let begun = json!({ "asked": asked });
+        crate::admin::audit_local(&prepared.pool, handler, action.clone(), StatusCode::ACCEPTED, begun).await;
+    }
     let replayed = crate::pipeline::replay::replay(&prepared.config, prepared_handler, &prepared.pool, window, options)
         .await
         .map(|report| serde_json::to_value(&report));
-    // In the audit trail as a host's replay is (a dry run changes nothing).
     if !dry_run {
-        let asked = json!({
-            "since": window.since, "until": window.until, "limit": window.limit, "class": window.class,
-            "force": force, "trust_unsigned": trust_unsigned,
-        });
         let detail = match &replayed {
             Ok(Ok(report)) => {
                 let mut counts = report.clone();
@@ -103,9 +111,8 @@ pub(super) async fn dlq_replay_here(
             Ok(Err(e)) => json!({ "asked": asked, "error": e.to_string() }),
             Err(e) => json!({ "asked": asked, "error": format!("{e:#}") }),
         };
-        let ok = matches!(replayed, Ok(Ok(_)));
-        let action = format!("idem dlq replay --config {}", config.display());
-        crate::admin::audit_local(&prepared.pool, handler, action, ok, detail).await;
+        let status = if matches!(replayed, Ok(Ok(_))) { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
+        crate::admin::audit_local(&prepared.pool, handler, action, status, detail).await;
     }
     Ok(replayed??)
 }

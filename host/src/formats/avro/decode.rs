@@ -42,6 +42,18 @@ impl std::fmt::Display for DecodeError {
     }
 }
 
+/// The reader's symbol for the writer's symbol `index`.
+fn enum_symbol(index: i32, writer: &[String], reader: &[Option<String>]) -> Result<Value, DecodeError> {
+    let at = usize::try_from(index).ok().filter(|i| *i < writer.len());
+    let Some(at) = at else {
+        return fail(format!("enum symbol {index} does not exist ({} symbols)", writer.len()));
+    };
+    match &reader[at] {
+        Some(symbol) => Ok(Value::String(symbol.clone())),
+        None => fail(format!("enum symbol `{}` is not one the reader knows", writer[at])),
+    }
+}
+
 fn fail<T>(what: impl Into<String>) -> Result<T, DecodeError> {
     Err(DecodeError { path: Vec::new(), what: what.into() })
 }
@@ -124,46 +136,11 @@ impl<'a> Reader<'a> {
                     Value::String(text)
                 }
             }
-            Plan::Array(items) => {
-                let mut list = Vec::new();
-                self.blocks(|reader| {
-                    list.push(reader.value(items)?);
-                    Ok(())
-                })?;
-                Value::Array(list)
-            }
-            Plan::Map(values) => {
-                let mut map = Map::new();
-                self.blocks(|reader| {
-                    let key = reader.sized()?;
-                    let key = text(key)?;
-                    let value = reader.value(values).map_err(|e| within(e, &key))?;
-                    map.insert(key, value);
-                    Ok(())
-                })?;
-                Value::Object(map)
-            }
-            Plan::Union(branches) => {
-                let index = self.long()?;
-                let branch = usize::try_from(index).ok().and_then(|i| branches.get(i));
-                match branch {
-                    Some(Ok(plan)) => self.value(plan)?,
-                    Some(Err(why)) => return fail(format!("union branch {index}: {why}")),
-                    None => return fail(format!("union branch {index} does not exist ({} branches)", branches.len())),
-                }
-            }
+            Plan::Array(items) => self.array_of(items)?,
+            Plan::Map(values) => self.map_of(values)?,
+            Plan::Union(branches) => self.union_of(branches)?,
             Plan::Record(index) => self.record(*index)?,
-            Plan::Enum { writer, reader } => {
-                let index = self.int()?;
-                let at = usize::try_from(index).ok().filter(|i| *i < writer.len());
-                let Some(at) = at else {
-                    return fail(format!("enum symbol {index} does not exist ({} symbols)", writer.len()));
-                };
-                match &reader[at] {
-                    Some(symbol) => Value::String(symbol.clone()),
-                    None => return fail(format!("enum symbol `{}` is not one the reader knows", writer[at])),
-                }
-            }
+            Plan::Enum { writer, reader } => enum_symbol(self.int()?, writer, reader)?,
             Plan::Fixed { size, logical } => {
                 let bytes = self.take(*size)?;
                 match logical {
@@ -172,6 +149,37 @@ impl<'a> Reader<'a> {
                 }
             }
         })
+    }
+
+    fn array_of(&mut self, items: &Plan) -> Result<Value, DecodeError> {
+        let mut list = Vec::new();
+        self.blocks(|reader| {
+            list.push(reader.value(items)?);
+            Ok(())
+        })?;
+        Ok(Value::Array(list))
+    }
+
+    fn map_of(&mut self, values: &Plan) -> Result<Value, DecodeError> {
+        let mut map = Map::new();
+        self.blocks(|reader| {
+            let key = text(reader.sized()?)?;
+            let value = reader.value(values).map_err(|e| within(e, &key))?;
+            map.insert(key, value);
+            Ok(())
+        })?;
+        Ok(Value::Object(map))
+    }
+
+    /// The branch the writer chose, read with its plan (or why the reader
+    /// cannot read it).
+    fn union_of(&mut self, branches: &[Result<Plan, String>]) -> Result<Value, DecodeError> {
+        let index = self.long()?;
+        match usize::try_from(index).ok().and_then(|i| branches.get(i)) {
+            Some(Ok(plan)) => self.value(plan),
+            Some(Err(why)) => fail(format!("union branch {index}: {why}")),
+            None => fail(format!("union branch {index} does not exist ({} branches)", branches.len())),
+        }
     }
 
     fn record(&mut self, index: usize) -> Result<Value, DecodeError> {

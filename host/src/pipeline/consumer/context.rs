@@ -76,26 +76,19 @@ impl IdemContext {
             }
         }
         drop(lows);
-        // A paused partition's end comes from `pipeline::ends`: librdkafka's
-        // is the last one it fetched.
-        let paused: Vec<(String, i32)> = self
-            .states()
-            .iter()
-            .filter(|s| s.paused.load(Ordering::SeqCst))
-            .map(|s| (s.topic.clone(), s.partition))
-            .collect();
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         for (name, topic) in &statistics.topics {
             for (partition, p) in &topic.partitions {
                 // Under read_committed (librdkafka's default) the end a
                 // consumer can reach is the last stable offset.
                 let end = if p.ls_offset >= 0 { p.ls_offset } else { p.hi_offset };
-                let key = (name.clone(), *partition);
-                if let Some(known) = watermarks.get_mut(&key)
+                // Only ever raised within an assignment: a paused partition's
+                // statistics keep the end it last fetched, below the one
+                // `pipeline::ends` looked up.
+                if let Some(known) = watermarks.get_mut(&(name.clone(), *partition))
                     && end >= 0
-                    && !paused.contains(&key)
                 {
-                    *known = end;
+                    *known = (*known).max(end);
                 }
             }
         }
@@ -118,7 +111,8 @@ impl IdemContext {
             self.assign(tpl);
             let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
             for element in tpl.elements() {
-                watermarks.entry((element.topic().to_owned(), element.partition())).or_insert(-1);
+                // Unknown until this assignment's first statistics.
+                watermarks.insert((element.topic().to_owned(), element.partition()), -1);
             }
             drop(watermarks);
             self.joined.store(true, Ordering::SeqCst);

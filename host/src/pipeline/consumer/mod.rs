@@ -123,13 +123,15 @@ impl IdemContext {
     }
 
     /// A paused partition's end as looked up (`pipeline::ends`), for its
-    /// lag; a partition no longer assigned keeps what it had.
+    /// lag: only ever raised (a lookup answered after a resume may be
+    /// older than the statistics' end); a partition no longer assigned
+    /// keeps what it had.
     pub(crate) fn paused_end(&self, topic: &str, partition: i32, end: i64) {
         let mut watermarks = self.watermarks.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(known) = watermarks.get_mut(&(topic.to_owned(), partition))
             && end >= 0
         {
-            *known = end;
+            *known = (*known).max(end);
         }
     }
 
