@@ -419,31 +419,44 @@ const PAYMENT_REQUESTED: &str = r#"{"type":"record","name":"PaymentRequested","n
     {"name":"amount","type":"double"},
     {"name":"currency","type":"string"}]}"#;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_avro_outbox_chain_writes_and_reads_each_request_once() {
-    let env = Env::new(2).await;
-    let base = registry::url();
-    let requests = kafka::create_topic(2).await;
-    let billing = host::HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
-    let mut payments = host::HandlerSpec::payments(&requests);
+/// Billing emitting to `requests` as Avro (with `more` lines in its emit
+/// table), payments reading them: the config, its emits allowed.
+async fn avro_chain(env: &Env, base: &str, requests: &str, more: &str) -> PathBuf {
+    let billing = host::HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), requests);
+    let mut payments = host::HandlerSpec::payments(requests);
     payments.schema = schema_file("payment-requested.avsc", PAYMENT_REQUESTED);
     payments.extra.push_str("format = \"avro\"\n");
     let config = host::write_config(&env.db.url, &[billing, payments]);
     let text = std::fs::read_to_string(&config).expect("the config");
     let emit = format!("[[handler.emit]]\ntopic = \"{requests}\"\n");
     assert!(text.contains(&emit), "billing emits to {requests}");
-    std::fs::write(&config, text.replace(&emit, &format!("{emit}format = \"avro\"\n"))).expect("the config");
-    append_registry(&config, &base);
+    std::fs::write(&config, text.replace(&emit, &format!("{emit}format = \"avro\"\n{more}"))).expect("the config");
+    append_registry(&config, base);
     env.db.allow_emits(&config).await;
+    config
+}
 
+/// Once `orders` are charged and two more seconds passed: the outbox's
+/// failed and published rows.
+async fn outbox_after_charges(env: &Env, orders: i64) -> (i64, i64) {
+    idem_tests::wait_until_async("the orders are charged", || async { env.count(CHARGES).await >= orders }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let failed = env.count("SELECT count(*) FROM idem.outbox WHERE failed_at IS NOT NULL").await;
+    let published = env.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NOT NULL").await;
+    (failed, published)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_avro_outbox_chain_writes_and_reads_each_request_once() {
+    let env = Env::new(2).await;
+    let base = registry::url();
+    let requests = kafka::create_topic(2).await;
+    let config = avro_chain(&env, &base, &requests, "").await;
     env.send_orders(200).await;
     let running = host::spawn(&config, false, &[]);
     // The subject has no version yet: the requests wait (none failed)
     // until the producer team registers one.
-    idem_tests::wait_until_async("the orders are charged", || async { env.count(CHARGES).await >= 200 }).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let failed = env.count("SELECT count(*) FROM idem.outbox WHERE failed_at IS NOT NULL").await;
-    let published = env.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NOT NULL").await;
+    let (failed, published) = outbox_after_charges(&env, 200).await;
     let why: Vec<String> =
         sqlx::query_scalar("SELECT coalesce(failure, '') FROM idem.outbox WHERE failed_at IS NOT NULL LIMIT 3")
             .fetch_all(&env.db.pool)
@@ -550,25 +563,11 @@ async fn an_emit_topic_that_registers_its_schema_waits_while_refused_then_writes
     let other = r#"{"type":"record","name":"Other","namespace":"x","fields":[{"name":"x","type":"int"}]}"#;
     registry::register(&base, &subject, "AVRO", other).await;
     compatibility(&base, &subject, "FORWARD").await;
-    let billing = host::HandlerSpec::billing_announcing(&env.topic, &env.provider.base_url(), &requests);
-    let mut payments = host::HandlerSpec::payments(&requests);
-    payments.schema = schema_file("payment-requested.avsc", PAYMENT_REQUESTED);
-    payments.extra.push_str("format = \"avro\"\n");
-    let config = host::write_config(&env.db.url, &[billing, payments]);
-    let text = std::fs::read_to_string(&config).expect("the config");
-    let emit = format!("[[handler.emit]]\ntopic = \"{requests}\"\n");
     let file = schema_file("payment.avsc", PAYMENT_REQUESTED);
-    let registering = format!("{emit}format = \"avro\"\nregister = \"{}\"\n", file.display());
-    std::fs::write(&config, text.replace(&emit, &registering)).expect("the config");
-    append_registry(&config, &base);
-    env.db.allow_emits(&config).await;
-
+    let config = avro_chain(&env, &base, &requests, &format!("register = \"{}\"\n", file.display())).await;
     env.send_orders(100).await;
     let running = host::spawn(&config, false, &[]);
-    idem_tests::wait_until_async("the orders are charged", || async { env.count(CHARGES).await >= 100 }).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let failed = env.count("SELECT count(*) FROM idem.outbox WHERE failed_at IS NOT NULL").await;
-    let published = env.count("SELECT count(*) FROM idem.outbox WHERE published_at IS NOT NULL").await;
+    let (failed, published) = outbox_after_charges(&env, 100).await;
     assert_eq!((failed, published), (0, 0), "held while the registry refuses the schema");
 
     compatibility(&base, &subject, "NONE").await;
