@@ -42,6 +42,12 @@ pub struct Stats {
     pub quarantine_keys: AtomicU64,
     pub quarantine_events: AtomicU64,
     pub quarantine_oldest_seconds: AtomicU64,
+    /// The ledger audit (`pipeline::audit`): records accounted for, records
+    /// found unaccounted (each once per process), and when the last sweep
+    /// that found nothing ended (Unix seconds; 0: none yet).
+    pub audit_checked: AtomicU64,
+    pub audit_unaccounted: AtomicU64,
+    pub audit_clean_at: AtomicU64,
     /// Lanes waiting now for the schema registry to answer (their records'
     /// writer schemas unfetched): `/readyz` names the handler while any do.
     pub registry_waiting: AtomicU64,
@@ -187,6 +193,9 @@ impl Default for Stats {
             quarantine_keys: AtomicU64::default(),
             quarantine_events: AtomicU64::default(),
             quarantine_oldest_seconds: AtomicU64::default(),
+            audit_checked: AtomicU64::default(),
+            audit_unaccounted: AtomicU64::default(),
+            audit_clean_at: AtomicU64::default(),
             registry_waiting: AtomicU64::new(0),
             commits_confirmed: AtomicU64::default(),
             commits_failed: AtomicU64::default(),

@@ -169,6 +169,8 @@ try {
   await page.locator('#history svg[data-chart="lag"][data-range="10m"]').waitFor();
   await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
   await shot(page, "handler");
+  // The ledger audit's badge: swept or not yet, never unaccounted on a healthy run.
+  assert.match(await page.locator('.card[data-field="audit"]').textContent(), /(clean at|not swept yet)ledger audit/);
 
   // ---- a pause of the handler: confirmed, shown on every partition, resumed ----
   await page.locator("#pause-reason").fill("browser test");

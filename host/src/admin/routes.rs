@@ -115,6 +115,26 @@ pub(super) struct UploadQuery {
 
 /// Validates, stores and activates a module; this host switches at once,
 /// the others within seconds (`modules::watch`).
+/// The contract check before a version of a registry-format handler is
+/// stored (docs/formats.md): a reader schema that cannot read a version of
+/// its subject, or an id met on its topic, refuses the upload (409), as
+/// does a registry that cannot answer (503: nothing is known).
+async fn contract_refusal(state: &AdminState, name: &str) -> Option<Response> {
+    let (_, handler) = state.dead_letters.desk(name)?.parts();
+    let reading = handler.validator.reading()?;
+    match crate::pipeline::schemas_seen::unreadable(&handler.idem_pool, &handler.config, reading).await {
+        Ok(found) if found.is_empty() => None,
+        Ok(found) => {
+            let message = format!("the contract check failed: {}", found.join("; "));
+            Some(error(StatusCode::CONFLICT, message).into_response())
+        }
+        Err(e) => {
+            let message = format!("{e:#}: the upload waits until the registry answers");
+            Some(error(StatusCode::SERVICE_UNAVAILABLE, message).into_response())
+        }
+    }
+}
+
 pub(super) async fn upload(
     State(state): State<AdminState>,
     Path(name): Path<String>,
@@ -161,6 +181,9 @@ pub(super) async fn upload(
         Ok(handler) => handler,
         Err(e) => return refused(&e),
     };
+    if let Some(refusal) = contract_refusal(&state, &name).await {
+        return refusal;
+    }
     let by = uploader(&actor.name, &headers);
     let upload =
         store::Upload { handler: &name, bytes: &body, sha256: &sha256, uploaded_by: &by, note: query.note.as_deref() };

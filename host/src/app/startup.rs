@@ -113,23 +113,9 @@ pub async fn prepare_as(config: Config, natives: &NativeHandlers, seed: Seed) ->
 async fn contract(config: &Config, validators: &[Validator], pool: &PgPool) -> anyhow::Result<Vec<String>> {
     let mut found = Vec::new();
     for (h, validator) in config.handlers.iter().zip(validators) {
-        let Some(reading) = validator.reading() else { continue };
-        let subject = h.subject();
-        let seen: Vec<i64> = sqlx::query_scalar(
-            "SELECT schema_id FROM idem.schema_seen \
-             WHERE consumer = $1 AND last_seen > now() - make_interval(secs => $2)",
-        )
-        .bind(&h.name)
-        .bind(h.dedup_retention.0.as_secs_f64())
-        .fetch_all(pool)
-        .await
-        .context("failed to read idem.schema_seen")?;
-        let seen: Vec<u32> = seen.into_iter().filter_map(|id| u32::try_from(id).ok()).collect();
-        let refused = reading
-            .unreadable_versions(&subject, &seen)
-            .await
-            .with_context(|| format!("handler `{}`: the contract check could not read subject `{subject}`", h.name))?;
-        found.extend(refused.into_iter().map(|r| format!("handler `{}`: its reader schema cannot read {r}", h.name)));
+        if let Some(reading) = validator.reading() {
+            found.extend(crate::pipeline::schemas_seen::unreadable(pool, h, reading).await?);
+        }
     }
     Ok(found)
 }

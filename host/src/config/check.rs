@@ -106,6 +106,7 @@ impl Config {
             bail!("{at}: retry.dlq_topic is the handler's own topic");
         }
         failure::check(&at, &h.failure, h.ordering, h.retry.on_failure)?;
+        super::audit::check(&at, &h.audit)?;
         format::check(&at, h.format, h.message.as_deref(), &h.envelope, self.registry.is_some())?;
         if let Some(e) = h.emit.iter().find(|e| e.format.uses_registry() && self.registry.is_none()) {
             bail!("{at}: emit topic `{}` is written as {}: it needs a [registry]", e.topic, e.format.as_str());

@@ -157,6 +157,9 @@ pub struct HandlerConfig {
     pub failure: super::HandlerFailure,
     #[serde(default)]
     pub batch: HandlerBatch,
+    /// The ledger audit's pace: `[handler.audit]`.
+    #[serde(default)]
+    pub audit: super::HandlerAudit,
     /// The topics it may emit events to (the outbox): `[[handler.emit]]`.
     #[serde(default)]
     pub emit: Vec<super::HandlerEmit>,
@@ -499,6 +502,7 @@ impl HandlerConfig {
             retry: HandlerRetry::default(),
             failure: super::HandlerFailure::default(),
             batch: HandlerBatch::default(),
+            audit: super::HandlerAudit::default(),
             emit: Vec::new(),
             dedup_retention: retention::default_dedup_retention(),
             stale_events: StalePolicy::default(),

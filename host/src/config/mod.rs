@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 
 mod admin;
+mod audit;
 mod check;
 mod dlq;
 mod failure;
@@ -27,6 +28,7 @@ mod retention;
 mod runtime;
 
 pub use admin::AdminConfig;
+pub use audit::HandlerAudit;
 pub use dlq::DlqConfig;
 pub use failure::{HandlerFailure, OnExhausted};
 pub use format::{Envelope, Format};

@@ -4,6 +4,7 @@
 //! committed (or that were skipped), never ahead of them.
 
 mod attempts;
+mod audit;
 mod combine;
 mod consumer;
 pub mod dlq;
@@ -17,10 +18,11 @@ mod polling;
 pub mod quarantine;
 pub mod replay;
 pub mod rewinds;
-mod schemas_seen;
+pub(crate) mod schemas_seen;
 pub mod throttles;
 mod shutdown;
 mod stall;
+mod window;
 mod worker;
 
 pub(crate) use dlq::DeadLetters;
@@ -242,6 +244,9 @@ impl Pipeline {
         let Self { config, recipe, consumer, probe, shared, .. } = self;
         follow_throttles(&shared, &stop);
         let seen = shared.validator.reads_registry().then(|| (shared.clone(), tokio::spawn(schemas_seen::record(shared.clone()))));
+        if shared.config.audit.enabled {
+            audit::spawn(shared.clone(), recipe.probe.clone(), recipe.context.clone(), stop.clone());
+        }
         if shared.quarantine.on() {
             quarantine::spawn(shared, stop.clone());
         }

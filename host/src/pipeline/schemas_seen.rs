@@ -11,6 +11,36 @@ use std::time::Duration;
 
 use super::HandlerContext;
 
+/// The contract check of one handler (docs/formats.md): its reader
+/// schema against every version of its subject and every id its hosts met
+/// on the topic within its dedup retention; what it cannot read, each
+/// named with its schema id and field. `idem check` and every upload of a
+/// module (`idem deploy`) run it.
+pub(crate) async fn unreadable(
+    pool: &sqlx::PgPool,
+    handler: &crate::config::HandlerConfig,
+    reading: &crate::formats::Reading,
+) -> anyhow::Result<Vec<String>> {
+    use anyhow::Context as _;
+    let subject = handler.subject();
+    let seen: Vec<i64> = sqlx::query_scalar(
+        "SELECT schema_id FROM idem.schema_seen \
+         WHERE consumer = $1 AND last_seen > now() - make_interval(secs => $2)",
+    )
+    .bind(&handler.name)
+    .bind(handler.dedup_retention.0.as_secs_f64())
+    .fetch_all(pool)
+    .await
+    .context("failed to read idem.schema_seen")?;
+    let seen: Vec<u32> = seen.into_iter().filter_map(|id| u32::try_from(id).ok()).collect();
+    let name = &handler.name;
+    let refused = reading
+        .unreadable_versions(&subject, &seen)
+        .await
+        .with_context(|| format!("handler `{name}`: the contract check could not read subject `{subject}`"))?;
+    Ok(refused.into_iter().map(|r| format!("handler `{name}`: its reader schema cannot read {r}")).collect())
+}
+
 /// How often the ids used are written.
 const EVERY: Duration = Duration::from_secs(60);
 

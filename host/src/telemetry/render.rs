@@ -136,7 +136,7 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample("idem_offset_commits_total", &[("handler", &h.name), ("result", result)], n);
         }
     }
-    let counters: [Family<AtomicU64>; 13] = [
+    let counters: [Family<AtomicU64>; 15] = [
         ("idem_records_delivered_total", "Records handed to the partition workers.", |s| &s.delivered),
         ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| &s.dead_lettered),
         ("idem_dead_letter_envelopes_total", "Of them, envelopes: the topic refused the record as it was.", |s| {
@@ -168,6 +168,16 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             "Events dead-lettered instead of parked: the quarantine held failure.max_parked events.",
             |s| &s.quarantine_overflow,
         ),
+        (
+            "idem_audit_checked_records_total",
+            "Records the ledger audit accounted for (applied, dead-lettered, parked or past the retention).",
+            |s| &s.audit_checked,
+        ),
+        (
+            "idem_audit_unaccounted_total",
+            "Records below the committed offset that nothing accounts for (each counted once per process).",
+            |s| &s.audit_unaccounted,
+        ),
     ];
     for (name, help, read) in counters {
         e.family(name, "counter", help);
@@ -175,7 +185,7 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
         }
     }
-    let gauges: [Family<AtomicU64>; 4] = [
+    let gauges: [Family<AtomicU64>; 5] = [
         ("idem_quarantined_keys", "Keys parked in the quarantine now (counted every few seconds).", |s| {
             &s.quarantine_keys
         }),
@@ -184,6 +194,11 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             "idem_quarantine_oldest_seconds",
             "Age of the oldest parked event (0: none; counted every few seconds).",
             |s| &s.quarantine_oldest_seconds,
+        ),
+        (
+            "idem_audit_clean_at_seconds",
+            "When the ledger audit's last sweep that found nothing unaccounted ended (Unix seconds; 0: none yet).",
+            |s| &s.audit_clean_at,
         ),
         (
             "idem_registry_waiting",

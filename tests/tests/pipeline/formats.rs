@@ -367,6 +367,27 @@ async fn the_contract_check_refuses_a_reader_that_cannot_read_a_registered_versi
     host::run_until_drained(&lenient).await;
     let (ok, out) = idem_check(&lenient);
     assert!(!ok && out.contains(&format!("schema id {stray}, seen on the topic")) && out.contains("orderId"), "{out}");
+
+    // `idem deploy` to a running host runs the same check: refused, naming
+    // the id and the field, and nothing stored.
+    let running = host::InProcess::start(&lenient);
+    let admin = host::admin_url(&lenient);
+    idem_tests::wait_until_async("the admin API answers", || async {
+        crate::operate::get(&admin, "/healthz").await.is_some()
+    })
+    .await;
+    let component = idem_tests::guests::component("billing");
+    let out = std::process::Command::new(idem_tests::idem_bin())
+        .args(["deploy", "--handler", "billing", component.to_str().expect("path"), "--url", &admin])
+        .output()
+        .expect("idem deploy");
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("contract check failed") && said.contains(&format!("schema id {id3}")), "{said}");
+    assert!(said.contains("totalAmount"), "{said}");
+    let stored = env.count("SELECT count(*) FROM idem.handler_module WHERE handler = 'billing'").await;
+    running.stop().await;
+    assert_eq!(stored, 1, "nothing stored but the version the host started with");
     env.finish().await;
 }
 

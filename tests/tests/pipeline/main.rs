@@ -23,6 +23,7 @@ mod guest_text;
 mod hostile_records;
 mod lanes;
 mod languages;
+mod ledger_audit;
 mod modules;
 mod observability;
 mod operate;

@@ -129,6 +129,7 @@ pub fn frame(url: &str, now: &[Sample], before: Option<(&[Sample], Duration)>) -
             outcome("failed"),
             value(now, "idem_dead_lettered_total", &[("handler", h)]).unwrap_or(0.0),
         );
+        let _ = writeln!(out, "  {}", audit_line(now, h));
         let mut partitions: Vec<&Sample> = now
             .iter()
             .filter(|s| s.name == "idem_partition_assigned" && s.labels.get("handler") == Some(handler))
@@ -163,6 +164,22 @@ pub fn frame(url: &str, now: &[Sample], before: Option<(&[Sample], Duration)>) -
         let _ = writeln!(out, "(no handler is consuming yet)");
     }
     out
+}
+
+/// The ledger audit's line of handler `h` (docs/guarantees.md).
+fn audit_line(now: &[Sample], h: &str) -> String {
+    let of = |name: &str| value(now, name, &[("handler", h)]).unwrap_or(0.0);
+    let (checked, unaccounted) = (of("idem_audit_checked_records_total"), of("idem_audit_unaccounted_total"));
+    let clean = match of("idem_audit_clean_at_seconds") as i64 {
+        0 => "no clean sweep yet".to_owned(),
+        at => chrono::DateTime::from_timestamp(at, 0)
+            .map_or_else(String::new, |t| format!("last clean sweep {}", t.format("%H:%M:%S UTC"))),
+    };
+    if unaccounted > 0.0 {
+        format!("ledger audit: {unaccounted} record(s) UNACCOUNTED (see the log), {checked} accounted for; {clean}")
+    } else {
+        format!("ledger audit: {checked} record(s) accounted for; {clean}")
+    }
 }
 
 /// Prints frames until interrupted; with `once` (or when stdout is not a

@@ -38,7 +38,7 @@ use crate::validate::{Record, Validator};
 pub use desk::{Desk, MAX_SELECTED, Selection};
 pub use page::{Page, PageQuery};
 pub use read::{authenticity, header, list, read};
-pub(crate) use read::small_reader;
+pub(crate) use read::{small_reader, small_reader_with};
 pub use reindex::reindex;
 
 /// Which DLQ records a command looks at.

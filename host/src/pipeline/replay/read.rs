@@ -73,8 +73,17 @@ pub(crate) fn small_reader(
     isolation: &str,
     what: &str,
 ) -> anyhow::Result<BaseConsumer<crate::kafka_client::ProbeContext>> {
-    let mut client =
+    let client =
         crate::kafka_client::client_config(config, Some(handler), crate::kafka_client::ClientKind::Consumer)?;
+    small_reader_with(client, isolation, what)
+}
+
+/// [`small_reader`] from a group-less client's properties already made.
+pub(crate) fn small_reader_with(
+    mut client: rdkafka::ClientConfig,
+    isolation: &str,
+    what: &str,
+) -> anyhow::Result<BaseConsumer<crate::kafka_client::ProbeContext>> {
     client
         .set("group.id", format!("idem-reader-{}", uuid::Uuid::now_v7()))
         .set("enable.auto.commit", "false")

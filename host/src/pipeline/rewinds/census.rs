@@ -9,11 +9,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use rdkafka::consumer::Consumer as _;
-use rdkafka::{Offset, TopicPartitionList};
+use anyhow::Context as _;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -136,47 +133,20 @@ fn read_ids(
     validator: &Validator,
     windows: &[Window],
 ) -> anyhow::Result<Vec<(Vec<Option<Uuid>>, bool)>> {
-    // As the handler's consumer reads (read_committed: aborted records
-    // are never processed, so they are not counted).
     let reader = crate::pipeline::replay::small_reader(config, handler, "read_committed", "a window reader")?;
     let topic = handler.topic.as_str();
     let mut left = MAX_COUNTED;
     let mut out = Vec::new();
     for window in windows {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, window.partition, Offset::Offset(window.to))?;
-        reader.assign(&tpl)?;
-        let mut ids = Vec::new();
-        // Stuck means no record for a minute, however long the window.
-        let mut deadline = Instant::now() + Duration::from_secs(60);
-        let mut capped = false;
-        loop {
-            match reader.poll(Duration::from_millis(200)) {
-                None if Instant::now() > deadline => {
-                    bail!("reading {topic}/{}: no record for a minute before offset {}", window.partition, window.end)
-                }
-                None => continue,
-                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
-                Some(Err(e)) => return Err(e).with_context(|| format!("failed to read {topic}/{}", window.partition)),
-                Some(Ok(message)) => {
-                    if rdkafka::Message::offset(&message) >= window.end {
-                        break;
-                    }
-                    if left == 0 {
-                        // A record of the window past the cap.
-                        capped = true;
-                        break;
-                    }
-                    let record = crate::pipeline::consumer::record(&message);
-                    // On the blocking thread: a writer schema not met yet is fetched here.
-                    let checked = tokio::runtime::Handle::current().block_on(validator.check(&record))?;
-                    ids.push(checked.ok().map(|event| event.id));
-                    left -= 1;
-                    deadline = Instant::now() + Duration::from_secs(60);
-                }
-            }
-        }
-        out.push((ids, capped));
+        let read = crate::pipeline::window::read(
+            &reader,
+            validator,
+            (topic, window.partition),
+            (window.to, window.end),
+            left,
+        )?;
+        left -= read.records.len();
+        out.push((read.records.into_iter().map(|(_, id)| id).collect(), read.capped));
     }
     Ok(out)
 }

@@ -454,6 +454,14 @@ async function outboxPage(gen) {
 
 let outboxNote = null;
 
+// The ledger audit's badge: what nothing accounts for, else the last
+// clean sweep (docs/guarantees.md, "The ledger audit").
+function auditText(a) {
+  if (a.unaccounted > 0) return fmt(a.unaccounted) + " record(s) unaccounted";
+  if (a.clean_at) return "clean at " + new Date(a.clean_at * 1000).toLocaleTimeString();
+  return "not swept yet";
+}
+
 function card(label, value, attrs) {
   return el("div", Object.assign({ class: "card" }, attrs || {}), el("div", { class: "value" }, value), el("div", { class: "label" }, label));
 }
@@ -717,6 +725,7 @@ async function handlerPage(name, gen) {
       card("lag", s.lag === null ? "–" : fmt(s.lag), { "data-field": "lag" }),
       card("latency p50 / p99", latency(s.latency_ms)),
       card("failures (total)", failuresText(s.failures)),
+      card("ledger audit", auditText(s.audit), { "data-field": "audit", class: s.audit.unaccounted > 0 ? "card bad" : "card" }),
       card("mean batch", fmt(d.batches.mean) + " events")),
     history,
     pausesSection(name, pauses),

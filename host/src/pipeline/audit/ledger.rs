@@ -1,0 +1,139 @@
+//! What accounts for a record below the committed offset: the dedup
+//! ledger (its event took effect, here or at another offset), the
+//! dead-letter index, the quarantine, or the dedup retention (an event
+//! older than it may have lost its row legitimately). Looked up per chunk
+//! of records; the verdict per record is [`account`], without I/O.
+
+use std::collections::{HashMap, HashSet};
+
+use anyhow::Context as _;
+use uuid::Uuid;
+
+/// What a record comes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Account {
+    /// Its event's dedup row names this record.
+    Applied,
+    /// Its event took effect from another record (a redelivery).
+    Duplicate,
+    /// The dead-letter index holds it.
+    DeadLettered,
+    /// The quarantine holds it.
+    Parked,
+    /// Its event is older than what the dedup retention guards.
+    PastRetention,
+    /// Nothing accounts for it: why.
+    Unaccounted(&'static str),
+}
+
+/// What the database holds about one chunk of a partition's records.
+#[derive(Debug, Default)]
+pub(crate) struct Facts {
+    /// Each event's dedup row: where it was applied (partition, offset).
+    pub ledger: HashMap<Uuid, (String, i32, i64)>,
+    /// Offsets of the partition the dead-letter index holds.
+    pub dead_lettered: HashSet<i64>,
+    /// Offsets of the partition the quarantine holds.
+    pub parked: HashSet<i64>,
+}
+
+/// The verdict on the record at `offset` of `topic`/`partition` whose
+/// event is `id` (`None`: not a valid event), given `facts` and the
+/// oldest event the retention guards (`None`: every event is guarded).
+pub(crate) fn account(
+    (topic, partition, offset): (&str, i32, i64),
+    id: Option<Uuid>,
+    facts: &Facts,
+    oldest_guarded: Option<chrono::DateTime<chrono::Utc>>,
+) -> Account {
+    if facts.dead_lettered.contains(&offset) {
+        return Account::DeadLettered;
+    }
+    if facts.parked.contains(&offset) {
+        return Account::Parked;
+    }
+    let Some(id) = id else {
+        return Account::Unaccounted("not a valid event, and not in the dead-letter index");
+    };
+    match facts.ledger.get(&id) {
+        Some((t, p, o)) if t == topic && *p == partition && *o == offset => Account::Applied,
+        Some(_) => Account::Duplicate,
+        None if crate::event::created_at(&id).zip(oldest_guarded).is_some_and(|(at, oldest)| at < oldest) => {
+            Account::PastRetention
+        }
+        None => Account::Unaccounted("its event has no dedup row, and it is neither dead-lettered nor parked"),
+    }
+}
+
+/// What the database holds about `records` (offset, event id) of
+/// `topic`/`partition` for `handler`.
+pub(crate) async fn facts(
+    pool: &sqlx::PgPool,
+    handler: &str,
+    (topic, partition): (&str, i32),
+    records: &[(i64, Option<Uuid>)],
+) -> anyhow::Result<Facts> {
+    let (Some(first), Some(last)) = (records.first().map(|r| r.0), records.last().map(|r| r.0)) else {
+        return Ok(Facts::default());
+    };
+    let ids: Vec<Uuid> = records.iter().filter_map(|r| r.1).collect();
+    let rows: Vec<(Uuid, String, i32, i64)> = sqlx::query_as(
+        "SELECT event_id, topic, \"partition\", \"offset\" FROM idem.processed_event \
+         WHERE consumer = $1 AND event_id = ANY($2)",
+    )
+    .bind(handler)
+    .bind(&ids)
+    .fetch_all(pool)
+    .await
+    .context("the ledger audit: failed to read the dedup ledger")?;
+    let ledger = rows.into_iter().map(|(id, t, p, o)| (id, (t, p, o))).collect();
+    let place = (handler, topic, partition, first, last);
+    let dead_lettered = offsets(
+        pool,
+        "SELECT source_offset FROM idem.dead_letter WHERE handler = $1 AND source_topic = $2 \
+         AND source_partition = $3 AND source_offset BETWEEN $4 AND $5",
+        place,
+    )
+    .await
+    .context("the ledger audit: failed to read the dead-letter index")?;
+    let parked = offsets(
+        pool,
+        "SELECT \"offset\" FROM idem.parked_event WHERE handler = $1 AND topic = $2 \
+         AND \"partition\" = $3 AND \"offset\" BETWEEN $4 AND $5",
+        place,
+    )
+    .await
+    .context("the ledger audit: failed to read the quarantine")?;
+    Ok(Facts { ledger, dead_lettered: dead_lettered.into_iter().collect(), parked: parked.into_iter().collect() })
+}
+
+/// The offsets `sql` finds for (handler, topic, partition, first, last).
+async fn offsets(pool: &sqlx::PgPool, sql: &str, place: (&str, &str, i32, i64, i64)) -> sqlx::Result<Vec<i64>> {
+    let (handler, topic, partition, first, last) = place;
+    sqlx::query_scalar(sql).bind(handler).bind(topic).bind(partition).bind(first).bind(last).fetch_all(pool).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Account, Facts, account};
+
+    #[test]
+    fn each_record_is_accounted_for_by_the_first_thing_that_holds_it() {
+        let id = uuid::Uuid::now_v7();
+        let mut facts = Facts::default();
+        let at = ("orders", 2, 40);
+        assert!(matches!(account(at, Some(id), &facts, None), Account::Unaccounted(_)), "nothing holds it");
+        assert!(matches!(account(at, None, &facts, None), Account::Unaccounted(_)), "an invalid record not dead-lettered");
+        facts.ledger.insert(id, ("orders".into(), 2, 40));
+        assert_eq!(account(at, Some(id), &facts, None), Account::Applied);
+        assert_eq!(account(("orders", 2, 41), Some(id), &facts, None), Account::Duplicate, "applied at another offset");
+        facts.parked.insert(41);
+        assert_eq!(account(("orders", 2, 41), Some(id), &facts, None), Account::Parked);
+        facts.dead_lettered.insert(42);
+        assert_eq!(account(("orders", 2, 42), None, &facts, None), Account::DeadLettered);
+        let old = uuid::Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, 1_000_000, 0));
+        let guarded = chrono::DateTime::from_timestamp(2_000_000, 0);
+        assert_eq!(account(at, Some(old), &facts, guarded), Account::PastRetention);
+        assert!(matches!(account(at, Some(old), &facts, None), Account::Unaccounted(_)), "no retention: guarded");
+    }
+}
