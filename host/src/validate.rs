@@ -166,6 +166,22 @@ impl Validator {
         Ok(self.decoded(record, reading, id, &writer, framed.body))
     }
 
+    /// The `eventId` a JSON record carries where the envelope says, read
+    /// without validating anything else (`None`: not JSON, no such field,
+    /// not a UUID, or a registry format): what the ledger audit looks up
+    /// for a record today's checks refuse but an earlier config took.
+    pub fn raw_event_id(&self, record: &Record) -> Option<Uuid> {
+        if self.reading.is_some() {
+            return None;
+        }
+        let value: serde_json::Value = serde_json::from_slice(record.payload.as_deref()?).ok()?;
+        let mut at = &value;
+        for name in &self.envelope.event_id {
+            at = at.get(name)?;
+        }
+        Uuid::try_parse(at.as_str()?).ok()
+    }
+
     /// `record` validated. A registry format's record is decoded with the
     /// writer schemas this handler has met: one it has not is taken for
     /// an unknown id, so whoever may meet new ids (the pipeline, replays,

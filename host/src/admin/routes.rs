@@ -113,8 +113,6 @@ pub(super) struct UploadQuery {
     note: Option<String>,
 }
 
-/// Validates, stores and activates a module; this host switches at once,
-/// the others within seconds (`modules::watch`).
 /// The contract check before a version of a registry-format handler is
 /// stored (docs/formats.md): a reader schema that cannot read a version of
 /// its subject, or an id met on its topic, refuses the upload (409), as
@@ -135,6 +133,8 @@ async fn contract_refusal(state: &AdminState, name: &str) -> Option<Response> {
     }
 }
 
+/// Validates, stores and activates a module; this host switches at once,
+/// the others within seconds (`modules::watch`).
 pub(super) async fn upload(
     State(state): State<AdminState>,
     Path(name): Path<String>,

@@ -1,6 +1,6 @@
 //! `[handler.audit]`: the ledger audit (`pipeline/audit`), which
 //! reconciles what the handler's group consumed with what took effect.
-//! Every `every`, each host sweeps the partitions it owns, from the oldest
+//! `every` after its last sweep ended, each host sweeps the partitions it owns, from the oldest
 //! record the dedup retention still guards up to the group's committed
 //! offset, and accounts for each record: applied (its event has a dedup
 //! row), dead-lettered, parked in the quarantine, or older than the
@@ -18,7 +18,7 @@ pub struct HandlerAudit {
     /// Whether the sweeps run (on by default).
     #[serde(default = "default_enabled")]
     pub enabled: bool,
-    /// The time from the start of one sweep to the start of the next.
+    /// The time from the end of one sweep to the start of the next.
     #[serde(default = "default_every")]
     pub every: Span,
     /// Records a host's sweep reads per second at most, over the

@@ -1,7 +1,7 @@
 //! A partition's records between two offsets, read as the handler's
 //! consumer reads them (`read_committed`: an aborted record is never
-//! processed), each as its event id (`None`: not a valid event): what a
-//! rewind's census and the ledger audit count.
+//! processed), each as its event id: what a rewind's census and the
+//! ledger audit count.
 
 use std::time::{Duration, Instant};
 
@@ -16,8 +16,10 @@ use crate::validate::Validator;
 /// What one read found.
 #[derive(Debug, Default)]
 pub(crate) struct Read {
-    /// Each record's offset and event id, in offset order.
-    pub records: Vec<(i64, Option<Uuid>)>,
+    /// Each record's offset and its event id: `Ok` for a valid event, else
+    /// the id it carries if it can be read without validating (see
+    /// `Validator::raw_event_id`).
+    pub records: Vec<(i64, Result<Uuid, Option<Uuid>>)>,
     /// It stopped at its cap before the end.
     pub capped: bool,
 }
@@ -61,7 +63,8 @@ pub(crate) fn read(
                 }
                 let record = crate::pipeline::consumer::record(&message);
                 let checked = tokio::runtime::Handle::current().block_on(validator.check(&record))?;
-                found.records.push((offset, checked.ok().map(|event| event.id)));
+                let id = checked.map(|event| event.id).map_err(|_| validator.raw_event_id(&record));
+                found.records.push((offset, id));
                 deadline = Instant::now() + Duration::from_secs(60);
             }
         }

@@ -1,6 +1,7 @@
 //! The ledger audit (issue 44, `[handler.audit]`): on a healthy run every
 //! record below the committed offset is accounted for (applied, a
-//! redelivered duplicate, dead-lettered); a dedup row deleted by hand, and
+//! redelivered duplicate, dead-lettered), and what came before a group
+//! that started at `latest` is not its own; a dedup row deleted by hand, and
 //! records skipped by an offset commit forged past them, are found and
 //! counted as unaccounted within a sweep or two.
 
@@ -25,11 +26,20 @@ async fn metric(admin: &str, line: &str) -> f64 {
 async fn the_ledger_audit_accounts_for_every_record_and_finds_a_lost_dedup_row_and_a_forged_commit() {
     let env = Env::new(2).await;
     let mut spec = env.billing();
-    spec.extra.push_str("audit = { every = \"1s\" }\n");
+    // A group that starts at the end: what came before it is not its own.
+    spec.extra.push_str("audit = { every = \"1s\" }\nauto_offset_reset = \"latest\"\n");
+    let before: Vec<(i32, Vec<u8>)> = (30_001..=30_020).map(|i| ((i % 2) as i32, order_payload(i).1)).collect();
+    kafka::produce_all(&env.producer, &env.topic, &before).await;
     let group = spec.group_id.clone();
     let config = host::write_config(&env.db.url, std::slice::from_ref(&spec));
     let admin = host::admin_url(&config);
     let running = host::spawn(&config, false, &[]);
+    wait_until_async("the host joined its group", || async {
+        reqwest::get(format!("{admin}/readyz")).await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    // (Its partitions' positions resolved to their ends.)
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     // 10,000 orders, a tenth of them redelivered, and five records that
     // are no event (dead-lettered).

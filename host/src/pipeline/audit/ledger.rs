@@ -76,6 +76,25 @@ pub(crate) async fn facts(
     let (Some(first), Some(last)) = (records.first().map(|r| r.0), records.last().map(|r| r.0)) else {
         return Ok(Facts::default());
     };
+    let place = (handler, topic, partition, first, last);
+    let parked = offsets(
+        pool,
+        "SELECT \"offset\" FROM idem.parked_event WHERE handler = $1 AND topic = $2 \
+         AND \"partition\" = $3 AND \"offset\" BETWEEN $4 AND $5",
+        place,
+    )
+    .await
+    .context("the ledger audit: failed to read the quarantine")?;
+    let dead_lettered = offsets(
+        pool,
+        "SELECT source_offset FROM idem.dead_letter WHERE handler = $1 AND source_topic = $2 \
+         AND source_partition = $3 AND source_offset BETWEEN $4 AND $5",
+        place,
+    )
+    .await
+    .context("the ledger audit: failed to read the dead-letter index")?;
+    // After the quarantine and the dead-letter index, which a record
+    // leaves for the ledger: a record moving meanwhile is seen in one.
     let ids: Vec<Uuid> = records.iter().filter_map(|r| r.1).collect();
     let rows: Vec<(Uuid, String, i32, i64)> = sqlx::query_as(
         "SELECT event_id, topic, \"partition\", \"offset\" FROM idem.processed_event \
@@ -87,24 +106,74 @@ pub(crate) async fn facts(
     .await
     .context("the ledger audit: failed to read the dedup ledger")?;
     let ledger = rows.into_iter().map(|(id, t, p, o)| (id, (t, p, o))).collect();
-    let place = (handler, topic, partition, first, last);
-    let dead_lettered = offsets(
-        pool,
-        "SELECT source_offset FROM idem.dead_letter WHERE handler = $1 AND source_topic = $2 \
-         AND source_partition = $3 AND source_offset BETWEEN $4 AND $5",
-        place,
-    )
-    .await
-    .context("the ledger audit: failed to read the dead-letter index")?;
-    let parked = offsets(
-        pool,
-        "SELECT \"offset\" FROM idem.parked_event WHERE handler = $1 AND topic = $2 \
-         AND \"partition\" = $3 AND \"offset\" BETWEEN $4 AND $5",
-        place,
-    )
-    .await
-    .context("the ledger audit: failed to read the quarantine")?;
     Ok(Facts { ledger, dead_lettered: dead_lettered.into_iter().collect(), parked: parked.into_iter().collect() })
+}
+
+/// The oldest event whose dedup row the retention still guards, as the
+/// database records it (the claim's own bound: the retention any host
+/// last recorded, and delete mode's mark), an hour later for clocks that
+/// disagree (`None`: no bound, every event is guarded).
+pub(crate) async fn oldest_guarded(pool: &sqlx::PgPool, handler: &str) -> anyhow::Result<Option<chrono::DateTime<chrono::Utc>>> {
+    let ms: Option<i64> = sqlx::query_scalar(
+        "SELECT greatest(floor(extract(epoch FROM now() - idem.retention_of($1)) * 1000)::bigint, \
+                (SELECT deleted_before FROM idem.consumer_retention WHERE consumer = $1))",
+    )
+    .bind(handler)
+    .fetch_one(pool)
+    .await
+    .context("the ledger audit: failed to read the handler's dedup retention")?;
+    Ok(ms.and_then(chrono::DateTime::from_timestamp_millis).map(|t| t + chrono::Duration::hours(1)))
+}
+
+/// Where the audit of `topic`/`partition` begins (`idem.audit_start`),
+/// set on its first sweep: the first record the handler accounted for
+/// there (its lowest offset in the ledger, the dead-letter index or the
+/// quarantine), or `committed` if that is lower or there is none. Records
+/// before it were never consumed by this group (it started at `latest`, or
+/// before the audit existed, its rows gone).
+pub(crate) async fn first_offset(
+    pool: &sqlx::PgPool,
+    handler: &str,
+    (topic, partition): (&str, i32),
+    committed: i64,
+) -> anyhow::Result<i64> {
+    let known: Option<i64> = sqlx::query_scalar(
+        "SELECT first_offset FROM idem.audit_start WHERE handler = $1 AND topic = $2 AND \"partition\" = $3",
+    )
+    .bind(handler)
+    .bind(topic)
+    .bind(partition)
+    .fetch_optional(pool)
+    .await
+    .context("the ledger audit: failed to read idem.audit_start")?;
+    if let Some(first) = known {
+        return Ok(first);
+    }
+    // Once per partition: the lowest offset anything accounts for.
+    sqlx::query(
+        "INSERT INTO idem.audit_start (handler, topic, \"partition\", first_offset) SELECT $1, $2, $3, least( \
+         (SELECT min(\"offset\") FROM idem.processed_event WHERE consumer = $1 AND topic = $2 AND \"partition\" = $3), \
+         (SELECT min(source_offset) FROM idem.dead_letter WHERE handler = $1 AND source_topic = $2 \
+          AND source_partition = $3), \
+         (SELECT min(\"offset\") FROM idem.parked_event WHERE handler = $1 AND topic = $2 AND \"partition\" = $3), \
+         $4::bigint) ON CONFLICT DO NOTHING",
+    )
+    .bind(handler)
+    .bind(topic)
+    .bind(partition)
+    .bind(committed)
+    .execute(pool)
+    .await
+    .context("the ledger audit: failed to write idem.audit_start")?;
+    sqlx::query_scalar(
+        "SELECT first_offset FROM idem.audit_start WHERE handler = $1 AND topic = $2 AND \"partition\" = $3",
+    )
+    .bind(handler)
+    .bind(topic)
+    .bind(partition)
+    .fetch_one(pool)
+    .await
+    .context("the ledger audit: failed to read idem.audit_start")
 }
 
 /// The offsets `sql` finds for (handler, topic, partition, first, last).

@@ -65,7 +65,7 @@ pub(crate) fn spawn(
             if partitions.is_empty() {
                 continue;
             }
-            match sweep(&shared, &client, partitions, &mut reported, &stop).await {
+            match sweep(&shared, (&client, &owned), partitions, &mut reported, &stop).await {
                 Ok(Some(0)) => {
                     let now = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
                     shared.stats.audit_clean_at.store(now, Relaxed);
@@ -78,20 +78,17 @@ pub(crate) fn spawn(
 }
 
 /// One sweep over `partitions`: the unaccounted records it found (`None`:
-/// stopped before its end).
+/// stopped before its end, or a partition went to another host).
 async fn sweep(
     shared: &Arc<HandlerContext>,
-    client: &ClientConfig,
+    (client, owned): (&ClientConfig, &IdemContext),
     partitions: Vec<(String, i32)>,
     reported: &mut HashSet<(String, i32, i64)>,
     stop: &watch::Receiver<bool>,
 ) -> anyhow::Result<Option<u64>> {
     let retention = chrono::Duration::from_std(shared.config.dedup_retention.0).ok();
-    let now = chrono::Utc::now();
-    // A margin inside the retention: the ledger's maintenance drops whole
-    // windows of event ids, some a little early.
-    let oldest_guarded = retention.and_then(|r| now.checked_sub_signed(r - margin(r)));
-    let since_ms = retention.and_then(|r| now.checked_sub_signed(r)).map(|t| t.timestamp_millis());
+    let since_ms = retention.and_then(|r| chrono::Utc::now().checked_sub_signed(r)).map(|t| t.timestamp_millis());
+    let oldest_guarded = ledger::oldest_guarded(&shared.idem_pool, &shared.name).await?;
     let (group, base) = (shared.config.group_id.clone(), client.clone());
     let bounds = tokio::task::spawn_blocking(move || bounds(&base, &group, &partitions, since_ms))
         .await
@@ -104,9 +101,12 @@ async fn sweep(
     let per_second = usize::try_from(shared.config.audit.records_per_second).unwrap_or(CHUNK);
     let chunk = per_second.clamp(1, CHUNK);
     let mut found = 0;
-    for (topic, partition, mut at, end) in bounds {
+    for (topic, partition, from, end) in bounds {
+        let first = ledger::first_offset(&shared.idem_pool, &shared.name, (&topic, partition), end).await?;
+        let mut at = from.max(first);
         while at < end {
-            if *stop.borrow() {
+            let still_owned = owned.states().iter().any(|s| s.topic == topic && s.partition == partition);
+            if *stop.borrow() || !still_owned {
                 return Ok(None);
             }
             let started = Instant::now();
@@ -116,28 +116,55 @@ async fn sweep(
             })
             .await
             .context("the audit's reader panicked")??;
-            let facts = ledger::facts(&shared.idem_pool, &shared.name, (&topic, partition), &read.records).await?;
-            for (offset, id) in &read.records {
-                match ledger::account((&topic, partition, *offset), *id, &facts, oldest_guarded) {
-                    Account::Unaccounted(why) => {
-                        found += 1;
-                        unaccounted(shared, reported, (&topic, partition, *offset), *id, why, found);
-                    }
-                    _ => {
-                        shared.stats.audit_checked.fetch_add(1, Relaxed);
-                    }
-                }
+            // A valid event's id, else the id an invalid record carries.
+            let records: Vec<(i64, Option<uuid::Uuid>)> =
+                read.records.iter().map(|(offset, id)| (*offset, id.map_or_else(|raw| raw, Some))).collect();
+            let place = (topic.as_str(), partition);
+            let missing = unaccounted_in(shared, place, &records, oldest_guarded).await?;
+            shared.stats.audit_checked.fetch_add((records.len() - missing.len()) as u64, Relaxed);
+            for (offset, id, why) in missing {
+                found += 1;
+                unaccounted(shared, reported, (&topic, partition, offset), id, why, found);
             }
             at = match (read.capped, read.records.last()) {
                 (true, Some((last, _))) => last + 1,
                 _ => end,
             };
             // Paced: this chunk's share of a second per `per_second` records.
-            let share = Duration::from_secs_f64(read.records.len() as f64 / per_second as f64);
+            let share = Duration::from_secs_f64(records.len() as f64 / per_second as f64);
             tokio::time::sleep(share.saturating_sub(started.elapsed())).await;
         }
     }
     Ok(Some(found))
+}
+
+/// The records of `records` nothing accounts for, each with why. One that
+/// seems so is looked at again once: the quarantine's runner and an
+/// operator's dead-lettering move a record from one place to another
+/// between the lookups of one chunk.
+async fn unaccounted_in(
+    shared: &HandlerContext,
+    place: (&str, i32),
+    records: &[(i64, Option<uuid::Uuid>)],
+    oldest_guarded: Option<chrono::DateTime<chrono::Utc>>,
+) -> anyhow::Result<Vec<(i64, Option<uuid::Uuid>, &'static str)>> {
+    let (topic, partition) = place;
+    let mut missing: Vec<(i64, Option<uuid::Uuid>)> = records.to_vec();
+    let mut why = Vec::new();
+    for _ in 0..2 {
+        let facts = ledger::facts(&shared.idem_pool, &shared.name, place, &missing).await?;
+        why.clear();
+        for (offset, id) in &missing {
+            if let Account::Unaccounted(reason) = ledger::account((topic, partition, *offset), *id, &facts, oldest_guarded) {
+                why.push((*offset, *id, reason));
+            }
+        }
+        missing = why.iter().map(|(offset, id, _)| (*offset, *id)).collect();
+        if missing.is_empty() {
+            break;
+        }
+    }
+    Ok(why)
 }
 
 /// A record nothing accounts for: counted once per process, logged (the
@@ -165,10 +192,6 @@ fn unaccounted(
     }
 }
 
-/// A tenth of the retention, at most an hour.
-fn margin(retention: chrono::Duration) -> chrono::Duration {
-    (retention / 10).min(chrono::Duration::hours(1))
-}
 
 /// Each partition's window: from its first record at or after `since_ms`
 /// (`None`: its earliest) up to the group's committed offset; partitions

@@ -146,7 +146,7 @@ fn read_ids(
             left,
         )?;
         left -= read.records.len();
-        out.push((read.records.into_iter().map(|(_, id)| id).collect(), read.capped));
+        out.push((read.records.into_iter().map(|(_, id)| id.ok()).collect(), read.capped));
     }
     Ok(out)
 }
