@@ -2,7 +2,8 @@
 //! PostgreSQL and a real schema registry (Apicurio Registry, started by
 //! scripts/test): the billing example's own component, unchanged, charging
 //! Avro and Protobuf orders once each through redeliveries and schema
-//! evolution; a registry outage waited out; hostile bytes dead-lettered
+//! evolution; a registry outage waited out while another handler runs on;
+//! hostile bytes dead-lettered
 //! with their reasons while the partition flows.
 
 use std::path::{Path, PathBuf};
@@ -197,7 +198,14 @@ async fn a_registry_that_does_not_answer_holds_new_schemas_records_and_loses_not
     let first: Vec<(i32, Vec<u8>)> =
         (0..200).map(|i| ((i % 2) as i32, avro_record(&v1, id1, &order(i + 1, &stamp).1))).collect();
     kafka::produce_all(&env.producer, &env.topic, &first).await;
-    let (_, config) = config(&env, "avro", schema_file("order.avsc", ORDER_V1), url.as_str());
+    // Beside it, a JSON handler on a topic of its own, which the registry's
+    // outage must not hold up.
+    let notices = kafka::create_topic(1).await;
+    let mut billing = env.billing();
+    billing.schema = schema_file("order.avsc", ORDER_V1);
+    billing.extra.push_str("format = \"avro\"\n");
+    let config = host::write_config(&env.db.url, &[billing, HandlerSpec::notification(&notices)]);
+    append_registry(&config, url.as_str());
     let admin = host::admin_url(&config);
     // Not `exit_when_drained`: the host would end once v1's records are
     // done. It runs until every order is charged.
@@ -208,6 +216,14 @@ async fn a_registry_that_does_not_answer_holds_new_schemas_records_and_loses_not
         let second: Vec<(i32, Vec<u8>)> =
             (200..400).map(|i| ((i % 2) as i32, avro_record(&v2, id2, &order(i + 1, &stamp).1))).collect();
         kafka::produce_all(&env.producer, &env.topic, &second).await;
+        let json_orders: Vec<(i32, Vec<u8>)> = (0..50).map(|i| (0, host::order_payload(5_000 + i).1)).collect();
+        kafka::produce_all(&env.producer, &notices, &json_orders).await;
+        let since = std::time::Instant::now();
+        idem_tests::wait_until_async("the other handler runs through the registry's outage", || async {
+            env.count("SELECT count(*) FROM notification.sent").await >= 50
+        })
+        .await;
+        assert!(since.elapsed() < Duration::from_secs(20), "not held up: {:?}", since.elapsed());
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(env.count(CHARGES).await, 200, "nothing of v2 ran while the registry was away");
         let ready = reqwest::get(format!("{admin}/readyz")).await.expect("the admin listener");
