@@ -108,15 +108,7 @@ impl Config {
         failure::check(&at, &h.failure, h.ordering, h.retry.on_failure)?;
         super::audit::check(&at, &h.audit)?;
         format::check(&at, h.format, h.message.as_deref(), &h.envelope, self.registry.is_some())?;
-        if let Some(e) = h.emit.iter().find(|e| e.format.uses_registry() && self.registry.is_none()) {
-            bail!("{at}: emit topic `{}` is written as {}: it needs a [registry]", e.topic, e.format.as_str());
-        }
-        if let Some(e) = h.emit.iter().find(|e| e.register.is_some() && !e.format.uses_registry()) {
-            bail!("{at}: emit topic `{}` registers a schema but is written as json: set its format", e.topic);
-        }
-        if let Some(e) = h.emit.iter().find(|e| e.message.is_some() && e.format != super::Format::Protobuf) {
-            bail!("{at}: emit topic `{}` names a Protobuf message; its format is \"{}\"", e.topic, e.format.as_str());
-        }
+        outbox::check_emit_formats(&at, &h.emit, self.registry.is_some())?;
         rates::check(&at, h.max_events_per_second, &h.http.rate)?;
         if !ranges::is_topic_name(&dlq) {
             bail!("{at}: retry.dlq_topic `{dlq}` is not a valid topic name");

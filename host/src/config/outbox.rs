@@ -99,6 +99,25 @@ pub struct ProducerTopic {
 }
 
 /// `at`'s topics: Kafka topic names, each once, with event types.
+/// The format keys of a handler's emit topics: a registry for a registry
+/// format, `register` only with one, `message` only for Protobuf.
+pub(super) fn check_emit_formats(at: &str, emits: &[HandlerEmit], registry: bool) -> anyhow::Result<()> {
+    if let Some(e) = emits.iter().find(|e| e.format.uses_registry() && !registry) {
+        anyhow::bail!("{at}: emit topic `{}` is written as {}: it needs a [registry]", e.topic, e.format.as_str());
+    }
+    if let Some(e) = emits.iter().find(|e| e.register.is_some() && !e.format.uses_registry()) {
+        anyhow::bail!("{at}: emit topic `{}` registers a schema but is written as json: set its format", e.topic);
+    }
+    if let Some(e) = emits.iter().find(|e| e.message.is_some() && e.format != super::Format::Protobuf) {
+        anyhow::bail!(
+            "{at}: emit topic `{}` names a Protobuf message; its format is \"{}\"",
+            e.topic,
+            e.format.as_str()
+        );
+    }
+    Ok(())
+}
+
 pub(super) fn check_topics<'a>(at: &str, topics: impl Iterator<Item = (&'a str, &'a [String])>) -> anyhow::Result<()> {
     let mut seen = HashSet::new();
     for (topic, event_types) in topics {

@@ -185,6 +185,11 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample(name, &[("handler", &h.name)], get(read(&h.stats)));
         }
     }
+    gauges(e, handlers);
+}
+
+/// Each handler's gauges of what it holds now (quarantine, audit, registry).
+fn gauges(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
     let gauges: [Family<AtomicU64>; 5] = [
         ("idem_quarantined_keys", "Keys parked in the quarantine now (counted every few seconds).", |s| {
             &s.quarantine_keys
