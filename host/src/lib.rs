@@ -16,6 +16,7 @@
 //! - [`dedup`]: the claim in `idem.processed_event`;
 //! - [`migrate`]: idem's own schema;
 //! - [`modules`]: uploaded handler modules, their versions, hot swap;
+//! - `shadow` (private): a stored version run beside the active one, always rolled back;
 //! - [`retention`]: how long dedup rows are kept, and the maintenance that drops them;
 //! - [`admin`]: the host's HTTP API (`idem deploy`, `idem handlers`, `idem rollback`);
 //! - [`telemetry`]: `/metrics`, `/healthz`, `/readyz` on that listener, and `idem status`;
@@ -49,6 +50,7 @@ pub(crate) mod output;
 mod repeats;
 pub mod runtime;
 pub(crate) mod schema;
+pub(crate) mod shadow;
 pub mod stats;
 mod strict_json;
 pub(crate) mod telemetry;

@@ -291,6 +291,31 @@ try {
   await page.locator('#versions tr[data-version="1"] .pill.active').waitFor();
   assert.equal((await need("active")).version, 1, "the rollback reached the store");
 
+  // ---- a shadow: v2 beside v1 on live events, agreeing; then stopped ----
+  await page.locator("#module-file").setInputFiles(files.v2);
+  await page.locator("#module-shadow").check();
+  await page.locator("#upload button[type=submit]").click();
+  const asked = await page.locator("#outcome .confirm").textContent();
+  assert.match(asked, /and run it as a shadow beside the active version on every host\?/, asked);
+  await page.locator('#outcome button[data-confirm="upload"]').click();
+  await page.locator("#outcome").getByText("runs as a shadow beside version 1").waitFor();
+  await page.locator('#versions tr[data-version="2"] .pill.shadow').waitFor();
+  await need("stream-shadow");
+  const shadowCount = async (field) => number(await page.locator(`#shadow .card[data-field="${field}"] .value`).textContent().catch(() => "0"));
+  await until("the shadow report counts agreeing events", async () => {
+    await page.reload();
+    await page.locator("#shadow").waitFor();
+    return (await shadowCount("agree")) > 0;
+  });
+  assert.equal(await shadowCount("differ"), 0, "the same code agrees on every event it ran");
+  assert.ok(await page.locator('#shadow-types tr[data-type="order.confirmed.v1"]').count(), "the event type has its row");
+  await shot(page, "modules-shadow");
+  await page.locator('button[data-action="shadow-stop"]').click();
+  await page.locator('#outcome button[data-confirm="shadow-stop"]').click();
+  await page.locator("#outcome").getByText("no longer runs as a shadow").waitFor();
+  await page.locator("#shadow").getByText("No shadow version").waitFor();
+  assert.equal((await need("active")).version, 1, "stopping the shadow activates nothing");
+
   // ---- dead letters: the markup is text; a dry run, a replay, once ----
   await page.goto(`${url}/console/#/dead-letters/${handler}`);
   const key = `${poison.partition}:${poison.offset}`;

@@ -26,7 +26,7 @@ const RUST_BUILD_LIMIT: Duration = Duration::from_secs(20 * 60);
 /// componentize-js: tens of seconds).
 const SDK_BUILD_LIMIT: Duration = Duration::from_secs(10 * 60);
 
-pub const CRATES: &[&str] = &["billing", "notification", "payments", "scenarios", "not-a-handler"];
+pub const CRATES: &[&str] = &["billing", "notification", "payments", "scenarios", "candidate", "not-a-handler"];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -352,7 +352,11 @@ async fn idem_test_runs_a_file_of_events_in_a_rolled_back_transaction_and_shows_
     assert!(!ok, "an invalid event fails the run: {out}");
     for expected in [
         format!("line 1: {a} order.confirmed.v1: processed"),
-        "sql  INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, $5) -> 1 row(s)".to_owned(),
+        format!(
+            "sql  INSERT INTO billing.charge (event_id, order_id, customer_id, amount, currency) VALUES ($1, $2, $3, $4, \
+             $5) [$1=Value::Uuid(\"{a}\"), $2=Value::Int64(1), $3=Value::Int64(7), $4=Value::Float64(10.25), \
+             $5=Value::Text(\"EUR\")] -> 1 row(s)"
+        ),
         format!("http POST {provider}/v1/charges Idempotency-Key: {a} body: "),
         format!("line 2: {a} order.confirmed.v1: duplicate"),
         "line 3: invalid: the payload violates the schema".to_owned(),

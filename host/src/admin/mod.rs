@@ -18,6 +18,7 @@
 //! limits".
 
 mod access;
+mod activation;
 mod answer;
 mod audit;
 mod body;
@@ -34,6 +35,7 @@ mod peers;
 mod quarantine;
 mod rewinds;
 mod routes;
+mod shadow;
 mod stall;
 mod throttles;
 
@@ -180,6 +182,7 @@ impl Admin {
             .merge(rewinds::router(state.clone()))
             .merge(quarantine::router(state.clone()))
             .merge(throttles::router(state.clone()))
+            .merge(shadow::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))

@@ -18,7 +18,7 @@ pub(super) use super::answer::{database, error};
 use super::audit::Detail;
 use super::{AdminState, body};
 use crate::modules::store::{self, Stored, Version};
-use crate::modules::{Slot, UploadError, VersionCounts};
+use crate::modules::{Slot, VersionCounts};
 
 pub(super) fn router(state: AdminState) -> axum::Router {
     axum::Router::new()
@@ -69,6 +69,8 @@ struct HandlerView {
     uploaded_at: Option<chrono::DateTime<chrono::Utc>>,
     /// The version this host runs now.
     running_version: Option<i32>,
+    /// The shadow version this host runs beside it (`crate::shadow`).
+    running_shadow: Option<i32>,
     /// Every stored version, newest first.
     versions: Vec<Version>,
     /// Events this host resolved per version since it started.
@@ -84,6 +86,7 @@ async fn view(state: &AdminState, slot: &Slot) -> Result<HandlerView, sqlx::Erro
         sha256: active.map(|v| v.sha256.clone()),
         uploaded_at: active.map(|v| v.uploaded_at),
         running_version: slot.version(),
+        running_shadow: slot.shadow().map(|s| s.version()),
         counts: slot.counts(),
         versions,
     })
@@ -111,6 +114,10 @@ pub(super) async fn show(State(state): State<AdminState>, Path(name): Path<Strin
 #[derive(Debug, Deserialize)]
 pub(super) struct UploadQuery {
     note: Option<String>,
+    /// Store it as the handler's shadow version (`crate::shadow`) instead
+    /// of activating it.
+    #[serde(default)]
+    shadow: bool,
 }
 
 /// The contract check before a version of a registry-format handler is
@@ -179,7 +186,7 @@ pub(super) async fn upload(
     let what = format!("the upload for `{name}`");
     let handler = match slot.validate(&body, &what).await {
         Ok(handler) => handler,
-        Err(e) => return refused(&e),
+        Err(e) => return super::activation::refused(&e),
     };
     if let Some(refusal) = contract_refusal(&state, &name).await {
         return refusal;
@@ -187,6 +194,9 @@ pub(super) async fn upload(
     let by = uploader(&actor.name, &headers);
     let upload =
         store::Upload { handler: &name, bytes: &body, sha256: &sha256, uploaded_by: &by, note: query.note.as_deref() };
+    if query.shadow {
+        return super::shadow::store(&state, slot, &upload, handler).await;
+    }
     let stored = store::store_and_activate(&state.pool, &upload).await;
     let (version, stored) = match stored {
         Ok(stored) => stored,
@@ -253,36 +263,7 @@ pub(super) async fn activate(
         Ok(version) => version,
         Err(message) => return error(StatusCode::BAD_REQUEST, message).into_response(),
     };
-    // Checked again before it is made active: this host's limits may differ
-    // from those of the host it was uploaded to.
-    let bytes: Option<Vec<u8>> =
-        match sqlx::query_scalar("SELECT bytes FROM idem.handler_module WHERE handler = $1 AND version = $2")
-            .bind(&name)
-            .bind(version)
-            .fetch_optional(&state.pool)
-            .await
-        {
-            Ok(bytes) => bytes,
-            Err(e) => return database(&e),
-        };
-    let Some(bytes) = bytes else {
-        return error(StatusCode::NOT_FOUND, format!("handler `{name}` has no version {version}")).into_response();
-    };
-    let handler = match slot.validate(&bytes, &format!("{name} version {version}")).await {
-        Ok(handler) => handler,
-        Err(e) => return refused(&e),
-    };
-    match store::activate(&state.pool, &name, version).await {
-        Ok(true) => {}
-        Ok(false) => {
-            return error(StatusCode::NOT_FOUND, format!("handler `{name}` has no version {version}")).into_response();
-        }
-        Err(e) => return database(&e),
-    }
-    slot.install(handler.with_version(version)).await;
-    tracing::info!(handler = %name, version, "module version activated");
-    let body = json!({ "handler": name, "version": version, "message": format!("version {version} is active") });
-    (Extension(Detail(json!({ "version": version }))), Json(body)).into_response()
+    super::activation::activate_version(&state, slot, &name, version).await
 }
 
 /// `idem_admin_uploads` while an upload holds its slot.
@@ -299,17 +280,6 @@ impl Drop for UploadCount<'_> {
     fn drop(&mut self) {
         self.0.listener().uploads.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-/// A refused module, with the status that says whose problem it is.
-fn refused(e: &UploadError) -> Response {
-    let status = match e {
-        UploadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        UploadError::Native(_) => StatusCode::CONFLICT,
-        UploadError::Invalid(_) | UploadError::Instantiation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        UploadError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error(status, e.to_string()).into_response()
 }
 
 #[cfg(test)]

@@ -111,6 +111,9 @@ pub(crate) struct Shared {
     /// The handler's rates on this host (`crate::throttle`), kept across
     /// module versions.
     pub throttles: Arc<crate::throttle::Throttles>,
+    /// A shadow run's executor: requests are recorded, never sent
+    /// (`crate::shadow`).
+    pub recording: bool,
 }
 
 /// What the capabilities said of an invocation, after it.

@@ -3,6 +3,7 @@
 
 mod batch;
 mod chains;
+mod rehearsal;
 mod trial;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ const GUEST_TEXT: usize = 2_000;
 use crate::transaction::Lent;
 pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
+pub use rehearsal::{Rehearsal, Writes};
 use tracing::Instrument as _;
 pub use trial::Trial;
 
@@ -64,7 +66,8 @@ impl Executor {
         // side in one transaction (see `http::SentKeys`).
         let side_by_side = handler.settings().max_concurrent > 1;
         let throttles = Arc::new(crate::throttle::Throttles::new(handler.settings().rates.clone()));
-        let shared = Shared { http_client: http, sent_keys: side_by_side.then(Arc::default), throttles };
+        let shared =
+            Shared { http_client: http, sent_keys: side_by_side.then(Arc::default), throttles, recording: false };
         Self { handler, pool, shared, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false }
     }
 

@@ -10,6 +10,7 @@
 //! (`idem_api.claim_events`), so a host that has not yet switched never
 //! processes an event with a version that was replaced.
 
+mod shadowing;
 pub mod store;
 pub mod watch;
 
@@ -68,6 +69,10 @@ pub struct Slot {
     failed: Mutex<Option<Failed>>,
     counts: Mutex<BTreeMap<i32, VersionCounts>>,
     max_module_bytes: usize,
+    /// The handler's shadow version on this host (`shadowing`).
+    shadow: RwLock<Option<Arc<crate::shadow::Shadow>>>,
+    /// A shadow version that failed this host's checks, as `failed`.
+    shadow_failed: Mutex<Option<Failed>>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -87,6 +92,8 @@ impl Slot {
             failed: Mutex::new(None),
             counts: Mutex::new(BTreeMap::new()),
             max_module_bytes,
+            shadow: RwLock::new(None),
+            shadow_failed: Mutex::new(None),
         })
     }
 

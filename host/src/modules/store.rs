@@ -15,6 +15,8 @@ pub struct Version {
     pub uploaded_by: String,
     pub note: Option<String>,
     pub active: bool,
+    /// Runs beside the active version, always rolled back (`crate::shadow`).
+    pub shadow: bool,
 }
 
 /// The active version of a handler, with its bytes.
@@ -62,7 +64,7 @@ pub async fn active_versions(pool: &PgPool) -> Result<Vec<(String, i32)>, sqlx::
 /// Every version of `handler`, newest first.
 pub async fn versions(pool: &PgPool, handler: &str) -> Result<Vec<Version>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT version, sha256, size, uploaded_at, uploaded_by, note, active \
+        "SELECT version, sha256, size, uploaded_at, uploaded_by, note, active, shadow \
          FROM idem.handler_module WHERE handler = $1 ORDER BY version DESC",
     )
     .bind(handler)
@@ -222,10 +224,98 @@ async fn switch(tx: &mut sqlx::PgConnection, handler: &str, version: i32) -> Res
         .bind(version)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE idem.handler_module SET active = true WHERE handler = $1 AND version = $2 AND NOT active")
+    // A shadow made active is no longer a shadow.
+    sqlx::query(
+        "UPDATE idem.handler_module SET active = true, shadow = false, shadow_since = NULL \
+         WHERE handler = $1 AND version = $2 AND NOT active",
+    )
         .bind(handler)
         .bind(version)
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// What storing a shadow came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shadowed {
+    /// Stored (`new`: as a new version) and made the handler's shadow; its
+    /// report starts afresh.
+    Shadow { version: i32, new: bool },
+    /// These bytes are the active version: nothing to compare it with.
+    Active(i32),
+}
+
+/// Stores `upload` (bytes already stored are not stored again) and makes
+/// it `handler`'s one shadow version, in one transaction; its report
+/// starts afresh.
+pub async fn store_as_shadow(pool: &PgPool, upload: &Upload<'_>) -> Result<Shadowed, sqlx::Error> {
+    retrying(|| async move {
+        let mut tx = pool.begin().await?;
+        lock(&mut tx, upload.handler).await?;
+        let existing: Option<(i32, bool)> =
+            sqlx::query_as("SELECT version, active FROM idem.handler_module WHERE handler = $1 AND sha256 = $2")
+                .bind(upload.handler)
+                .bind(upload.sha256)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let (version, new) = match existing {
+            Some((version, true)) => return Ok(Shadowed::Active(version)),
+            Some((version, false)) => (version, false),
+            None => (insert_next(&mut tx, upload).await?, true),
+        };
+        sqlx::query(
+            "UPDATE idem.handler_module SET shadow = false, shadow_since = NULL \
+             WHERE handler = $1 AND shadow AND version <> $2",
+        )
+        .bind(upload.handler)
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE idem.handler_module SET shadow = true, shadow_since = now() WHERE handler = $1 AND version = $2")
+            .bind(upload.handler)
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+        for table in ["idem.shadow_tally", "idem.shadow_difference"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE handler = $1 AND version = $2"))
+                .bind(upload.handler)
+                .bind(version)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(Shadowed::Shadow { version, new })
+    })
+    .await
+}
+
+/// `handler`'s shadow version (number and sha256), if it has one.
+pub async fn shadow_version(pool: &PgPool, handler: &str) -> Result<Option<(i32, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT version, sha256 FROM idem.handler_module WHERE handler = $1 AND shadow")
+        .bind(handler)
+        .fetch_optional(pool)
+        .await
+}
+
+/// `handler`'s shadow version with its bytes, if it has one.
+pub async fn shadow(pool: &PgPool, handler: &str) -> Result<Option<ActiveModule>, sqlx::Error> {
+    let row: Option<(i32, String, Vec<u8>)> =
+        sqlx::query_as("SELECT version, sha256, bytes FROM idem.handler_module WHERE handler = $1 AND shadow")
+            .bind(handler)
+            .fetch_optional(pool)
+            .await?;
+    Ok(row.map(|(version, sha256, bytes)| ActiveModule { version, sha256, bytes }))
+}
+
+/// Ends `handler`'s shadow run; the version it was, if there was one (its
+/// report stays until it is shadowed again).
+pub async fn stop_shadow(pool: &PgPool, handler: &str) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE idem.handler_module SET shadow = false, shadow_since = NULL WHERE handler = $1 AND shadow \
+         RETURNING version",
+    )
+    .bind(handler)
+    .fetch_optional(pool)
+    .await
 }

@@ -1,4 +1,5 @@
-//! Keeps every handler of this process on its active module version: a
+//! Keeps every handler of this process on its active module version (and
+//! its shadow version, if it has one): a
 //! `LISTEN idem_module` (the store's trigger notifies on every change) for
 //! speed, and a poll every [`POLL`] for what a notification cannot carry:
 //! one sent while this host's connection was down is lost.
@@ -38,6 +39,7 @@ pub async fn follow_activations(pool: PgPool, slots: Vec<Arc<Slot>>, mut stop: w
                 Ok(Some(handler)) => {
                     for slot in slots.iter().filter(|s| s.name() == handler) {
                         refresh(&pool, slot).await;
+                        refresh_shadow(&pool, slot).await;
                     }
                 }
                 Ok(None) => {}
@@ -81,6 +83,14 @@ async fn check_all(pool: &PgPool, slots: &[Arc<Slot>]) {
         if slot.version().is_some() && wanted.is_some() && wanted != slot.version() {
             refresh(pool, slot).await;
         }
+        refresh_shadow(pool, slot).await;
+    }
+}
+
+/// Follows the store's shadow row of `slot` (`crate::shadow`).
+async fn refresh_shadow(pool: &PgPool, slot: &Slot) {
+    if let Err(e) = slot.refresh_shadow(pool).await {
+        tracing::warn!(handler = %slot.name(), "cannot follow the shadow version: {e:#}");
     }
 }
 

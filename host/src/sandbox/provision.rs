@@ -224,7 +224,8 @@ async fn schema(admin: &PgPool, place: &Place, at: &str, names: &Names) -> anyho
 }
 
 /// The rights a handler's role has: its schema's tables and sequences, and
-/// idem's claim and emit functions.
+/// idem's claim and emit functions, and the count of its transaction's
+/// writes (read by a shadow run, `crate::shadow`).
 async fn grant(admin: &PgPool, at: &str, names: &Names) -> anyhow::Result<()> {
     let (role, schema) = (&names.role, &names.schema);
     admin
@@ -238,7 +239,8 @@ async fn grant(admin: &PgPool, at: &str, names: &Names) -> anyhow::Result<()> {
                  REVOKE EXECUTE ON FUNCTION idem_api.claim(uuid, text, integer, bigint, bytea) FROM {role}; \
                  REVOKE EXECUTE ON FUNCTION idem_api.claim_many(uuid[], text[], integer[], bigint[], bytea[]) FROM {role}; \
                  GRANT EXECUTE ON FUNCTION idem_api.claim_events(uuid[], text[], integer[], bigint[], bytea[], integer, boolean) TO {role}; \
-                 GRANT EXECUTE ON FUNCTION idem_api.emit_events(uuid[], text[], text[], text[], jsonb[], jsonb[], uuid[]) TO {role}"
+                 GRANT EXECUTE ON FUNCTION idem_api.emit_events(uuid[], text[], text[], text[], jsonb[], jsonb[], uuid[]) TO {role}; \
+                 GRANT EXECUTE ON FUNCTION idem_api.transaction_writes() TO {role}"
             )
             .as_str(),
         )

@@ -135,6 +135,10 @@ async fn an_operator_watches_deploys_and_replays_in_a_browser() {
                     produce_orders(&producer, &env.topic, 10_001, 300).await;
                     serde_json::json!(null)
                 }
+                "stream-shadow" => {
+                    produce_orders(&producer, &env.topic, 20_001, 100).await;
+                    serde_json::json!(null)
+                }
                 "active" => {
                     let version = env
                         .db
@@ -169,6 +173,7 @@ async fn an_operator_watches_deploys_and_replays_in_a_browser() {
         "handler",
         "handler-quarantine",
         "modules",
+        "modules-shadow",
         "dead-letters",
         "dead-letters-replayed",
     ] {

@@ -36,6 +36,7 @@ mod retention;
 mod revocation;
 mod rewinds;
 mod security;
+mod shadow;
 mod spanning;
 mod throttles;
 mod transactions;

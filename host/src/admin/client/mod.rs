@@ -12,6 +12,7 @@ use serde_json::Value;
 pub mod operators;
 pub mod quarantine;
 pub mod rewinds;
+mod shadows;
 pub mod status;
 pub mod throttles;
 
@@ -90,7 +91,15 @@ fn client() -> anyhow::Result<reqwest::Client> {
 }
 
 /// Uploads `path` as `handler`'s next version.
-pub async fn deploy(target: &Target, handler: &str, path: &Path, note: Option<&str>) -> anyhow::Result<Value> {
+/// Uploads the component at `path` as `handler`'s next version: made
+/// active, or with `shadow` stored as its shadow version (`crate::shadow`).
+pub async fn deploy(
+    target: &Target,
+    handler: &str,
+    path: &Path,
+    note: Option<&str>,
+    shadow: bool,
+) -> anyhow::Result<Value> {
     let bytes = crate::files::read_bounded(path, crate::runtime::MAX_COMPONENT_BYTES)
         .with_context(|| format!("failed to read {}", path.display()))?;
     let by = format!(
@@ -103,6 +112,21 @@ pub async fn deploy(target: &Target, handler: &str, path: &Path, note: Option<&s
     if let Some(note) = note {
         request = request.query(&[("note", note)]);
     }
+    if shadow {
+        request = request.query(&[("shadow", "true")]);
+    }
+    target.send(request).await
+}
+
+/// `POST /handlers/{handler}/shadow/activate` (`activate`), or `DELETE
+/// /handlers/{handler}/shadow`.
+pub async fn shadow(target: &Target, handler: &str, activate: bool) -> anyhow::Result<Value> {
+    let client = client()?;
+    let request = if activate {
+        client.post(target.url(&format!("/handlers/{handler}/shadow/activate")))
+    } else {
+        client.delete(target.url(&format!("/handlers/{handler}/shadow")))
+    };
     target.send(request).await
 }
 
@@ -217,7 +241,11 @@ pub fn render_handlers(listing: &Value) -> String {
         for v in h["versions"].as_array().into_iter().flatten() {
             let n = v["version"].as_i64().unwrap_or(0);
             let counts = &h["counts"][n.to_string()];
-            let mark = if v["active"].as_bool() == Some(true) { "*" } else { " " };
+            let mark = match (v["active"].as_bool(), v["shadow"].as_bool()) {
+                (Some(true), _) => "*",
+                (_, Some(true)) => "s",
+                _ => " ",
+            };
             out.push_str(&format!(
                 "  {mark} v{n:<4} {}  {:>9} bytes  by {}{}  processed {} duplicates {} failed {}\n",
                 v["uploaded_at"].as_str().unwrap_or(""),

@@ -105,10 +105,23 @@ pub(super) enum Command {
         #[arg(long)]
         handler: String,
         /// The component (.wasm).
-        path: PathBuf,
+        #[arg(required_unless_present_any = ["activate_shadow", "stop_shadow"])]
+        path: Option<PathBuf>,
         /// Stored with the version (what changed, a ticket).
         #[arg(long)]
         note: Option<String>,
+        /// Store it as the handler's shadow version instead of activating
+        /// it: it runs beside the active version on the same live events,
+        /// always rolled back, its requests recorded and never sent, and
+        /// `idem status` reports where the two differ.
+        #[arg(long, requires = "path")]
+        shadow: bool,
+        /// Make the handler's shadow version active.
+        #[arg(long, conflicts_with_all = ["path", "shadow", "stop_shadow"])]
+        activate_shadow: bool,
+        /// End the handler's shadow run (its report is kept).
+        #[arg(long, conflicts_with_all = ["path", "shadow"])]
+        stop_shadow: bool,
     },
     /// Each handler's module versions: active, running here, counts per version.
     Handlers {

@@ -242,8 +242,13 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             }
         }
         Command::Dlq { command } => dlq::dlq(command, natives).await,
-        Command::Deploy { admin, handler, path, note } => {
-            let answer = crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref()).await?;
+        Command::Deploy { admin, handler, path, note, shadow, activate_shadow, stop_shadow } => {
+            let answer = match path {
+                Some(path) if !activate_shadow && !stop_shadow => {
+                    crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref(), shadow).await?
+                }
+                _ => crate::admin::client::shadow(&admin.target(), &handler, activate_shadow).await?,
+            };
             admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
         }
         Command::Handlers { admin } => {

@@ -84,15 +84,34 @@ impl DbCapability {
         self.transcript.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
-    /// Notes `statement` and its outcome in the transcript, if kept.
-    fn note<R>(&mut self, statement: &str, outcome: &wasmtime::Result<Result<R, DbError>>, rows: impl Fn(&R) -> u64) {
+    /// The transcript's words for `statement` and its `params` (nothing
+    /// when no transcript is kept): the values as the guest bound them.
+    fn line(&self, statement: &str, params: &[Value]) -> String {
+        if self.transcript.is_none() {
+            return String::new();
+        }
+        let shown = crate::text::shown(statement.trim(), 2_000);
+        if params.is_empty() {
+            return shown;
+        }
+        let values: Vec<String> = params
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("${}={}", i + 1, crate::text::shown(&format!("{v:?}"), 300)))
+            .collect();
+        format!("{shown} [{}]", values.join(", "))
+    }
+
+    /// Notes the statement `line` ([`DbCapability::line`]) and its outcome
+    /// in the transcript, if kept.
+    fn note<R>(&mut self, line: &str, outcome: &wasmtime::Result<Result<R, DbError>>, rows: impl Fn(&R) -> u64) {
         let Some(transcript) = &mut self.transcript else { return };
         let what = match outcome {
             Ok(Ok(r)) => format!("{} row(s)", rows(r)),
             Ok(Err(e)) => format!("error: {}", crate::text::shown(&format!("{e:?}"), 300)),
             Err(trap) => format!("host fault: {}", crate::text::controls_escaped(&trap.to_string(), 300)),
         };
-        transcript.push(format!("{} -> {what}", crate::text::shown(statement.trim(), 2_000)));
+        transcript.push(format!("{line} -> {what}"));
     }
 
     /// Statements the guest ran (or tried to).
@@ -108,13 +127,13 @@ impl DbCapability {
 
     /// Spends one statement of the invocation's allowance and prepares
     /// `statement`; a refusal is noted in the transcript.
-    async fn admit(&mut self, statement: &str, params: Vec<Value>) -> Result<values::Bound, DbError> {
+    async fn admit(&mut self, statement: &str, line: &str, params: Vec<Value>) -> Result<values::Bound, DbError> {
         let admitted = match self.statements.spend("statements").map_err(DbError::Refused) {
             Ok(()) => prepare(&self.handler, statement, params).await,
             Err(e) => Err(e),
         };
         if let Err(e) = &admitted {
-            self.note(statement, &Ok::<Result<u64, _>, wasmtime::Error>(Err(e.clone())), |n| *n);
+            self.note(line, &Ok::<Result<u64, _>, wasmtime::Error>(Err(e.clone())), |n| *n);
         }
         admitted
     }
@@ -232,19 +251,21 @@ fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
 
 impl<T: DbTx> db::Host for DbView<'_, T> {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<u64, DbError>> {
-        let bound = match self.ctx.admit(&statement, params).await {
+        let line = self.ctx.line(&statement, &params);
+        let bound = match self.ctx.admit(&statement, &line, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
         let done = self.in_savepoint(async |tx: &mut T| tx.execute(bound).await).instrument(span).await;
-        self.ctx.note(&statement, &done, |n| *n);
+        self.ctx.note(&line, &done, |n| *n);
         done
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
-        let bound = match self.ctx.admit(&statement, params).await {
+        let line = self.ctx.line(&statement, &params);
+        let bound = match self.ctx.admit(&statement, &line, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
@@ -258,12 +279,12 @@ impl<T: DbTx> db::Host for DbView<'_, T> {
         let refusal = match fetched {
             Err(e) => {
                 let done = Ok(Err(e));
-                self.ctx.note(&statement, &done, |_: &Rows| 0);
+                self.ctx.note(&line, &done, |_: &Rows| 0);
                 return done;
             }
             Ok(Fetched::Rows(rows)) => {
                 let done = Ok(Ok(rows));
-                self.ctx.note(&statement, &done, |r: &Rows| r.rows.len() as u64);
+                self.ctx.note(&line, &done, |r: &Rows| r.rows.len() as u64);
                 return done;
             }
             Ok(Fetched::TooLarge) => DbError::Refused(format!("the result is larger than {MAX_RESULT_BYTES} bytes")),
@@ -271,7 +292,7 @@ impl<T: DbTx> db::Host for DbView<'_, T> {
         };
         self.undo_last(&refusal).await?;
         let done = Ok(Err(refusal));
-        self.ctx.note(&statement, &done, |_: &Rows| 0);
+        self.ctx.note(&line, &done, |_: &Rows| 0);
         done
     }
 }

@@ -16,7 +16,8 @@ use crate::error::ExecError;
 impl Capability for HttpCapability {
     const INTERFACE: &'static str = "http";
     type Settings = HttpPolicy;
-    /// Its requests (host, status), when kept (`idem test`).
+    /// Its requests (host, status), when kept (`idem test`); a shadow
+    /// run's, each as a line (`HttpCapability::recorded`).
     type Left = Vec<(String, Option<u16>)>;
 
     fn check(handler: &HandlerConfig) -> anyhow::Result<()> {
@@ -38,6 +39,7 @@ impl Capability for HttpCapability {
         http.sent_keys = call.shared.sent_keys.clone();
         http.throttles = call.shared.throttles.clone();
         http.keep = call.transcript;
+        http.recording = call.shared.recording;
         http
     }
 
@@ -66,7 +68,7 @@ impl Capability for HttpCapability {
         if let Some(why) = self.throttled.take() {
             after.excuse(ExecError::Throttled(why));
         }
-        if self.keep { std::mem::take(&mut self.sent) } else { Vec::new() }
+        if self.keep || self.recording { std::mem::take(&mut self.sent) } else { Vec::new() }
     }
 
     fn link<T: HasCapabilities>(linker: &mut Linker<T>) -> wasmtime::Result<()> {
@@ -96,6 +98,7 @@ impl HttpCapability {
             sent_keys: None,
             changed_key: None,
             keep: false,
+            recording: false,
             throttles: Arc::default(),
             throttled: None,
         }

@@ -71,6 +71,10 @@ pub(crate) struct HttpCapability {
     changed_key: Option<String>,
     /// Keep `sent` for `idem test` to show.
     keep: bool,
+    /// A shadow run's (`crate::shadow`): every request that passes the
+    /// checks is answered `200 {}` here and kept as a line in `sent`
+    /// (method, URL, key, body); nothing is sent, whatever the guest does.
+    recording: bool,
     /// The handler's rates and its destinations' `Retry-After`s.
     throttles: Arc<crate::throttle::Throttles>,
     /// A destination held this invocation's request past its budget: why.
@@ -101,6 +105,16 @@ impl HttpCapability {
 }
 
 pub use target::{client, client_via};
+
+impl HttpCapability {
+    /// A shadow run's request, kept as a line and answered `200 {}`.
+    fn recorded(&mut self, method: &Method, url: &Url, key: Option<&str>, body: Option<&[u8]>) -> Response {
+        let body = body.map_or_else(String::new, |b| crate::text::shown(&String::from_utf8_lossy(b), 2_000));
+        self.sent.push((format!("{method} {url} key={} body={body}", key.unwrap_or("-")), Some(200)));
+        let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+        Response { status: 200, headers, body: b"{}".to_vec() }
+    }
+}
 
 fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
     let mut h = DefaultHasher::new();
@@ -158,6 +172,7 @@ impl HttpCapability {
             builder = builder.header(name, value);
         }
         let unsafe_method = matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
+        let mut key_sent = None;
         if unsafe_method {
             let key = self.key(request.label.as_deref())?;
             let print = fingerprint(&method, &url, request.body.as_deref());
@@ -174,7 +189,8 @@ impl HttpCapability {
                 )));
             }
             self.used.insert(key.clone(), print);
-            builder = builder.header("Idempotency-Key", key);
+            builder = builder.header("Idempotency-Key", key.clone());
+            key_sent = Some(key);
         } else if request.label.is_some() {
             return Err(HttpError::InvalidRequest(format!("a label only names unsafe requests, not {method}")));
         }
@@ -183,6 +199,9 @@ impl HttpCapability {
                 HttpError::InvalidRequest(format!("credential for `{}` is not a header value", credential.base))
             })?;
             builder = builder.header(credential.header.as_str(), value);
+        }
+        if self.recording {
+            return Ok(self.recorded(&method, &url, key_sent.as_deref(), request.body.as_deref()));
         }
         if let Some(body) = request.body {
             builder = builder.body(body);

@@ -91,6 +91,7 @@ impl Worker {
         for event in &events {
             shared.abort_point(&event.payload);
         }
+        self.shadow(&events).await;
         let failed = super::shrink::until_committed(&mut Lane(self), &events).await;
         if state.is_stopped() {
             // Before the lane is idle, so before the partition's next owner

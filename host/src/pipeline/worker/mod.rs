@@ -76,6 +76,9 @@ pub(crate) struct Worker {
     alone_through: i64,
     /// What the lane knows of its crash marks (`marks`).
     marks: marks::Marks,
+    /// Records up to this offset were offered to the handler's shadow
+    /// already (a batch's failing record is not offered again alone).
+    shadowed_through: i64,
 }
 
 impl Worker {
@@ -94,6 +97,7 @@ impl Worker {
             proven: false,
             alone_through: -1,
             marks: marks::Marks::default(),
+            shadowed_through: -1,
         }
     }
 
@@ -193,6 +197,17 @@ impl Worker {
         if resolved {
             self.completed(&record);
         }
+    }
+
+    /// Offers `events`, about to run, to the handler's shadow version if it
+    /// has one (`crate::shadow`): those this lane has not offered before.
+    async fn shadow(&mut self, events: &[Event]) {
+        let Some(shadow) = self.shared.slot.shadow() else { return };
+        let fresh: Vec<Event> = events.iter().filter(|e| e.offset > self.shadowed_through).cloned().collect();
+        let Some(last) = fresh.last() else { return };
+        self.shadowed_through = last.offset;
+        let shared = &self.shared;
+        shadow.offer(&shared.slot.executor(), &fresh, &shared.permits, &shared.idem_pool).await;
     }
 
     /// Removes this lane's mark, if it has one, and the crashed host's

@@ -48,6 +48,9 @@ impl Worker {
                 return super::final_failure::resolve(&shared, &self.state, record, failure).await;
             }
         };
+        if from_batch.is_none() {
+            self.shadow(std::slice::from_ref(&event)).await;
+        }
         let version = shared.slot.version();
         let mut lane = Alone { worker: self, event: &event, record, counted: false };
         match super::alone::until_resolved(&mut lane, from_batch.map(|error| (version, error))).await {

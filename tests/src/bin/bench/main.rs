@@ -127,6 +127,10 @@ const VARIANTS: &[Variant] = &[
         name: "v: a, watched by 10 console viewers refreshing every second",
         kind: Kind::Idem(Shape { viewers: true, ..BATCHED }),
     },
+    Variant {
+        name: "w: a, with a shadow version beside it (the same code, always rolled back)",
+        kind: Kind::Idem(Shape { shadow: true, ..BATCHED }),
+    },
 ];
 
 #[tokio::main]
@@ -140,7 +144,7 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksvrq".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksvrqw".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     // `BENCH_ROUNDS=4`: the chosen variants four times, in turn and every
     // other round backwards (a v v a a v v a, so that a drift of the
@@ -200,6 +204,16 @@ async fn main() -> anyhow::Result<()> {
             r.p99_ms
         ));
         std::fs::write(out.join("emit.json"), serde_json::to_string_pretty(r)?)?;
+    }
+    for http in [false, true] {
+        let of = |letter: char| rows.iter().find(|r| r.http == http && r.variant.starts_with(letter));
+        if let (Some(a), Some(w)) = (of('a'), of('w')) {
+            report.push_str(&format!(
+                "\nw{}: w/a = {:.2} (goal ≥ 0.8: a shadow costs the active version at most its share)\n",
+                if http { " (HTTP)" } else { "" },
+                w.events_per_s / a.events_per_s
+            ));
+        }
     }
     if chosen("g") {
         eprintln!("bench: g: restarts");
@@ -412,6 +426,9 @@ struct Shape {
     concurrent: usize,
     /// Beside [`viewers::VIEWERS`] console viewers.
     viewers: bool,
+    /// With a shadow version (the same component under another hash) in
+    /// the store: `idem deploy --shadow`'s cost to the active version.
+    shadow: bool,
 }
 
 /// The plain batched shape the variants vary.
@@ -425,6 +442,7 @@ const BATCHED: Shape = Shape {
     drops: false,
     concurrent: 1,
     viewers: false,
+    shadow: false,
 };
 
 /// Events of one batch at once in variants h and i.
@@ -448,6 +466,9 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
     let tuning = Tuning { max_events, concurrent, component, events_per_instance, concurrency };
     let config = config(&topic, &provider, &db_url, tuning, native, http, beside);
     let mut conn = fresh_database(&db, &config).await?;
+    if shape.shadow {
+        store_with_shadow(&mut conn, component).await?;
+    }
     let records = workload(orders);
     if let Some((spec, events)) = &hostile {
         let events: Vec<(i32, Vec<u8>)> = events.iter().map(|e| (0, e.clone())).collect();
@@ -478,6 +499,18 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
     }
     let span = check(&mut conn, &provider, orders, http).await?;
     let events_per_s = records.len() as f64 / span.max(1e-3);
+    if shape.shadow {
+        let (agree, differ, skipped): (i64, i64, i64) = sqlx::query_as(
+            "SELECT coalesce(sum(agree), 0)::int8, coalesce(sum(differ), 0)::int8, coalesce(sum(skipped), 0)::int8 \
+             FROM idem.shadow_tally",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        eprintln!("bench:   the shadow: {agree} agreed, {differ} differed, {skipped} skipped");
+        if agree == 0 || differ > 0 {
+            bail!("{name}: the shadow compared no event, or the same code differed ({differ})");
+        }
+    }
 
     // Latency: a paced stream at half that rate, on a running host.
     let rate = (events_per_s / 2.0).clamp(100.0, 20_000.0);
@@ -493,6 +526,27 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
         cpu_s: cost.cpu_s,
         peak_rss_mib: Some(cost.peak_rss_mib),
     })
+}
+
+/// Stores `component` as billing's active version 1 and the same code
+/// under another hash as its shadow version 2, as `idem deploy` and `idem
+/// deploy --shadow` would have.
+async fn store_with_shadow(conn: &mut PgConnection, component: &str) -> anyhow::Result<()> {
+    let v1 = std::fs::read(idem_tests::guests::component(component))?;
+    let v2 = idem_tests::guests::with_marker(&v1, "shadow");
+    for (version, bytes, active) in [(1, v1, true), (2, v2, false)] {
+        sqlx::query(
+            "INSERT INTO idem.handler_module (handler, version, sha256, bytes, size, uploaded_by, active, shadow, \
+             shadow_since) VALUES ('billing', $1, encode(sha256($2), 'hex'), $2, length($2), 'bench', $3, NOT $3, \
+             CASE WHEN $3 THEN NULL ELSE now() END)",
+        )
+        .bind(version)
+        .bind(&bytes)
+        .bind(active)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Runs the host while producing `rate` orders per second for

@@ -746,7 +746,8 @@ async function handlerPage(name, gen) {
 }
 
 async function modulesPage(name, gen, notice) {
-  const data = await api("/handlers/" + enc(name) + "/modules");
+  const [data, shadow] = await Promise.all([api("/handlers/" + enc(name) + "/modules"),
+    api("/handlers/" + enc(name) + "/shadow").then((r) => r.shadow).catch(() => null)]);
   if (gen !== generation) return;
   navFor(name);
   const active = data.active_version;
@@ -777,7 +778,8 @@ async function modulesPage(name, gen, notice) {
       action.append(button);
     }
     return el("tr", { "data-version": v.version, class: v.active ? "selected" : null },
-      el("td", {}, "v" + v.version, " ", v.active ? el("span", { class: "pill active" }, "active") : null),
+      el("td", {}, "v" + v.version, " ", v.active ? el("span", { class: "pill active" }, "active") : null,
+        v.shadow ? el("span", { class: "pill shadow" }, "shadow") : null),
       el("td", { class: "sha", title: v.sha256 }, v.sha256.slice(0, 16) + "…"),
       num(v.size), el("td", {}, new Date(v.uploaded_at).toLocaleString()), el("td", {}, v.uploaded_by), el("td", {}, v.note || ""),
       num(counts.processed, { "data-field": "processed" }), num(counts.duplicates), num(counts.failed), action);
@@ -787,24 +789,67 @@ async function modulesPage(name, gen, notice) {
     el("p", { class: "muted" }, "Running here: ", data.running_version === null ? "native" : "v" + data.running_version, ". Events per version are this host's since it started."),
     out,
     table(["Version", "sha256", "size (bytes)", "Uploaded", "By", "Note", "processed", "duplicates", "failed", "~Actions"], rows, { id: "versions" }),
+    shadowSection(name, gen, shadow, out),
   ];
   if (operate()) parts.push(uploadForm(name, gen, out));
   else parts.push(el("p", { class: "muted" }, "Read-only session: uploads and activations need a token of scope operate."));
   show(gen, ...parts);
 }
 
+// The shadow version (docs/deploys.md): the report of where it and the
+// active version differ on live events, and the two ways out of it.
+function shadowSection(name, gen, r, out) {
+  if (!r) return el("div", { id: "shadow" }, el("h2", {}, "Shadow"), el("p", { class: "muted" }, "No shadow version: upload one as a shadow to compare it with the active version on live events before activating it."));
+  const t = r.total;
+  const types = r.types.map((k) => el("tr", { "data-type": k.event_type }, el("td", {}, k.event_type), num(k.agree), num(k.differ), num(k.skipped)));
+  const sides = (side, d) => el("td", { class: "reason" }, ...d.differs.map((f) => el("div", {}, f + ": " + JSON.stringify(d[side][f]))));
+  const diffs = r.differences.map((d) => el("tr", { "data-event": d.event_id },
+    el("td", {}, d.event_id), el("td", {}, d.topic + "/" + d.partition + "@" + d.offset), el("td", {}, d.differs.join(", ")),
+    sides("active", d), sides("shadow", d)));
+  const act = (label, verb, method, path, data) => button(label, () => {
+    const yes = el("button", { type: "button", class: "danger", "data-confirm": data }, "Confirm");
+    const no = el("button", { type: "button" }, "Cancel");
+    no.addEventListener("click", () => out.replaceChildren());
+    yes.addEventListener("click", async () => {
+      yes.disabled = true;
+      try {
+        const answer = await api("/handlers/" + enc(name) + path, { method });
+        await modulesPage(name, gen, message(answer.message));
+      } catch (e) { out.replaceChildren(message(e.message, true)); }
+    });
+    out.replaceChildren(el("p", { class: "confirm", role: "alert" }, verb + " ", yes, " ", no));
+    yes.focus();
+  }, { "data-action": data });
+  return el("div", { id: "shadow" },
+    el("h2", {}, "Shadow: v" + r.version + " beside the active version"),
+    el("p", { class: "muted" }, "Since " + (r.since ? new Date(r.since).toLocaleString() : "–") + ". Each shadowed event ran on both versions in a transaction that was rolled back; the shadow's requests were recorded, never sent."),
+    el("div", { class: "cards" },
+      card("agree", fmt(t.agree), { "data-field": "agree" }),
+      card("differ", fmt(t.differ), { "data-field": "differ", class: t.differ > 0 ? "card bad" : "card" }),
+      card("skipped", fmt(t.skipped), { "data-field": "skipped" })),
+    types.length ? table(["Event type", "agree", "differ", "skipped"], types, { id: "shadow-types" }) : el("p", { class: "muted" }, "No event shadowed yet."),
+    diffs.length ? el("div", {}, el("h3", {}, "First differing events"), table(["Event", "Record", "Differs in", "Active version", "Shadow"], diffs, { id: "shadow-differences" })) : null,
+    operate() ? el("p", {}, act("Activate v" + r.version, "Make the shadow v" + r.version + " the active version on every host?", "POST", "/shadow/activate", "shadow-activate"), " ",
+      act("Stop the shadow", "Stop running v" + r.version + " as a shadow on every host?", "DELETE", "/shadow", "shadow-stop")) : null);
+}
+
 function uploadForm(name, gen, out) {
   const file = el("input", { type: "file", id: "module-file", accept: ".wasm,application/wasm", required: true });
   const note = el("input", { type: "text", id: "module-note", maxlength: 200, placeholder: "what changed" });
+  const asShadow = el("input", { type: "checkbox", id: "module-shadow" });
   const form = el("form", { class: "inline", id: "upload" },
     el("label", {}, "Component (.wasm)", file), el("label", {}, "Note", note),
-    el("button", { class: "primary", type: "submit" }, "Upload and activate"));
+    el("label", {}, asShadow, " as a shadow (compared on live events, never committed)"),
+    el("button", { class: "primary", type: "submit" }, "Upload"));
   // An upload activates on every host: it runs after a confirmation naming
   // the file, its size and the handler.
   const upload = async (chosen) => {
     out.replaceChildren(message("Uploading and validating " + chosen.name + "…"));
     try {
-      const query = note.value ? "?note=" + enc(note.value) : "";
+      const asked = new URLSearchParams();
+      if (note.value) asked.set("note", note.value);
+      if (asShadow.checked) asked.set("shadow", "true");
+      const query = asked.toString() ? "?" + asked.toString() : "";
       const answer = await api("/handlers/" + enc(name) + "/module" + query, { method: "PUT", body: chosen });
       await modulesPage(name, gen, message(answer.message));
     } catch (e) {
@@ -821,7 +866,7 @@ function uploadForm(name, gen, out) {
     yes.addEventListener("click", () => { yes.disabled = true; upload(chosen); });
     out.replaceChildren(el("p", { class: "confirm", role: "alert" },
       "Upload " + chosen.name + " (" + fmt(Math.ceil(chosen.size / 1024)) + " KiB) as the next version of " + name +
-      " and activate it on every host? ", yes, " ", no));
+      (asShadow.checked ? " and run it as a shadow beside the active version on every host? " : " and activate it on every host? "), yes, " ", no));
     yes.focus();
   });
   return el("div", {}, el("h2", {}, "Deploy a version"), form);
