@@ -342,6 +342,7 @@ impl Stats {
             rebalances: get(&self.rebalances),
             transactions: get(&self.transactions),
             batch_splits: get(&self.batch_splits),
+            audit_checked: get(&self.audit_checked),
             latency_p50_ms: Self::percentile(&latencies, 0.50),
             latency_p99_ms: Self::percentile(&latencies, 0.99),
         }
@@ -405,6 +406,9 @@ pub struct HandlerReport {
     /// before it ran again, it alone went through the failure path).
     #[serde(default)]
     pub batch_splits: u64,
+    /// Records the ledger audit accounted for (`pipeline::audit`).
+    #[serde(default)]
+    pub audit_checked: u64,
     /// Median and 99th percentile of the time from a record's timestamp
     /// (its producer's clock) to its resolution, in milliseconds.
     #[serde(default)]

@@ -13,6 +13,18 @@ pub fn shown(text: &str, max: usize) -> String {
     capped(text, max, true)
 }
 
+/// [`shown`], and when `text` is longer than `max` characters a digest of
+/// the whole after it: two texts that differ past the cap still read
+/// differently (a shadow run's comparison, `crate::shadow`).
+pub fn shown_whole(text: &str, max: usize) -> String {
+    let shown = shown(text, max);
+    if text.chars().nth(max).is_none() {
+        return shown;
+    }
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(text.as_bytes());
+    format!("{shown} #{}", hex::encode(&digest[..8]))
+}
+
 /// [`shown`] for text that may hold some already: control characters are
 /// escaped, backslashes left as they are (so nothing is escaped twice).
 pub fn controls_escaped(text: &str, max: usize) -> String {

@@ -26,6 +26,7 @@ pub mod client;
 mod console;
 mod dead_letters;
 mod fleet;
+mod ledger;
 mod listener;
 mod nul;
 mod operators;
@@ -183,6 +184,7 @@ impl Admin {
             .merge(quarantine::router(state.clone()))
             .merge(throttles::router(state.clone()))
             .merge(shadow::router(state.clone()))
+            .merge(ledger::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))

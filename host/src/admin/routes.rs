@@ -204,6 +204,9 @@ pub(super) async fn upload(
     };
     // This host runs it from its next batch; the others within seconds.
     slot.install(handler.with_version(version)).await;
+    if slot.shadow().is_some_and(|s| s.version() == version) {
+        slot.end_shadow();
+    }
     let (status, message) = match stored {
         Stored::New => (StatusCode::CREATED, format!("stored as version {version} and activated")),
         Stored::Existing { was_active: true } => {

@@ -218,8 +218,12 @@ impl Executor {
     /// (`Ok(Err(reason))`).
     pub async fn instantiation(&self) -> Result<Result<(), String>, ExecError> {
         let tx = self.begin().await?;
-        let caps = self.capabilities(Lent::Whole(tx), &uuid::Uuid::nil().to_string(), None, false, None);
-        let (caps, result) = self.handler.try_instantiate(caps).await;
+        // A component's start functions run here and may call imports: as
+        // in a shadow run, its requests are recorded, never sent (and the
+        // transaction is rolled back, its emits never written).
+        let checking = self.rehearsing();
+        let caps = checking.capabilities(Lent::Whole(tx), &uuid::Uuid::nil().to_string(), None, false, None);
+        let (caps, result) = checking.handler.try_instantiate(caps).await;
         if let Some(tx) = caps.tx.into_whole() {
             tx.rollback().await;
         }

@@ -34,6 +34,9 @@ pub struct Rehearsal {
     /// Each request it would have sent: method, URL, key and body.
     pub requests: Vec<String>,
     pub emitted: Vec<Emitted>,
+    /// It ran out of a budget shorter than its handler's timeout: what it
+    /// came to says nothing of the version.
+    pub cut_short: bool,
 }
 
 /// The transaction's counts of rows written per table so far
@@ -45,22 +48,25 @@ const WRITES: &str = "SELECT relation, inserted, updated, deleted FROM idem_api.
 impl Executor {
     /// The same handler as a shadow run's: no counters, its requests
     /// recorded (never sent), its statements transcribed, no throttle of
-    /// the live handler's spent.
+    /// the live handler's spent, no kept instance shared with it.
     #[must_use]
     pub fn rehearsing(&self) -> Self {
         let mut shared = self.shared.clone();
         shared.recording = true;
         shared.sent_keys = None;
         shared.throttles = Arc::default();
-        Self { shared, stats: None, transcribe: true, ..self.clone() }
+        let handler = self.handler.with_own_shelf();
+        Self { handler, shared, stats: None, transcribe: true, ..self.clone() }
     }
 
     /// Runs `event` on this version inside `tx` under a savepoint that is
     /// rolled back whatever happens: `tx` is as it was before. Needs a
     /// [`Executor::rehearsing`] executor (else its requests would be sent).
-    pub async fn rehearse(&self, mut tx: EventTx, event: &Event) -> Rehearsal {
+    /// It has `budget` at most (its handler's timeout if shorter).
+    pub async fn rehearse(&self, mut tx: EventTx, event: &Event, budget: std::time::Duration) -> Rehearsal {
         debug_assert!(self.shared.recording, "a rehearsal sends nothing");
-        tx.renew(self.handler.settings().timeout);
+        let short = budget < self.handler.settings().timeout;
+        tx.renew(self.handler.settings().timeout.min(budget));
         let before = match begin(&mut tx).await {
             Ok(before) => before,
             Err(e) => return Rehearsal::lost(tx, &self.pool, Err(e)),
@@ -72,7 +78,8 @@ impl Executor {
         };
         if matches!(result, Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_))) {
             // The connection may still be busy, or is broken.
-            return Rehearsal::lost(tx, &self.pool, result);
+            let cut_short = short && matches!(result, Err(ExecError::TimedOut(_)));
+            return Rehearsal { cut_short, ..Rehearsal::lost(tx, &self.pool, result) };
         }
         let after = match writes(&mut tx).await {
             Ok(after) => after,
@@ -87,6 +94,7 @@ impl Executor {
             writes: difference(&before, &after),
             requests: http.into_iter().map(|(line, _)| line).collect(),
             emitted: emit,
+            cut_short: false,
         };
         match rolled {
             Ok(()) => done,
@@ -102,7 +110,8 @@ impl Executor {
 
 impl Rehearsal {
     fn ended(tx: Option<EventTx>, result: Result<Outcome, ExecError>) -> Self {
-        Self { tx, result, statements: Vec::new(), writes: Writes::new(), requests: Vec::new(), emitted: Vec::new() }
+        let (statements, writes, requests, emitted) = (Vec::new(), Writes::new(), Vec::new(), Vec::new());
+        Self { tx, result, statements, writes, requests, emitted, cut_short: false }
     }
 
     /// The transaction cannot go on: it is closed, never committed.

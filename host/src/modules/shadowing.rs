@@ -33,12 +33,13 @@ impl Slot {
     }
 
     /// Follows the store's shadow row: loads and checks a new shadow
-    /// version, drops one the store no longer names.
+    /// version, drops one the store no longer names. Nothing here holds
+    /// the lock of the active version's swaps: compiling a shadow never
+    /// delays an activation.
     pub async fn refresh_shadow(&self, pool: &PgPool) -> anyhow::Result<()> {
         if self.executor().handler().is_native() {
             return Ok(());
         }
-        let _one = self.swapping.lock().await;
         let Some((version, sha256)) = store::shadow_version(pool, &self.name).await? else {
             self.end_shadow();
             return Ok(());

@@ -134,6 +134,15 @@ impl Handler {
         self
     }
 
+    /// The same handler with no kept instance in common with this one: a
+    /// shadow run's (`crate::shadow`), so that no guest memory passes
+    /// between a rehearsal and a live run.
+    #[must_use]
+    pub(crate) fn with_own_shelf(&self) -> Self {
+        let shelf = Arc::new(Shelf::new(self.settings.events_per_instance.max(1)));
+        Self { shelf, ..self.clone() }
+    }
+
     /// Its version in the module store (see [`Handler::with_version`]).
     pub fn version(&self) -> Option<i32> {
         self.version

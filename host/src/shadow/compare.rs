@@ -27,8 +27,12 @@ pub struct Side {
 
 impl Side {
     /// The side of `run`, or `None` when the run says nothing of the
-    /// version (the database or the host failed under it: it is skipped).
+    /// version (the database or the host failed under it, or the shadow's
+    /// budget ran out before the handler's timeout: it is skipped).
     pub fn of(run: &Rehearsal) -> Option<Self> {
+        if run.cut_short {
+            return None;
+        }
         let (outcome, detail) = match &run.result {
             Ok(Outcome::Processed) => ("ok".to_owned(), None),
             Ok(_) => return None,

@@ -16,8 +16,9 @@
 //! live batch of the same events, holding one of the handler's execution
 //! permits like any execution (none free: the host is behind, and the
 //! events are skipped, counted), at most [`MAX_PER_BATCH`] events of a
-//! batch and [`EVENTS_PER_SECOND`] a second on each host; the rest are
-//! skipped, counted.
+//! batch, [`EVENTS_PER_SECOND`] a second on each host and `run::BUDGET` of
+//! time (both versions, every event); the rest are skipped, counted. Its
+//! report is written beside the live work, never before it.
 
 mod compare;
 pub mod report;
@@ -112,11 +113,15 @@ impl Shadow {
         if tally.is_empty() {
             return;
         }
-        let name = &active.handler().settings().name;
+        // Written beside the live work, never before it.
+        let name = active.handler().settings().name.clone();
         let at = report::Versions { shadow: self.version, active: active.handler().version().unwrap_or(0) };
-        if let Err(e) = report::write(idem, name, at, &tally).await {
-            tracing::warn!(handler = %name, version = self.version, "cannot write the shadow report: {e}");
-        }
+        let idem = idem.clone();
+        tokio::spawn(async move {
+            if let Err(e) = report::write(&idem, &name, at, &tally).await {
+                tracing::warn!(handler = %name, version = at.shadow, "cannot write the shadow report: {e}");
+            }
+        });
     }
 
     /// Takes up to `wanted` tokens; how many it got.
@@ -137,8 +142,9 @@ impl Shadow {
         }
         let mut skipped = self.skipped.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for event in events {
-            let known = skipped.len() < MAX_TYPES || skipped.contains_key(&event.event_type);
-            let kind = if known { run::type_name(&event.event_type) } else { run::OTHER.to_owned() };
+            let kind = run::type_name(&event.event_type);
+            let kind =
+                if skipped.len() < MAX_TYPES || skipped.contains_key(&kind) { kind } else { run::OTHER.to_owned() };
             *skipped.entry(kind).or_default() += 1;
         }
     }

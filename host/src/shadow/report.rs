@@ -42,7 +42,8 @@ pub async fn write(pool: &PgPool, handler: &str, at: Versions, tally: &Tally) ->
         .await?;
     }
     for d in &tally.differences {
-        let (active, shadow) = (serde_json::to_value(&d.active).ok(), serde_json::to_value(&d.shadow).ok());
+        let (active, shadow) =
+            (serde_json::to_value(&d.active).unwrap_or_default(), serde_json::to_value(&d.shadow).unwrap_or_default());
         sqlx::query(
             "INSERT INTO idem.shadow_difference (handler, version, active_version, event_id, event_type, topic, \
                  \"partition\", \"offset\", differs, active, shadow) \

@@ -22,6 +22,11 @@ pub fn type_name(event_type: &str) -> String {
     crate::text::shown(event_type, 200)
 }
 
+/// The most one run takes, both versions and every event of it: the live
+/// batch waits for its run, and a live transaction may wait for a row a
+/// shadow's statement holds; what is left when it is spent is skipped.
+pub const BUDGET: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Differing events one run keeps with both sides, at most.
 const MAX_KEPT: usize = 5;
 
@@ -62,6 +67,7 @@ impl Tally {
 /// Runs each of `events` on `active` and on `shadow` (both rehearsing) and
 /// compares them; nothing of it remains.
 pub async fn run(active: &Executor, shadow: &Executor, events: &[Event]) -> Tally {
+    let deadline = tokio::time::Instant::now() + BUDGET;
     let mut tally = Tally::default();
     let mut tx = match active.begin().await {
         Ok(mut tx) => match tx.conn().execute(LOCK_TIMEOUT).await {
@@ -74,11 +80,12 @@ pub async fn run(active: &Executor, shadow: &Executor, events: &[Event]) -> Tall
         Err(_) => None,
     };
     for event in events {
-        let Some(live) = tx.take() else {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Some(live) = tx.take().filter(|_| !left.is_zero()) else {
             tally.count(event, 2);
             continue;
         };
-        let (mut a, mut b) = both(active, shadow, live, event).await;
+        let (mut a, mut b) = both(active, shadow, live, event, deadline).await;
         tx = b.as_mut().and_then(|b| b.tx.take()).or_else(|| a.tx.take());
         match (Side::of(&a), b.as_ref().and_then(Side::of)) {
             (Some(a), Some(b)) => {
@@ -93,8 +100,7 @@ pub async fn run(active: &Executor, shadow: &Executor, events: &[Event]) -> Tall
                 }
             }
             _ => {
-                let why = |r: Option<&Rehearsal>| r.map(|r| format!("{:?} {:?}", r.result, r.statements));
-                tracing::debug!(event_id = %event.id, active = ?why(Some(&a)), shadow = ?why(b.as_ref()), "not shadowed: a run says nothing");
+                not_compared(event, &a, b.as_ref());
                 tally.count(event, 2);
             }
         }
@@ -106,12 +112,35 @@ pub async fn run(active: &Executor, shadow: &Executor, events: &[Event]) -> Tall
 }
 
 /// `event` on the active version, then on the shadow (if the transaction
-/// went on).
-async fn both(active: &Executor, shadow: &Executor, tx: EventTx, event: &Event) -> (Rehearsal, Option<Rehearsal>) {
-    let mut a = active.rehearse(tx, event).await;
+/// went on), each within what is left until `deadline`.
+async fn both(
+    active: &Executor,
+    shadow: &Executor,
+    tx: EventTx,
+    event: &Event,
+    deadline: tokio::time::Instant,
+) -> (Rehearsal, Option<Rehearsal>) {
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+    let mut a = active.rehearse(tx, event, left()).await;
     let b = match a.tx.take() {
-        Some(tx) => Some(shadow.rehearse(tx, event).await),
+        Some(tx) if !left().is_zero() => Some(shadow.rehearse(tx, event, left()).await),
+        Some(tx) => {
+            a.tx = Some(tx);
+            None
+        }
         None => None,
     };
     (a, b)
+}
+
+/// Says why `event` was not compared: at WARN when the host's own rights
+/// are at fault (`idem migrate --config` grants them), else at DEBUG.
+fn not_compared(event: &Event, a: &Rehearsal, b: Option<&Rehearsal>) {
+    let refused = |r: &Rehearsal| matches!(r.result, Err(crate::error::ExecError::Schema(_)));
+    let why = |r: Option<&Rehearsal>| r.map(|r| format!("{:?} {:?}", r.result, r.statements));
+    if refused(a) || b.is_some_and(refused) {
+        tracing::warn!(event_id = %event.id, active = ?why(Some(a)), shadow = ?why(b), "shadow run refused: {}", "run `idem migrate --config`");
+    } else {
+        tracing::debug!(event_id = %event.id, active = ?why(Some(a)), shadow = ?why(b), "not shadowed: a run says nothing");
+    }
 }

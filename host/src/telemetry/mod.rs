@@ -90,6 +90,30 @@ pub struct HandlerTelemetry {
     pub throttles: Arc<crate::throttle::Throttles>,
 }
 
+/// The ledger audit's figures on this host (`pipeline::audit`).
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub(crate) struct AuditFigures {
+    /// Records accounted for.
+    pub checked: u64,
+    /// Records nothing accounts for (each counted once).
+    pub unaccounted: u64,
+    /// When the last sweep that found none ended, in Unix seconds (`None`:
+    /// none yet).
+    pub clean_at: Option<u64>,
+}
+
+impl HandlerTelemetry {
+    pub(crate) fn audit(&self) -> AuditFigures {
+        use std::sync::atomic::Ordering::Relaxed;
+        let clean_at = self.stats.audit_clean_at.load(Relaxed);
+        AuditFigures {
+            checked: self.stats.audit_checked.load(Relaxed),
+            unaccounted: self.stats.audit_unaccounted.load(Relaxed),
+            clean_at: (clean_at > 0).then_some(clean_at),
+        }
+    }
+}
+
 impl std::fmt::Debug for HandlerTelemetry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HandlerTelemetry").field("name", &self.name).finish_non_exhaustive()

@@ -77,6 +77,11 @@ async fn the_ledger_audit_accounts_for_every_record_and_finds_a_lost_dedup_row_a
         .expect("idem status");
     let shown = String::from_utf8_lossy(&status.stdout);
     assert!(shown.contains("ledger audit: 1 record(s) UNACCOUNTED"), "{shown}");
+    // And the API says the same.
+    let text = crate::operate::get(&admin, "/handlers/billing/audit").await.unwrap_or_default();
+    let figures: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!((figures["unaccounted"].as_i64(), figures["enabled"].as_bool()), (Some(1), Some(true)), "{figures}");
+    assert!(figures["checked"].as_i64() >= Some(records as i64) && figures["clean_at"].as_i64() > Some(0), "{figures}");
     // SIGUSR1: the host leaves its group (so the group takes a commit from outside).
     host::signal(&running, "USR1");
     let _ = tokio::task::spawn_blocking(move || host::wait_report(running)).await;

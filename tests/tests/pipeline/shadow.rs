@@ -242,3 +242,25 @@ async fn a_shadow_cannot_commit_send_or_publish_whatever_it_tries() {
     assert_eq!(shadow_rows, 0);
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_shadow_holding_rows_delays_the_live_events_by_its_budget_at_most() {
+    let env = Env::new(2).await;
+    let (running, admin, requests) = announcing(&env, "slow").await;
+    let candidate = std::fs::read(guests::component("candidate")).expect("candidate component");
+    let (status, answer) = upload_shadow(&admin, candidate).await;
+    assert_eq!(status, 201, "{answer}");
+    // Unbounded, each event would wait 5 s for its shadow (and the other
+    // partition's live transactions for the rows it locks): 100 s and more.
+    let n = 20;
+    let started = std::time::Instant::now();
+    trickle(&env, n).await;
+    env.charged(n, Duration::from_secs(60)).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(40), "20 orders took {took:?} beside a shadow sleeping 5 s on each");
+    let report = report(&admin, n).await;
+    assert_eq!(report["total"]["skipped"], n, "a run cut by its budget compares nothing: {}", report["total"]);
+    only_the_active_versions_effects(&env, n, &requests).await;
+    running.stop().await;
+    env.finish().await;
+}

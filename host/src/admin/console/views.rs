@@ -100,19 +100,7 @@ fn summary(h: &HandlerTelemetry, history: &History) -> Value {
             "p99": history.latency_ms(LATENCY_OVER, 0.99, bounds),
         },
         "partitions": partitions,
-        "audit": audit(h),
-    })
-}
-
-/// The ledger audit's figures (`pipeline::audit`): records accounted for,
-/// records unaccounted, when the last clean sweep ended (`null`: none yet).
-fn audit(h: &HandlerTelemetry) -> Value {
-    use std::sync::atomic::Ordering::Relaxed;
-    let clean_at = h.stats.audit_clean_at.load(Relaxed);
-    json!({
-        "checked": h.stats.audit_checked.load(Relaxed),
-        "unaccounted": h.stats.audit_unaccounted.load(Relaxed),
-        "clean_at": (clean_at > 0).then_some(clean_at),
+        "audit": h.audit(),
     })
 }
 

@@ -90,14 +90,14 @@ impl DbCapability {
         if self.transcript.is_none() {
             return String::new();
         }
-        let shown = crate::text::shown(statement.trim(), 2_000);
+        let shown = crate::text::shown_whole(statement.trim(), 2_000);
         if params.is_empty() {
             return shown;
         }
         let values: Vec<String> = params
             .iter()
             .enumerate()
-            .map(|(i, v)| format!("${}={}", i + 1, crate::text::shown(&format!("{v:?}"), 300)))
+            .map(|(i, v)| format!("${}={}", i + 1, crate::text::shown_whole(&format!("{v:?}"), 300)))
             .collect();
         format!("{shown} [{}]", values.join(", "))
     }

@@ -106,14 +106,23 @@ impl HttpCapability {
 
 pub use target::{client, client_via};
 
-impl HttpCapability {
-    /// A shadow run's request, kept as a line and answered `200 {}`.
-    fn recorded(&mut self, method: &Method, url: &Url, key: Option<&str>, body: Option<&[u8]>) -> Response {
-        let body = body.map_or_else(String::new, |b| crate::text::shown(&String::from_utf8_lossy(b), 2_000));
-        self.sent.push((format!("{method} {url} key={} body={body}", key.unwrap_or("-")), Some(200)));
-        let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-        Response { status: 200, headers, body: b"{}".to_vec() }
-    }
+/// A shadow run's request as its line: method, URL, key, the guest's own
+/// headers (never the host's credentials), body; past their caps, long
+/// values end with a digest of the whole (so that two differ visibly).
+fn recorded_line(
+    method: &Method,
+    url: &Url,
+    key: Option<&str>,
+    headers: &[(String, String)],
+    body: Option<&[u8]>,
+) -> String {
+    let body = body.map_or_else(String::new, |b| crate::text::shown_whole(&String::from_utf8_lossy(b), 2_000));
+    let headers: Vec<String> = headers
+        .iter()
+        .map(|(n, v)| format!("{}: {}", n.to_ascii_lowercase(), crate::text::shown_whole(v, 300)))
+        .collect();
+    let url = crate::text::shown_whole(url.as_str(), 2_000);
+    format!("{method} {url} key={} headers=[{}] body={body}", key.unwrap_or("-"), headers.join(", "))
 }
 
 fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
@@ -201,7 +210,10 @@ impl HttpCapability {
             builder = builder.header(credential.header.as_str(), value);
         }
         if self.recording {
-            return Ok(self.recorded(&method, &url, key_sent.as_deref(), request.body.as_deref()));
+            let line = recorded_line(&method, &url, key_sent.as_deref(), &request.headers, request.body.as_deref());
+            self.sent.push((line, Some(200)));
+            let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+            return Ok(Response { status: 200, headers, body: b"{}".to_vec() });
         }
         if let Some(body) = request.body {
             builder = builder.body(body);

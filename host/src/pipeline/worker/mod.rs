@@ -207,7 +207,10 @@ impl Worker {
         let Some(last) = fresh.last() else { return };
         self.shadowed_through = last.offset;
         let shared = &self.shared;
-        shadow.offer(&shared.slot.executor(), &fresh, &shared.permits, &shared.idem_pool).await;
+        let active = shared.slot.executor();
+        let offered = shadow.offer(&active, &fresh, &shared.permits, &shared.idem_pool);
+        // A partition stopped (revoked, the host stopping) waits for no shadow.
+        self.state.until_stopped(offered).await;
     }
 
     /// Removes this lane's mark, if it has one, and the crashed host's

@@ -4,7 +4,10 @@
 //!   row, the charge, the announcement);
 //! - `escape`: everything a shadow must not get away with: ends the
 //!   transaction by hand, writes a charge of its own, charges the provider,
-//!   announces a payment, and reports success.
+//!   announces a payment, and reports success;
+//! - `slow`: holds every billing row for 5 s before doing what billing does
+//!   (a shadow that would stall the live batch, and the live transactions
+//!   of other partitions, if nothing bounded it).
 
 use idem_guest::{Db, Event, config, emit, http};
 use serde::Deserialize;
@@ -21,11 +24,17 @@ struct Order {
 
 fn handle(event: &Event, db: &Db) -> idem_guest::Result {
     let order: Order = event.payload()?;
-    let factor = if config::get("candidate").as_deref() == Some("escape") {
-        escape(db)?;
-        1000.0
-    } else {
-        2.0
+    let factor = match config::get("candidate").as_deref() {
+        Some("escape") => {
+            escape(db)?;
+            1000.0
+        }
+        Some("slow") => {
+            db.query("SELECT order_id FROM billing.charge FOR UPDATE", &[])?;
+            db.execute("SELECT pg_sleep(5)", &[])?;
+            1.0
+        }
+        _ => 2.0,
     };
     let amount = order.total_amount * factor;
     db.execute(
