@@ -316,6 +316,21 @@ try {
   await page.locator("#shadow").getByText("No shadow version").waitFor();
   assert.equal((await need("active")).version, 1, "stopping the shadow activates nothing");
 
+  // ---- a canary: v2 on half the keys, then aborted by hand ----
+  await page.locator("#module-file").setInputFiles(files.v2);
+  await page.locator("#module-canary").fill("50");
+  await page.locator("#upload button[type=submit]").click();
+  const askedCanary = await page.locator("#outcome .confirm").textContent();
+  assert.match(askedCanary, /and run it on 50% of the keys on every host\?/, askedCanary);
+  await page.locator('#outcome button[data-confirm="upload"]').click();
+  await page.locator("#outcome").getByText("it runs 50% of the keys; the rest stay on version 1").waitFor();
+  await page.locator("#canary").getByText("Canary: v2 on 50% of the keys").waitFor();
+  await page.locator('button[data-action="canary-abort"]').click();
+  await page.locator('#outcome button[data-confirm="canary-abort"]').click();
+  await page.locator("#outcome").getByText("no longer runs as a canary").waitFor();
+  await page.locator('#canary-verdicts tr[data-verdict="aborted"]').waitFor();
+  assert.equal((await need("active")).version, 1, "aborting the canary activates nothing");
+
   // ---- dead letters: the markup is text; a dry run, a replay, once ----
   await page.goto(`${url}/console/#/dead-letters/${handler}`);
   const key = `${poison.partition}:${poison.offset}`;

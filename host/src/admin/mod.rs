@@ -22,6 +22,7 @@ mod activation;
 mod answer;
 mod audit;
 mod body;
+mod canary;
 pub mod client;
 mod console;
 mod dead_letters;
@@ -184,6 +185,7 @@ impl Admin {
             .merge(quarantine::router(state.clone()))
             .merge(throttles::router(state.clone()))
             .merge(shadow::router(state.clone()))
+            .merge(canary::router(state.clone()))
             .merge(ledger::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))

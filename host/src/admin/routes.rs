@@ -118,6 +118,9 @@ pub(super) struct UploadQuery {
     /// of activating it.
     #[serde(default)]
     shadow: bool,
+    /// Store it as the handler's canary for this share of its keys, in
+    /// percent (1 to 99), instead of activating it (`modules::canary`).
+    canary: Option<u8>,
 }
 
 /// The contract check before a version of a registry-format handler is
@@ -156,7 +159,9 @@ pub(super) async fn upload(
         Ok(Query(query)) => query,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.body_text()).into_response(),
     };
-    if let Some(refusal) = super::nul::refused_in("note", query.note.as_deref()) {
+    if let Some(refusal) = super::nul::refused_in("note", query.note.as_deref())
+        .or_else(|| super::canary::refused_share(query.canary, query.shadow))
+    {
         return refusal;
     }
     let limit = slot.max_module_bytes();
@@ -194,8 +199,10 @@ pub(super) async fn upload(
     let by = uploader(&actor.name, &headers);
     let upload =
         store::Upload { handler: &name, bytes: &body, sha256: &sha256, uploaded_by: &by, note: query.note.as_deref() };
-    if query.shadow {
-        return super::shadow::store(&state, slot, &upload, handler).await;
+    match (query.shadow, query.canary) {
+        (true, _) => return super::shadow::store(&state, slot, &upload, handler).await,
+        (false, Some(percent)) => return super::canary::store(&state, slot, &upload, handler, percent).await,
+        (false, None) => {}
     }
     let stored = store::store_and_activate(&state.pool, &upload).await;
     let (version, stored) = match stored {

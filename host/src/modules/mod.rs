@@ -10,6 +10,8 @@
 //! (`idem_api.claim_events`), so a host that has not yet switched never
 //! processes an event with a version that was replaced.
 
+pub mod canaries;
+mod canary;
 mod shadowing;
 pub mod store;
 pub mod watch;
@@ -73,6 +75,10 @@ pub struct Slot {
     shadow: RwLock<Option<Arc<crate::shadow::Shadow>>>,
     /// A shadow version that failed this host's checks, as `failed`.
     shadow_failed: Mutex<Option<Failed>>,
+    /// The handler's canary on this host (`canary`).
+    canary: RwLock<Option<Arc<canary::Canary>>>,
+    /// A canary that failed this host's checks, as `failed`.
+    canary_failed: Mutex<Option<Failed>>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -94,6 +100,8 @@ impl Slot {
             max_module_bytes,
             shadow: RwLock::new(None),
             shadow_failed: Mutex::new(None),
+            canary: RwLock::new(None),
+            canary_failed: Mutex::new(None),
         })
     }
 

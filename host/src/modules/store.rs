@@ -17,6 +17,8 @@ pub struct Version {
     pub active: bool,
     /// Runs beside the active version, always rolled back (`crate::shadow`).
     pub shadow: bool,
+    /// Runs this share of the handler's keys, in percent (`canary`).
+    pub canary_percent: Option<i16>,
 }
 
 /// The active version of a handler, with its bytes.
@@ -64,7 +66,7 @@ pub async fn active_versions(pool: &PgPool) -> Result<Vec<(String, i32)>, sqlx::
 /// Every version of `handler`, newest first.
 pub async fn versions(pool: &PgPool, handler: &str) -> Result<Vec<Version>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT version, sha256, size, uploaded_at, uploaded_by, note, active, shadow \
+        "SELECT version, sha256, size, uploaded_at, uploaded_by, note, active, shadow, canary_percent \
          FROM idem.handler_module WHERE handler = $1 ORDER BY version DESC",
     )
     .bind(handler)
@@ -89,12 +91,7 @@ pub async fn store_and_activate(pool: &PgPool, upload: &Upload<'_>) -> Result<(i
     retrying(|| async move {
         let mut tx = pool.begin().await?;
         lock(&mut tx, upload.handler).await?;
-        let existing: Option<(i32, bool)> =
-            sqlx::query_as("SELECT version, active FROM idem.handler_module WHERE handler = $1 AND sha256 = $2")
-                .bind(upload.handler)
-                .bind(upload.sha256)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let existing = stored(&mut tx, upload).await?;
         let (version, stored) = match existing {
             Some((version, was_active)) => (version, Stored::Existing { was_active }),
             None => (insert_next(&mut tx, upload).await?, Stored::New),
@@ -129,8 +126,17 @@ pub async fn seed(pool: &PgPool, upload: &Upload<'_>) -> Result<Option<i32>, sql
     .await
 }
 
+/// The version `upload`'s bytes are stored as, and whether it is active.
+pub(super) async fn stored(tx: &mut sqlx::PgConnection, upload: &Upload<'_>) -> Result<Option<(i32, bool)>, sqlx::Error> {
+    sqlx::query_as("SELECT version, active FROM idem.handler_module WHERE handler = $1 AND sha256 = $2")
+        .bind(upload.handler)
+        .bind(upload.sha256)
+        .fetch_optional(tx)
+        .await
+}
+
 /// Inserts `upload` as its handler's next version (inactive), under [`lock`].
-async fn insert_next(tx: &mut sqlx::PgConnection, upload: &Upload<'_>) -> Result<i32, sqlx::Error> {
+pub(super) async fn insert_next(tx: &mut sqlx::PgConnection, upload: &Upload<'_>) -> Result<i32, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO idem.handler_module (handler, version, sha256, bytes, size, uploaded_by, note) \
          SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4, $5, $6 \
@@ -179,7 +185,7 @@ pub async fn activate(pool: &PgPool, handler: &str, version: i32) -> Result<bool
 /// While an activation waits for the lock, new claims queue behind it: the
 /// wait is capped at [`LOCK_WAIT`], and retried, so that a long-running
 /// batch delays a deploy instead of stalling every claim of the handler.
-async fn lock(tx: &mut sqlx::PgConnection, handler: &str) -> Result<(), sqlx::Error> {
+pub(super) async fn lock(tx: &mut sqlx::PgConnection, handler: &str) -> Result<(), sqlx::Error> {
     sqlx::query(&format!("SET LOCAL lock_timeout = {}", LOCK_WAIT.as_millis())).execute(&mut *tx).await?;
     sqlx::query("SELECT idem.ensure_module_gate($1)").bind(handler).execute(&mut *tx).await?;
     sqlx::query("SELECT 1 FROM idem.module_gate WHERE handler = $1 ORDER BY slot FOR UPDATE")
@@ -199,7 +205,7 @@ const LOCK_TRIES: u32 = 5;
 
 /// Runs `change` again while it fails on the lock's timeout (55P03), with
 /// a pause between tries so that the waiting claims get through.
-async fn retrying<T, F, Fut>(change: F) -> Result<T, sqlx::Error>
+pub(super) async fn retrying<T, F, Fut>(change: F) -> Result<T, sqlx::Error>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -224,7 +230,15 @@ async fn switch(tx: &mut sqlx::PgConnection, handler: &str, version: i32) -> Res
         .bind(version)
         .execute(&mut *tx)
         .await?;
-    // A shadow made active is no longer a shadow.
+    // A canary ends with any activation (its own, a promotion, or another
+    // version's); a shadow made active is no longer a shadow.
+    sqlx::query(
+        "UPDATE idem.handler_module SET canary_percent = NULL, canary_since = NULL \
+         WHERE handler = $1 AND canary_percent IS NOT NULL",
+    )
+    .bind(handler)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(
         "UPDATE idem.handler_module SET active = true, shadow = false, shadow_since = NULL \
          WHERE handler = $1 AND version = $2 AND NOT active",
@@ -253,12 +267,7 @@ pub async fn store_as_shadow(pool: &PgPool, upload: &Upload<'_>) -> Result<Shado
     retrying(|| async move {
         let mut tx = pool.begin().await?;
         lock(&mut tx, upload.handler).await?;
-        let existing: Option<(i32, bool)> =
-            sqlx::query_as("SELECT version, active FROM idem.handler_module WHERE handler = $1 AND sha256 = $2")
-                .bind(upload.handler)
-                .bind(upload.sha256)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let existing = stored(&mut tx, upload).await?;
         let (version, new) = match existing {
             Some((version, true)) => return Ok(Shadowed::Active(version)),
             Some((version, false)) => (version, false),
@@ -272,7 +281,10 @@ pub async fn store_as_shadow(pool: &PgPool, upload: &Upload<'_>) -> Result<Shado
         .bind(version)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("UPDATE idem.handler_module SET shadow = true, shadow_since = now() WHERE handler = $1 AND version = $2")
+        sqlx::query(
+            "UPDATE idem.handler_module SET shadow = true, shadow_since = now(), canary_percent = NULL, \
+             canary_since = NULL WHERE handler = $1 AND version = $2",
+        )
             .bind(upload.handler)
             .bind(version)
             .execute(&mut *tx)

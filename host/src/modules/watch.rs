@@ -40,6 +40,7 @@ pub async fn follow_activations(pool: PgPool, slots: Vec<Arc<Slot>>, mut stop: w
                     for slot in slots.iter().filter(|s| s.name() == handler) {
                         refresh(&pool, slot).await;
                         refresh_shadow(&pool, slot).await;
+                        refresh_canary(&pool, slot).await;
                     }
                 }
                 Ok(None) => {}
@@ -84,6 +85,18 @@ async fn check_all(pool: &PgPool, slots: &[Arc<Slot>]) {
             refresh(pool, slot).await;
         }
         refresh_shadow(pool, slot).await;
+        refresh_canary(pool, slot).await;
+    }
+}
+
+/// Follows the store's canary row of `slot`, and judges the canary
+/// (`canary`): rolled back here when it fails more than the active version.
+async fn refresh_canary(pool: &PgPool, slot: &Slot) {
+    if let Err(e) = slot.refresh_canary(pool).await {
+        tracing::warn!(handler = %slot.name(), "cannot follow the canary: {e:#}");
+    }
+    if let Err(e) = slot.judge_canary(pool).await {
+        tracing::warn!(handler = %slot.name(), "cannot roll the canary back: {e:#}");
     }
 }
 

@@ -18,7 +18,8 @@
 //! the merged transaction back at once, like its own; its batch is dropped,
 //! the others run again. Two batches carrying the same event id (an event
 //! redelivered on two partitions) never share a transaction: the claim takes
-//! distinct ids.
+//! distinct ids. Under a canary, batches on it and batches on the active
+//! version never share a transaction (each runs on one version).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,6 +48,9 @@ pub(crate) enum BatchEnd {
 struct Submission {
     id: u64,
     events: Vec<Event>,
+    /// Its events run on the canary (`modules::canary`): merged only with
+    /// others that do.
+    canary: bool,
     state: Arc<PartitionState>,
     reply: oneshot::Sender<(Option<i32>, BatchEnd)>,
 }
@@ -69,11 +73,12 @@ impl Combiner {
         shared: &Arc<HandlerContext>,
         events: Vec<Event>,
         state: &Arc<PartitionState>,
+        canary: bool,
     ) -> (Option<i32>, BatchEnd) {
         let combiner = &shared.combiner;
         let id = combiner.next_id.fetch_add(1, Ordering::Relaxed);
         let (reply, mut answer) = oneshot::channel();
-        combiner.queue().push_back(Submission { id, events, state: state.clone(), reply });
+        combiner.queue().push_back(Submission { id, events, canary, state: state.clone(), reply });
         // An execution that died (a panic) answers nothing: the lane's
         // records then run alone, where such a failure is handled.
         let lost = || (None, BatchEnd::Failed(BatchFailure::Whole(None)));
@@ -148,7 +153,8 @@ impl Combiner {
                 continue;
             }
             let fits = taken.is_empty() || events + submission.events.len() <= max_events;
-            if fits && submission.events.iter().all(|e| !ids.contains(&e.id)) {
+            let same_side = taken.first().is_none_or(|t: &Submission| t.canary == submission.canary);
+            if fits && same_side && submission.events.iter().all(|e| !ids.contains(&e.id)) {
                 events += submission.events.len();
                 ids.extend(submission.events.iter().map(|e| e.id));
                 taken.push(submission);
@@ -163,7 +169,7 @@ impl Combiner {
 
 /// Runs `taken` in one transaction and answers each.
 async fn execute(shared: &HandlerContext, taken: Vec<Submission>) {
-    let executor = shared.slot.executor();
+    let executor = shared.slot.executor_on(taken.first().is_some_and(|s| s.canary));
     let version = executor.handler().version();
     let events: Vec<Event> = taken.iter().flat_map(|s| s.events.iter().cloned()).collect();
     // Before each event after the first: the one started last ran (or runs).

@@ -290,6 +290,14 @@ impl Pipeline {
 /// on `failed` (the version that claim named) was refused; true if the
 /// handler now runs another version, so the work can run again at once.
 pub(crate) async fn switch_module(shared: &HandlerContext, failed: Option<i32>) -> bool {
+    // A canary ended (rolled back, aborted, promoted): its events run again
+    // on whatever the store says now.
+    if failed.is_some() && shared.slot.canary().is_some_and(|c| Some(c.version()) == failed) {
+        if let Err(e) = shared.slot.refresh_canary(&shared.idem_pool).await {
+            tracing::warn!(handler = %shared.name, "cannot follow the canary: {e:#}");
+        }
+        return shared.slot.canary().is_none_or(|c| Some(c.version()) != failed);
+    }
     if shared.slot.version() != failed {
         // Another task (the watcher, a sibling partition) switched already.
         return true;

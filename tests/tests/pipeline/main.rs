@@ -12,6 +12,7 @@ use idem_tests::provider::PaymentProvider;
 use idem_tests::wait_until;
 
 mod batching;
+mod canary;
 mod dead_letter_actions;
 mod dead_letter_index;
 mod dead_letters;

@@ -479,6 +479,16 @@ async fn the_openapi_document_describes_the_running_api() {
             "post",
             c.post(url("/handlers/billing/throttle")).json(&serde_json::json!({ "target": "a b", "reset": true })),
         ),
+        // The ledger audit's figures; no shadow, no canary: shown, refused;
+        // a canary share out of range.
+        ("/handlers/{name}/audit", "get", c.get(url("/handlers/billing/audit"))),
+        ("/handlers/{name}/shadow", "get", c.get(url("/handlers/billing/shadow"))),
+        ("/handlers/{name}/shadow", "delete", c.delete(url("/handlers/billing/shadow"))),
+        ("/handlers/{name}/shadow/activate", "post", c.post(url("/handlers/billing/shadow/activate"))),
+        ("/handlers/{name}/canary", "get", c.get(url("/handlers/billing/canary"))),
+        ("/handlers/{name}/canary", "delete", c.delete(url("/handlers/billing/canary"))),
+        ("/handlers/{name}/canary/promote", "post", c.post(url("/handlers/billing/canary/promote"))),
+        ("/handlers/{name}/module", "put", c.put(url("/handlers/billing/module?canary=0")).body(vec![0u8; 8])),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -503,7 +513,12 @@ async fn the_openapi_document_describes_the_running_api() {
     assert_eq!(statuses[31..34], [200, 400, 200], "the outbox; a redrive naming nothing, then all");
     assert_eq!(statuses[34..39], [200, 200, 400, 200, 404], "paused, listed, refused, resumed; unknown");
     assert_eq!(statuses[39..44], [200, 400, 200, 404, 404], "a dry rewind, refused, listed, no such rewind; unknown");
-    assert_eq!(statuses[44..], [200, 404, 400, 200, 200, 400], "the quarantine, its refusals; the rates, set, refused");
+    assert_eq!(
+        statuses[44..50],
+        [200, 404, 400, 200, 200, 400],
+        "the quarantine, its refusals; the rates, set, refused"
+    );
+    assert_eq!(statuses[50..], [200, 200, 404, 404, 200, 404, 404, 400], "the audit; no shadow, no canary; 0%");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

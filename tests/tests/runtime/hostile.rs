@@ -745,10 +745,13 @@ async fn a_handler_role_can_execute_no_function_the_classification_does_not_allo
     for (schema, function) in &executable {
         let ok = match schema.as_str() {
             "pg_catalog" | "information_schema" => classified.get(function) == Some(&true),
-            // The claim, and the outbox's write (which takes only events
-            // the role claimed in the same transaction).
+            // The claim, the outbox's write (which takes only events the
+            // role claimed in the same transaction), and the count of its
+            // own transaction's writes (a shadow run's, `shadow`).
             "idem_api" => {
-                function.starts_with("idem_api.claim_events(") || function.starts_with("idem_api.emit_events(")
+                function.starts_with("idem_api.claim_events(")
+                    || function.starts_with("idem_api.emit_events(")
+                    || function == "idem_api.transaction_writes()"
             }
             "scenario" => true,
             _ => false,

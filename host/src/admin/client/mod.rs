@@ -9,6 +9,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde_json::Value;
 
+mod canaries;
 pub mod operators;
 pub mod quarantine;
 pub mod rewinds;
@@ -91,14 +92,25 @@ fn client() -> anyhow::Result<reqwest::Client> {
 }
 
 /// Uploads `path` as `handler`'s next version.
-/// Uploads the component at `path` as `handler`'s next version: made
-/// active, or with `shadow` stored as its shadow version (`crate::shadow`).
+/// How an upload is deployed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployAs {
+    /// Made active on every host.
+    Active,
+    /// Stored as the handler's shadow version (`crate::shadow`).
+    Shadow,
+    /// Stored as its canary for this percent of its keys (`modules::canary`).
+    Canary(u8),
+}
+
+/// Uploads the component at `path` as `handler`'s next version, deployed
+/// `as_`.
 pub async fn deploy(
     target: &Target,
     handler: &str,
     path: &Path,
     note: Option<&str>,
-    shadow: bool,
+    as_: DeployAs,
 ) -> anyhow::Result<Value> {
     let bytes = crate::files::read_bounded(path, crate::runtime::MAX_COMPONENT_BYTES)
         .with_context(|| format!("failed to read {}", path.display()))?;
@@ -112,9 +124,23 @@ pub async fn deploy(
     if let Some(note) = note {
         request = request.query(&[("note", note)]);
     }
-    if shadow {
-        request = request.query(&[("shadow", "true")]);
+    match as_ {
+        DeployAs::Active => {}
+        DeployAs::Shadow => request = request.query(&[("shadow", "true")]),
+        DeployAs::Canary(percent) => request = request.query(&[("canary", percent.to_string())]),
     }
+    target.send(request).await
+}
+
+/// `POST /handlers/{handler}/canary/promote` (`promote`), or `DELETE
+/// /handlers/{handler}/canary`.
+pub async fn canary(target: &Target, handler: &str, promote: bool) -> anyhow::Result<Value> {
+    let client = client()?;
+    let request = if promote {
+        client.post(target.url(&format!("/handlers/{handler}/canary/promote")))
+    } else {
+        client.delete(target.url(&format!("/handlers/{handler}/canary")))
+    };
     target.send(request).await
 }
 

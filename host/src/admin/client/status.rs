@@ -197,6 +197,7 @@ pub async fn show(url: &str, token: Option<&str>, once: bool) -> anyhow::Result<
         text.push_str(&frame(url, &now, Some((&before, taken.elapsed()))));
         let handlers: Vec<String> = resolved(&now).into_keys().collect();
         text.push_str(&super::shadows::lines(&client, url, token, &handlers).await);
+        text.push_str(&super::canaries::lines(&client, url, token, &handlers).await);
         text.push_str(&fleet(&client, url, token).await);
         if once || !terminal {
             out!("{text}")?;

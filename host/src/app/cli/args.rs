@@ -306,3 +306,53 @@ pub(super) struct ThrottleArgs {
     #[arg(long, default_value = "")]
     pub(super) reason: String,
 }
+
+/// What `idem deploy` was asked: an upload (made active, a shadow or a
+/// canary), or a shadow's or a canary's end.
+#[derive(clap::Args)]
+pub(super) struct DeployArgs {
+    #[command(flatten)]
+    pub(super) admin: AdminTarget,
+    /// The handler it is a version of (its `name`).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// The component (.wasm).
+    #[arg(required_unless_present_any = ["activate_shadow", "stop_shadow", "promote", "abort"])]
+    pub(super) path: Option<PathBuf>,
+    /// Stored with the version (what changed, a ticket).
+    #[arg(long)]
+    pub(super) note: Option<String>,
+    /// Store it as the handler's shadow version instead of activating
+    /// it: it runs beside the active version on the same live events,
+    /// always rolled back, its requests recorded and never sent, and
+    /// `idem status` reports where the two differ.
+    #[arg(long, requires = "path")]
+    pub(super) shadow: bool,
+    /// Make the handler's shadow version active.
+    #[arg(long, conflicts_with_all = ["path", "shadow", "stop_shadow"])]
+    pub(super) activate_shadow: bool,
+    /// End the handler's shadow run (its report is kept).
+    #[arg(long, conflicts_with_all = ["path", "shadow"])]
+    pub(super) stop_shadow: bool,
+    /// Store it as the handler's canary for this share of its keys
+    /// (`10%`: a stable tenth, by a hash of the key) instead of
+    /// activating it; every host rolls it back by itself when it fails
+    /// more than the active version.
+    #[arg(long, value_name = "PERCENT", value_parser = percent, requires = "path", conflicts_with = "shadow")]
+    pub(super) canary: Option<u8>,
+    /// Make the handler's canary the active version.
+    #[arg(long, conflicts_with_all = ["path", "shadow", "activate_shadow", "stop_shadow", "abort"])]
+    pub(super) promote: bool,
+    /// End the handler's canary: every key back on the active version.
+    #[arg(long, conflicts_with_all = ["path", "shadow", "activate_shadow", "stop_shadow"])]
+    pub(super) abort: bool,
+}
+
+/// A canary's share: `10%` or `10`, 1 to 99.
+fn percent(text: &str) -> Result<u8, String> {
+    let number = text.strip_suffix('%').unwrap_or(text).trim();
+    match number.parse::<u8>() {
+        Ok(p) if (1..=99).contains(&p) => Ok(p),
+        _ => Err(format!("`{text}`: a canary takes 1% to 99% of the keys")),
+    }
+}

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 pub(super) use super::args::{
-    AdminTarget, DlqFilters, DlqPage, DlqTarget, PauseScope, QuarantineArgs, RewindArgs, ThrottleArgs, read_token,
+    AdminTarget, DeployArgs, DlqFilters, DlqPage, DlqTarget, PauseScope, QuarantineArgs, RewindArgs, ThrottleArgs,
+    read_token,
 };
 
 #[derive(Subcommand)]
@@ -98,31 +99,7 @@ pub(super) enum Command {
     },
     /// Uploads a component as a handler's next module version and activates
     /// it on every host (through the admin API of a running host).
-    Deploy {
-        #[command(flatten)]
-        admin: AdminTarget,
-        /// The handler it is a version of (its `name`).
-        #[arg(long)]
-        handler: String,
-        /// The component (.wasm).
-        #[arg(required_unless_present_any = ["activate_shadow", "stop_shadow"])]
-        path: Option<PathBuf>,
-        /// Stored with the version (what changed, a ticket).
-        #[arg(long)]
-        note: Option<String>,
-        /// Store it as the handler's shadow version instead of activating
-        /// it: it runs beside the active version on the same live events,
-        /// always rolled back, its requests recorded and never sent, and
-        /// `idem status` reports where the two differ.
-        #[arg(long, requires = "path")]
-        shadow: bool,
-        /// Make the handler's shadow version active.
-        #[arg(long, conflicts_with_all = ["path", "shadow", "stop_shadow"])]
-        activate_shadow: bool,
-        /// End the handler's shadow run (its report is kept).
-        #[arg(long, conflicts_with_all = ["path", "shadow"])]
-        stop_shadow: bool,
-    },
+    Deploy(DeployArgs),
     /// Each handler's module versions: active, running here, counts per version.
     Handlers {
         #[command(flatten)]

@@ -150,6 +150,38 @@ async fn audit(
     admin.print(&trail, crate::admin::client::operators::render_audit)
 }
 
+/// `idem deploy`: an upload (made active, a shadow, a canary), or the end
+/// of a shadow or a canary, through a host's API.
+async fn deploying(args: commands::DeployArgs) -> anyhow::Result<()> {
+    use crate::admin::client::{self, DeployAs};
+    let commands::DeployArgs {
+        admin,
+        handler,
+        path,
+        note,
+        shadow,
+        activate_shadow,
+        stop_shadow,
+        canary,
+        promote,
+        abort,
+    } = args;
+    let target = admin.target();
+    let answer = match path {
+        Some(path) if !activate_shadow && !stop_shadow && !promote && !abort => {
+            let as_ = match (shadow, canary) {
+                (true, _) => DeployAs::Shadow,
+                (false, Some(percent)) => DeployAs::Canary(percent),
+                (false, None) => DeployAs::Active,
+            };
+            client::deploy(&target, &handler, &path, note.as_deref(), as_).await?
+        }
+        _ if promote || abort => client::canary(&target, &handler, promote).await?,
+        _ => client::shadow(&target, &handler, activate_shadow).await?,
+    };
+    admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
+}
+
 /// `idem rewind`: a rewind (or its dry run), the handler's rewinds, or
 /// one's report, through a host's API.
 async fn rewinding(args: commands::RewindArgs) -> anyhow::Result<()> {
@@ -242,15 +274,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             }
         }
         Command::Dlq { command } => dlq::dlq(command, natives).await,
-        Command::Deploy { admin, handler, path, note, shadow, activate_shadow, stop_shadow } => {
-            let answer = match path {
-                Some(path) if !activate_shadow && !stop_shadow => {
-                    crate::admin::client::deploy(&admin.target(), &handler, &path, note.as_deref(), shadow).await?
-                }
-                _ => crate::admin::client::shadow(&admin.target(), &handler, activate_shadow).await?,
-            };
-            admin.print(&answer, |a| format!("idem: {handler}: {}\n", a["message"].as_str().unwrap_or("")))
-        }
+        Command::Deploy(args) => deploying(args).await,
         Command::Handlers { admin } => {
             let answer = crate::admin::client::handlers(&admin.reading()).await?;
             admin.print(&answer, crate::admin::client::render_handlers)

@@ -106,6 +106,34 @@ impl HttpCapability {
 
 pub use target::{client, client_via};
 
+/// The guest's `headers` on `builder`, refusing those the host sets (its
+/// own and the `injected` credentials').
+fn guest_headers(
+    mut builder: reqwest::RequestBuilder,
+    headers: &[(String, String)],
+    injected: &[&Credential],
+) -> Result<reqwest::RequestBuilder, HttpError> {
+    for (name, value) in headers {
+        let reserved = RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+            || injected.iter().any(|c| c.header.eq_ignore_ascii_case(name));
+        if reserved {
+            return Err(HttpError::InvalidRequest(format!("header `{name}` is set by the host")));
+        }
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| HttpError::InvalidRequest(format!("`{name}` is not a valid header name")))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| HttpError::InvalidRequest(format!("the value of header `{name}` is not valid")))?;
+        builder = builder.header(name, value);
+    }
+    Ok(builder)
+}
+
+/// What a shadow run's request is answered: `200 {}`.
+fn recorded_answer() -> Response {
+    let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    Response { status: 200, headers, body: b"{}".to_vec() }
+}
+
 /// A shadow run's request as its line: method, URL, key, the guest's own
 /// headers (never the host's credentials), body; past their caps, long
 /// values end with a digest of the whole (so that two differ visibly).
@@ -167,19 +195,7 @@ impl HttpCapability {
             .iter()
             .filter(|c| target::matching_entry(std::slice::from_ref(&c.base), &url).is_some())
             .collect();
-        let mut builder = self.client.request(method.clone(), url.clone());
-        for (name, value) in &request.headers {
-            let reserved = RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
-                || injected.iter().any(|c| c.header.eq_ignore_ascii_case(name));
-            if reserved {
-                return Err(HttpError::InvalidRequest(format!("header `{name}` is set by the host")));
-            }
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| HttpError::InvalidRequest(format!("`{name}` is not a valid header name")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|_| HttpError::InvalidRequest(format!("the value of header `{name}` is not valid")))?;
-            builder = builder.header(name, value);
-        }
+        let mut builder = guest_headers(self.client.request(method.clone(), url.clone()), &request.headers, &injected)?;
         let unsafe_method = matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE);
         let mut key_sent = None;
         if unsafe_method {
@@ -212,8 +228,7 @@ impl HttpCapability {
         if self.recording {
             let line = recorded_line(&method, &url, key_sent.as_deref(), &request.headers, request.body.as_deref());
             self.sent.push((line, Some(200)));
-            let headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-            return Ok(Response { status: 200, headers, body: b"{}".to_vec() });
+            return Ok(recorded_answer());
         }
         if let Some(body) = request.body {
             builder = builder.body(body);

@@ -57,11 +57,17 @@ impl Worker {
         }
     }
 
-    /// The next batch of the pending records (`route::compose`).
+    /// The next batch of the pending records (`route::compose`), all on
+    /// one version: under a canary, the first events on the same side of
+    /// it as the first (`modules::canary`).
     fn next_batch(&mut self) -> Vec<Event> {
         let (cap, shared) = (self.batch_cap(), &self.shared);
         let parked = |record: &crate::validate::Record| shared.quarantine.holds(record.key.as_deref());
-        super::route::compose(self.pending.iter_mut(), cap, parked, |record| super::validated(shared, record))
+        let events =
+            super::route::compose(self.pending.iter_mut(), cap, parked, |record| super::validated(shared, record));
+        let Some(canary) = shared.slot.canary() else { return events };
+        let side = events.first().is_some_and(|e| canary.takes(e));
+        events.into_iter().take_while(|e| canary.takes(e) == side).collect()
     }
 
     /// Resolves a prefix of the pending records (at least the first, unless
@@ -145,7 +151,8 @@ impl BatchLane for Lane<'_> {
         if !self.0.state.until_released().await {
             return (None, BatchEnd::Failed(crate::executor::BatchFailure::Stopped));
         }
-        Combiner::submit(&self.0.shared, events, &self.0.state).await
+        let canary = events.first().is_some_and(|e| self.0.shared.slot.on_canary(e));
+        Combiner::submit(&self.0.shared, events, &self.0.state, canary).await
     }
 
     async fn switch_module(&mut self, version: Option<i32>) -> bool {

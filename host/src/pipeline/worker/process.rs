@@ -214,7 +214,7 @@ impl Worker {
             }
         }
         shared.abort_point(&event.payload);
-        let executor = shared.slot.executor();
+        let executor = shared.slot.executor_for(event);
         let on = executor.handler().version();
         let result = executor.execute(event, tries.attempt).await;
         shared.slot.count(on, result.as_ref().map(|o| *o).map_err(drop));

@@ -5,6 +5,8 @@
 //! - `escape`: everything a shadow must not get away with: ends the
 //!   transaction by hand, writes a charge of its own, charges the provider,
 //!   announces a payment, and reports success;
+//! - `flaky`: what billing does, but fails for good on 3 orders in 10
+//!   (`orderId % 10 < 3`): a canary worse than the active version;
 //! - `slow`: holds every billing row for 5 s before doing what billing does
 //!   (a shadow that would stall the live batch, and the live transactions
 //!   of other partitions, if nothing bounded it).
@@ -29,6 +31,10 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             escape(db)?;
             1000.0
         }
+        Some("flaky") if order.order_id % 10 < 3 => {
+            return Err(idem_guest::Error::permanent("this version fails 3 orders in 10"));
+        }
+        Some("flaky") => 1.0,
         Some("slow") => {
             db.query("SELECT order_id FROM billing.charge FOR UPDATE", &[])?;
             db.execute("SELECT pg_sleep(5)", &[])?;

@@ -746,8 +746,9 @@ async function handlerPage(name, gen) {
 }
 
 async function modulesPage(name, gen, notice) {
-  const [data, shadow] = await Promise.all([api("/handlers/" + enc(name) + "/modules"),
-    api("/handlers/" + enc(name) + "/shadow").then((r) => r.shadow).catch(() => null)]);
+  const [data, shadow, canary] = await Promise.all([api("/handlers/" + enc(name) + "/modules"),
+    api("/handlers/" + enc(name) + "/shadow").then((r) => r.shadow).catch(() => null),
+    api("/handlers/" + enc(name) + "/canary").catch(() => null)]);
   if (gen !== generation) return;
   navFor(name);
   const active = data.active_version;
@@ -779,7 +780,8 @@ async function modulesPage(name, gen, notice) {
     }
     return el("tr", { "data-version": v.version, class: v.active ? "selected" : null },
       el("td", {}, "v" + v.version, " ", v.active ? el("span", { class: "pill active" }, "active") : null,
-        v.shadow ? el("span", { class: "pill shadow" }, "shadow") : null),
+        v.shadow ? el("span", { class: "pill shadow" }, "shadow") : null,
+        v.canary_percent ? el("span", { class: "pill shadow" }, "canary " + v.canary_percent + "%") : null),
       el("td", { class: "sha", title: v.sha256 }, v.sha256.slice(0, 16) + "…"),
       num(v.size), el("td", {}, new Date(v.uploaded_at).toLocaleString()), el("td", {}, v.uploaded_by), el("td", {}, v.note || ""),
       num(counts.processed, { "data-field": "processed" }), num(counts.duplicates), num(counts.failed), action);
@@ -790,23 +792,17 @@ async function modulesPage(name, gen, notice) {
     out,
     table(["Version", "sha256", "size (bytes)", "Uploaded", "By", "Note", "processed", "duplicates", "failed", "~Actions"], rows, { id: "versions" }),
     shadowSection(name, gen, shadow, out),
+    canarySection(name, gen, canary, out),
   ];
   if (operate()) parts.push(uploadForm(name, gen, out));
   else parts.push(el("p", { class: "muted" }, "Read-only session: uploads and activations need a token of scope operate."));
   show(gen, ...parts);
 }
 
-// The shadow version (docs/deploys.md): the report of where it and the
-// active version differ on live events, and the two ways out of it.
-function shadowSection(name, gen, r, out) {
-  if (!r) return el("div", { id: "shadow" }, el("h2", {}, "Shadow"), el("p", { class: "muted" }, "No shadow version: upload one as a shadow to compare it with the active version on live events before activating it."));
-  const t = r.total;
-  const types = r.types.map((k) => el("tr", { "data-type": k.event_type }, el("td", {}, k.event_type), num(k.agree), num(k.differ), num(k.skipped)));
-  const sides = (side, d) => el("td", { class: "reason" }, ...d.differs.map((f) => el("div", {}, f + ": " + JSON.stringify(d[side][f]))));
-  const diffs = r.differences.map((d) => el("tr", { "data-event": d.event_id },
-    el("td", {}, d.event_id), el("td", {}, d.topic + "/" + d.partition + "@" + d.offset), el("td", {}, d.differs.join(", ")),
-    sides("active", d), sides("shadow", d)));
-  const act = (label, verb, method, path, data) => button(label, () => {
+// A button of the modules page that acts after a confirmation naming what
+// it does (`verb`): `method` on the handler's `path`, then the page again.
+function confirmed(name, gen, out) {
+  return (label, verb, method, path, data) => button(label, () => {
     const yes = el("button", { type: "button", class: "danger", "data-confirm": data }, "Confirm");
     const no = el("button", { type: "button" }, "Cancel");
     no.addEventListener("click", () => out.replaceChildren());
@@ -820,6 +816,19 @@ function shadowSection(name, gen, r, out) {
     out.replaceChildren(el("p", { class: "confirm", role: "alert" }, verb + " ", yes, " ", no));
     yes.focus();
   }, { "data-action": data });
+}
+
+// The shadow version (docs/shadow.md): the report of where it and the
+// active version differ on live events, and the two ways out of it.
+function shadowSection(name, gen, r, out) {
+  if (!r) return el("div", { id: "shadow" }, el("h2", {}, "Shadow"), el("p", { class: "muted" }, "No shadow version: upload one as a shadow to compare it with the active version on live events before activating it."));
+  const t = r.total;
+  const types = r.types.map((k) => el("tr", { "data-type": k.event_type }, el("td", {}, k.event_type), num(k.agree), num(k.differ), num(k.skipped)));
+  const sides = (side, d) => el("td", { class: "reason" }, ...d.differs.map((f) => el("div", {}, f + ": " + JSON.stringify(d[side][f]))));
+  const diffs = r.differences.map((d) => el("tr", { "data-event": d.event_id },
+    el("td", {}, d.event_id), el("td", {}, d.topic + "/" + d.partition + "@" + d.offset), el("td", {}, d.differs.join(", ")),
+    sides("active", d), sides("shadow", d)));
+  const act = confirmed(name, gen, out);
   return el("div", { id: "shadow" },
     el("h2", {}, "Shadow: v" + r.version + " beside the active version"),
     el("p", { class: "muted" }, "Since " + (r.since ? new Date(r.since).toLocaleString() : "–") + ". Each shadowed event ran on both versions in a transaction that was rolled back; the shadow's requests were recorded, never sent."),
@@ -833,13 +842,35 @@ function shadowSection(name, gen, r, out) {
       act("Stop the shadow", "Stop running v" + r.version + " as a shadow on every host?", "DELETE", "/shadow", "shadow-stop")) : null);
 }
 
+// The canary (docs/canaries.md): its share, this host's executions per
+// version, how the last canaries ended, and the two ways out of it.
+function canarySection(name, gen, r, out) {
+  if (!r) return null;
+  const c = r.canary;
+  const verdicts = r.verdicts.map((v) => el("tr", { "data-verdict": v.verdict },
+    el("td", {}, new Date(v.at).toLocaleString()), el("td", {}, "v" + v.version), num(v.percent), el("td", {}, v.verdict), el("td", { class: "reason" }, v.reason), el("td", {}, v.by)));
+  const ran = (v) => { const n = r.counts[String(v)] || { processed: 0, duplicates: 0, failed: 0 }; return n; };
+  const act = confirmed(name, gen, out);
+  return el("div", { id: "canary" },
+    el("h2", {}, c ? "Canary: v" + c.version + " on " + c.percent + "% of the keys" : "Canary"),
+    c ? el("div", { class: "cards" },
+      card("canary executions (this host)", fmt(ran(c.version).processed + ran(c.version).duplicates + ran(c.version).failed), { "data-field": "canary-ran" }),
+      card("canary failed (this host)", fmt(ran(c.version).failed), { "data-field": "canary-failed", class: ran(c.version).failed > 0 ? "card bad" : "card" })) :
+      el("p", { class: "muted" }, "No canary: upload a version as a canary to run it on a share of the keys; the hosts roll it back by themselves when it fails more than the active version."),
+    c && operate() ? el("p", {}, act("Promote v" + c.version, "Make the canary v" + c.version + " the active version on every host?", "POST", "/canary/promote", "canary-promote"), " ",
+      act("Abort the canary", "Move every key back to the active version on every host?", "DELETE", "/canary", "canary-abort")) : null,
+    verdicts.length ? table(["At", "Version", "percent", "Verdict", "Why", "By"], verdicts, { id: "canary-verdicts" }) : null);
+}
+
 function uploadForm(name, gen, out) {
   const file = el("input", { type: "file", id: "module-file", accept: ".wasm,application/wasm", required: true });
   const note = el("input", { type: "text", id: "module-note", maxlength: 200, placeholder: "what changed" });
   const asShadow = el("input", { type: "checkbox", id: "module-shadow" });
+  const canaryShare = el("input", { type: "number", id: "module-canary", min: 1, max: 99, placeholder: "%" });
   const form = el("form", { class: "inline", id: "upload" },
     el("label", {}, "Component (.wasm)", file), el("label", {}, "Note", note),
     el("label", {}, asShadow, " as a shadow (compared on live events, never committed)"),
+    el("label", {}, "or as a canary on", canaryShare, "% of the keys"),
     el("button", { class: "primary", type: "submit" }, "Upload"));
   // An upload activates on every host: it runs after a confirmation naming
   // the file, its size and the handler.
@@ -849,6 +880,7 @@ function uploadForm(name, gen, out) {
       const asked = new URLSearchParams();
       if (note.value) asked.set("note", note.value);
       if (asShadow.checked) asked.set("shadow", "true");
+      if (canaryShare.value) asked.set("canary", canaryShare.value);
       const query = asked.toString() ? "?" + asked.toString() : "";
       const answer = await api("/handlers/" + enc(name) + "/module" + query, { method: "PUT", body: chosen });
       await modulesPage(name, gen, message(answer.message));
@@ -866,7 +898,8 @@ function uploadForm(name, gen, out) {
     yes.addEventListener("click", () => { yes.disabled = true; upload(chosen); });
     out.replaceChildren(el("p", { class: "confirm", role: "alert" },
       "Upload " + chosen.name + " (" + fmt(Math.ceil(chosen.size / 1024)) + " KiB) as the next version of " + name +
-      (asShadow.checked ? " and run it as a shadow beside the active version on every host? " : " and activate it on every host? "), yes, " ", no));
+      (asShadow.checked ? " and run it as a shadow beside the active version on every host? "
+        : canaryShare.value ? " and run it on " + canaryShare.value + "% of the keys on every host? " : " and activate it on every host? "), yes, " ", no));
     yes.focus();
   });
   return el("div", {}, el("h2", {}, "Deploy a version"), form);
