@@ -88,7 +88,9 @@ pub(super) async fn show(State(state): State<AdminState>, Path(name): Path<Strin
         .into_response()
 }
 
-/// Makes the canary the active version.
+/// Makes the canary the active version: checked on this host first, then
+/// promoted only if it is still the canary (a host may have rolled it back
+/// meanwhile: 409).
 pub(super) async fn promote(
     State(state): State<AdminState>,
     Path(name): Path<String>,
@@ -98,21 +100,30 @@ pub(super) async fn promote(
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
-    let answer = super::activation::activate_version(&state, slot, &name, row.version).await;
-    if answer.status().is_success() {
-        slot.end_canary();
-        let mut conn = match state.pool.acquire().await {
-            Ok(conn) => conn,
-            Err(e) => return database(&e),
-        };
-        let why = format!("promoted by {}", actor.name);
-        let recorded =
-            canaries::record(&mut conn, &name, (row.version, row.percent), ("promoted", &why, &*actor.name)).await;
-        if let Err(e) = recorded {
-            tracing::warn!(handler = %name, "cannot record the canary's promotion: {e}");
+    let version = row.version;
+    let bytes = match canaries::bytes(&state.pool, &name, version).await {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return no_canary(&name),
+        Err(e) => return database(&e),
+    };
+    let handler = match slot.validate(&bytes, &format!("{name} version {version}")).await {
+        Ok(handler) => handler,
+        Err(e) => return super::activation::refused(&e),
+    };
+    match canaries::promote(&state.pool, &name, version, &actor.name).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let message =
+                format!("version {version} is no longer the canary (rolled back or replaced): nothing changed");
+            return error(StatusCode::CONFLICT, message).into_response();
         }
+        Err(e) => return database(&e),
     }
-    answer
+    slot.install(handler.with_version(version)).await;
+    slot.end_canary();
+    tracing::info!(handler = %name, version, "canary promoted");
+    let body = json!({ "handler": name, "version": version, "message": format!("version {version} is active") });
+    (Extension(Detail(json!({ "version": version }))), Json(body)).into_response()
 }
 
 /// Ends the canary: every key back on the active version.

@@ -51,14 +51,20 @@ pub async fn store_as_canary(pool: &PgPool, upload: &Upload<'_>, percent: i16) -
             Some((version, false)) => (version, false),
             None => (insert_next(&mut tx, upload).await?, true),
         };
-        sqlx::query(
-            "UPDATE idem.handler_module SET canary_percent = NULL, canary_since = NULL \
-             WHERE handler = $1 AND canary_percent IS NOT NULL AND version <> $2",
+        let replaced: Option<(i32, i16)> = sqlx::query_as(
+            "UPDATE idem.handler_module AS m SET canary_percent = NULL, canary_since = NULL \
+             FROM (SELECT version, canary_percent FROM idem.handler_module \
+                   WHERE handler = $1 AND canary_percent IS NOT NULL AND version <> $2) AS was \
+             WHERE m.handler = $1 AND m.version = was.version RETURNING was.version, was.canary_percent",
         )
         .bind(upload.handler)
         .bind(version)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
+        if let Some(old) = replaced {
+            let why = format!("replaced by version {version}");
+            record(&mut tx, upload.handler, old, ("aborted", &why, upload.uploaded_by)).await?;
+        }
         sqlx::query(
             "UPDATE idem.handler_module SET canary_percent = $3, canary_since = now(), shadow = false, \
              shadow_since = NULL WHERE handler = $1 AND version = $2",
@@ -111,6 +117,32 @@ pub async fn end(pool: &PgPool, handler: &str, version: i32, verdict: &str, reas
         .await?;
         let Some(percent) = percent else { return Ok(false) };
         record(&mut tx, handler, (version, percent), (verdict, reason, by)).await?;
+        tx.commit().await?;
+        Ok(true)
+    })
+    .await
+}
+
+/// Makes `handler`'s canary `version` the active one, recording its
+/// promotion by `by`; false if it is no longer the canary (rolled back or
+/// replaced meanwhile): nothing changed then.
+pub async fn promote(pool: &PgPool, handler: &str, version: i32, by: &str) -> Result<bool, sqlx::Error> {
+    retrying(|| async move {
+        let mut tx = pool.begin().await?;
+        lock(&mut tx, handler).await?;
+        let percent: Option<i16> = sqlx::query_scalar(
+            "UPDATE idem.handler_module AS m SET canary_percent = NULL, canary_since = NULL \
+             FROM (SELECT canary_percent FROM idem.handler_module WHERE handler = $1 AND version = $2) AS was \
+             WHERE m.handler = $1 AND m.version = $2 AND m.canary_percent IS NOT NULL RETURNING was.canary_percent",
+        )
+        .bind(handler)
+        .bind(version)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(percent) = percent else { return Ok(false) };
+        let why = format!("promoted by {by}");
+        record(&mut tx, handler, (version, percent), ("promoted", &why, by)).await?;
+        super::store::switch(&mut tx, handler, version).await?;
         tx.commit().await?;
         Ok(true)
     })

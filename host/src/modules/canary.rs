@@ -115,6 +115,9 @@ impl Slot {
         if self.executor().handler().is_native() {
             return Ok(());
         }
+        // One at a time: every lane refused at its claim after a rollback
+        // asks at once, and one compilation of a new canary is enough.
+        let _one = self.canary_refresh.lock().await;
         let Some(row) = canaries::canary(pool, &self.name).await? else {
             self.end_canary();
             return Ok(());
@@ -175,7 +178,7 @@ impl Slot {
 fn verdict(canary: (u64, u64), active: (u64, u64)) -> (Option<String>, (f64, f64)) {
     let rate = |(ok, failed): (u64, u64)| if ok + failed == 0 { 0.0 } else { failed as f64 / (ok + failed) as f64 };
     let (c, a) = (rate(canary), rate(active));
-    let judged = canary.0 + canary.1 >= MIN_EVENTS;
+    let judged = canary.0 + canary.1 >= MIN_EVENTS && active.0 + active.1 >= MIN_EVENTS;
     let worse = judged && c > a + MARGIN;
     let why = worse.then(|| {
         format!(
@@ -198,6 +201,7 @@ mod tests {
     fn a_canary_is_rolled_back_only_when_it_fails_more_by_the_margin_over_enough_events() {
         assert!(verdict((70, 30), (100, 0)).0.is_some(), "30% against none");
         assert!(verdict((14, 5), (100, 0)).0.is_none(), "19 executions are too few to judge");
+        assert!(verdict((70, 30), (19, 0)).0.is_none(), "19 of the active version's too");
         assert!(verdict((96, 4), (100, 0)).0.is_none(), "4 points is within the margin");
         assert!(verdict((70, 30), (70, 30)).0.is_none(), "as bad as the active version is no worse");
         let why = verdict((70, 30), (100, 0)).0.unwrap_or_default();

@@ -79,6 +79,8 @@ pub struct Slot {
     canary: RwLock<Option<Arc<canary::Canary>>>,
     /// A canary that failed this host's checks, as `failed`.
     canary_failed: Mutex<Option<Failed>>,
+    /// Follows of the canary's row, one at a time.
+    canary_refresh: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -102,6 +104,7 @@ impl Slot {
             shadow_failed: Mutex::new(None),
             canary: RwLock::new(None),
             canary_failed: Mutex::new(None),
+            canary_refresh: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -126,8 +129,12 @@ impl Slot {
         self.executor().handler().version()
     }
 
-    /// Counts an outcome of an execution on `version`.
-    pub fn count(&self, version: Option<i32>, outcome: Result<Outcome, ()>) {
+    /// Counts an outcome of an execution on `version`: a failure only
+    /// when it is the version's own (its handler failed, trapped or
+    /// overran), not an outage, a throttle or a refused claim: the canary's
+    /// judgement compares these (`canary`).
+    pub fn count(&self, version: Option<i32>, outcome: Result<Outcome, &crate::error::ExecError>) {
+        use crate::error::ExecError::{HandlerPermanent, HandlerRetryable, TimedOut, Trapped};
         let Some(version) = version else { return };
         let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let c = counts.entry(version).or_default();
@@ -136,8 +143,16 @@ impl Slot {
             Ok(Outcome::Duplicate) => c.duplicates += 1,
             // It never ran on any version.
             Ok(Outcome::Skipped) => {}
-            Err(()) => c.failed += 1,
+            Err(HandlerRetryable(_) | HandlerPermanent(_) | Trapped(_) | TimedOut(_)) => c.failed += 1,
+            Err(_) => {}
         }
+    }
+
+    /// Counts a failure of `version`'s own (a batch's event failed).
+    pub fn count_failed(&self, version: Option<i32>) {
+        let Some(version) = version else { return };
+        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.entry(version).or_default().failed += 1;
     }
 
     pub fn counts(&self) -> BTreeMap<i32, VersionCounts> {

@@ -224,14 +224,23 @@ where
 
 /// Makes `version` the one active row of `handler`: the old one is cleared
 /// first, as the partial unique index checks each statement.
-async fn switch(tx: &mut sqlx::PgConnection, handler: &str, version: i32) -> Result<(), sqlx::Error> {
+pub(super) async fn switch(tx: &mut sqlx::PgConnection, handler: &str, version: i32) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE idem.handler_module SET active = false WHERE handler = $1 AND active AND version <> $2")
         .bind(handler)
         .bind(version)
         .execute(&mut *tx)
         .await?;
-    // A canary ends with any activation (its own, a promotion, or another
-    // version's); a shadow made active is no longer a shadow.
+    // A canary ends with any activation (a promotion ends it before), said
+    // in its verdicts; a shadow made active is no longer a shadow.
+    sqlx::query(
+        "INSERT INTO idem.canary_verdict (handler, version, percent, verdict, reason, by) \
+         SELECT handler, version, canary_percent, 'aborted', 'version ' || $2 || ' was activated', 'idem' \
+         FROM idem.handler_module WHERE handler = $1 AND canary_percent IS NOT NULL",
+    )
+    .bind(handler)
+    .bind(version)
+    .execute(&mut *tx)
+    .await?;
     sqlx::query(
         "UPDATE idem.handler_module SET canary_percent = NULL, canary_since = NULL \
          WHERE handler = $1 AND canary_percent IS NOT NULL",

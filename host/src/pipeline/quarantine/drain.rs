@@ -139,10 +139,10 @@ async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) 
         tracing::error!(handler = %name, offset = record.offset, "{reason}");
         return Ran::Wait(None, reason, ErrorClass::Permanent.as_str());
     }
-    let executor = shared.slot.executor();
+    let executor = shared.slot.executor_for(&valid);
     let on = executor.handler().version();
     let result = executor.execute(&valid, attempts).await;
-    shared.slot.count(on, result.as_ref().map(|o| *o).map_err(drop));
+    shared.slot.count(on, result.as_ref().map(|o| *o));
     drop(permit);
     match result {
         Ok(outcome) => {

@@ -170,7 +170,7 @@ impl BatchLane for Lane<'_> {
     fn failed(&mut self, version: Option<i32>, size: usize, at: usize, whole: Option<i64>, counted: bool) {
         let (shared, state) = (&self.0.shared, &self.0.state);
         if counted {
-            shared.slot.count(version, Err(()));
+            shared.slot.count_failed(version);
         }
         if let Some(last) = whole {
             self.0.alone_through = self.0.alone_through.max(last);

@@ -217,7 +217,7 @@ impl Worker {
         let executor = shared.slot.executor_for(event);
         let on = executor.handler().version();
         let result = executor.execute(event, tries.attempt).await;
-        shared.slot.count(on, result.as_ref().map(|o| *o).map_err(drop));
+        shared.slot.count(on, result.as_ref().map(|o| *o));
         drop((serial, permit));
         Execution::Done { on, result }
     }
