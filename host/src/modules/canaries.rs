@@ -106,15 +106,7 @@ pub async fn end(pool: &PgPool, handler: &str, version: i32, verdict: &str, reas
     retrying(|| async move {
         let mut tx = pool.begin().await?;
         lock(&mut tx, handler).await?;
-        let percent: Option<i16> = sqlx::query_scalar(
-            "UPDATE idem.handler_module AS m SET canary_percent = NULL, canary_since = NULL \
-             FROM (SELECT canary_percent FROM idem.handler_module WHERE handler = $1 AND version = $2) AS was \
-             WHERE m.handler = $1 AND m.version = $2 AND m.canary_percent IS NOT NULL RETURNING was.canary_percent",
-        )
-        .bind(handler)
-        .bind(version)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let percent = clear(&mut tx, handler, version).await?;
         let Some(percent) = percent else { return Ok(false) };
         record(&mut tx, handler, (version, percent), (verdict, reason, by)).await?;
         tx.commit().await?;
@@ -130,15 +122,7 @@ pub async fn promote(pool: &PgPool, handler: &str, version: i32, by: &str) -> Re
     retrying(|| async move {
         let mut tx = pool.begin().await?;
         lock(&mut tx, handler).await?;
-        let percent: Option<i16> = sqlx::query_scalar(
-            "UPDATE idem.handler_module AS m SET canary_percent = NULL, canary_since = NULL \
-             FROM (SELECT canary_percent FROM idem.handler_module WHERE handler = $1 AND version = $2) AS was \
-             WHERE m.handler = $1 AND m.version = $2 AND m.canary_percent IS NOT NULL RETURNING was.canary_percent",
-        )
-        .bind(handler)
-        .bind(version)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let percent = clear(&mut tx, handler, version).await?;
         let Some(percent) = percent else { return Ok(false) };
         let why = format!("promoted by {by}");
         record(&mut tx, handler, (version, percent), ("promoted", &why, by)).await?;
@@ -146,6 +130,20 @@ pub async fn promote(pool: &PgPool, handler: &str, version: i32, by: &str) -> Re
         tx.commit().await?;
         Ok(true)
     })
+    .await
+}
+
+/// Clears `handler`'s canary row of `version`: the share it had, or
+/// `None` when it was not the canary.
+async fn clear(tx: &mut sqlx::PgConnection, handler: &str, version: i32) -> Result<Option<i16>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE idem.handler_module AS m SET canary_percent = NULL, canary_since = NULL \
+         FROM (SELECT canary_percent FROM idem.handler_module WHERE handler = $1 AND version = $2) AS was \
+         WHERE m.handler = $1 AND m.version = $2 AND m.canary_percent IS NOT NULL RETURNING was.canary_percent",
+    )
+    .bind(handler)
+    .bind(version)
+    .fetch_optional(tx)
     .await
 }
 

@@ -37,7 +37,10 @@ async fn a_claim_on_a_version_that_is_not_active_is_refused_and_the_active_one_i
     let stale = s.executor_for(load(1));
     let e = order();
     let err = stale.execute(&e, 1).await.expect_err("version 1 is not active");
-    assert!(matches!(err, ExecError::StaleModule(ref m) if m.contains("not the active one")), "{err}");
+    assert!(
+        matches!(err, ExecError::StaleModule(ref m) if m.contains("is neither the active one (2) nor its canary")),
+        "{err}"
+    );
     assert_eq!(err.class(), ErrorClass::Unavailable, "never final: the host switches and runs it again");
     let batch = stale.execute_batch(std::slice::from_ref(&e), |_| false).await.expect_err("in a batch too");
     assert!(matches!(batch, idem::executor::BatchFailure::StaleModule), "{batch:?}");
