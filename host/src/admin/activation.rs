@@ -47,6 +47,8 @@ pub(super) async fn activate_version(state: &AdminState, slot: &Slot, name: &str
     if slot.shadow().is_some_and(|s| s.version() == version) {
         slot.end_shadow();
     }
+    // An activation ends the canary (`store::switch`).
+    slot.end_canary();
     tracing::info!(handler = %name, version, "module version activated");
     let body = json!({ "handler": name, "version": version, "message": format!("version {version} is active") });
     (Extension(Detail(json!({ "version": version }))), Json(body)).into_response()

@@ -33,14 +33,17 @@ fn unknown(name: &str) -> Response {
     error(StatusCode::NOT_FOUND, format!("no handler `{name}` runs on this host")).into_response()
 }
 
-/// A share that is not 1 to 99, or asked with `shadow`: the refusal.
+/// A share that is not 1 to 99 (400), or asked with `shadow` (409): the refusal.
 pub(super) fn refused_share(canary: Option<u8>, shadow: bool) -> Option<Response> {
-    let message = match canary {
-        Some(p) if !(1..=99).contains(&p) => format!("canary = {p}: a canary takes 1 to 99 percent of the keys"),
-        Some(_) if shadow => "an upload is a shadow or a canary, not both".to_owned(),
+    let (status, message) = match canary {
+        Some(p) if !(1..=99).contains(&p) => {
+            (StatusCode::BAD_REQUEST, format!("canary = {p}: a canary takes 1 to 99 percent of the keys"))
+        }
+        // Each alone is a valid ask; together they contradict each other.
+        Some(_) if shadow => (StatusCode::CONFLICT, "an upload is a shadow or a canary, not both".to_owned()),
         _ => return None,
     };
-    Some(error(StatusCode::BAD_REQUEST, message).into_response())
+    Some(error(status, message).into_response())
 }
 
 /// Stores a validated upload as `slot`'s canary for `percent` of its keys;

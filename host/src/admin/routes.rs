@@ -204,7 +204,19 @@ pub(super) async fn upload(
         (false, Some(percent)) => return super::canary::store(&state, slot, &upload, handler, percent).await,
         (false, None) => {}
     }
-    let stored = store::store_and_activate(&state.pool, &upload).await;
+    activated(&state, slot, &upload, handler).await
+}
+
+/// Stores a validated upload and activates it; this host runs it from its
+/// next batch, the others within seconds.
+async fn activated(
+    state: &AdminState,
+    slot: &Slot,
+    upload: &store::Upload<'_>,
+    handler: crate::runtime::Handler,
+) -> Response {
+    let (name, sha256) = (upload.handler, upload.sha256);
+    let stored = store::store_and_activate(&state.pool, upload).await;
     let (version, stored) = match stored {
         Ok(stored) => stored,
         Err(e) => return database(&e),
@@ -213,6 +225,10 @@ pub(super) async fn upload(
     slot.install(handler.with_version(version)).await;
     if slot.shadow().is_some_and(|s| s.version() == version) {
         slot.end_shadow();
+    }
+    // An activation ends the canary (`store::switch`).
+    if stored != (Stored::Existing { was_active: true }) {
+        slot.end_canary();
     }
     let (status, message) = match stored {
         Stored::New => (StatusCode::CREATED, format!("stored as version {version} and activated")),
@@ -223,7 +239,7 @@ pub(super) async fn upload(
             (StatusCode::OK, format!("identical to stored version {version}, which is now active again"))
         }
     };
-    tracing::info!(handler = %name, version, %sha256, uploaded_by = %by, "module upload: {message}");
+    tracing::info!(handler = %name, version, %sha256, uploaded_by = %upload.uploaded_by, "module upload: {message}");
     let changed = stored != (Stored::Existing { was_active: true });
     let detail = Detail(json!({ "version": version, "sha256": sha256, "changed": changed }));
     (
