@@ -9,21 +9,8 @@ use serde_json::Value;
 /// The canary lines of `handlers` (nothing for one that never had one, or
 /// when the host cannot say).
 pub(super) async fn lines(client: &reqwest::Client, url: &str, token: Option<&str>, handlers: &[String]) -> String {
-    let mut out = String::new();
-    for handler in handlers {
-        let target = format!("{}/handlers/{handler}/canary", url.trim_end_matches('/'));
-        let mut request = client.get(&target);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Ok(r) = request.send().await
-            && r.status().is_success()
-            && let Ok(answer) = r.json::<Value>().await
-        {
-            out.push_str(&render(handler, &answer));
-        }
-    }
-    out
+    let answers = super::shadows::each(client, url, token, handlers, "canary").await;
+    answers.iter().map(|(handler, answer)| render(handler, answer)).collect()
 }
 
 /// One handler's canary as lines.

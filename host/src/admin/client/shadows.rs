@@ -12,21 +12,36 @@ const SHOWN: usize = 3;
 /// when the host cannot say).
 pub(super) async fn lines(client: &reqwest::Client, url: &str, token: Option<&str>, handlers: &[String]) -> String {
     let mut out = String::new();
-    for handler in handlers {
-        let target = format!("{}/handlers/{handler}/shadow", url.trim_end_matches('/'));
-        let mut request = client.get(&target);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let answer = match request.send().await {
-            Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
-            _ => None,
-        };
-        if let Some(report) = answer.as_ref().map(|a| &a["shadow"]).filter(|r| !r.is_null()) {
-            out.push_str(&render(handler, report));
+    for (handler, answer) in each(client, url, token, handlers, "shadow").await {
+        if !answer["shadow"].is_null() {
+            out.push_str(&render(&handler, &answer["shadow"]));
         }
     }
     out
+}
+
+/// `GET /handlers/{name}/{what}` of each of `handlers`, those answered.
+pub(super) async fn each(
+    client: &reqwest::Client,
+    url: &str,
+    token: Option<&str>,
+    handlers: &[String],
+    what: &str,
+) -> Vec<(String, Value)> {
+    let mut answers = Vec::new();
+    for handler in handlers {
+        let mut request = client.get(format!("{}/handlers/{handler}/{what}", url.trim_end_matches('/')));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Ok(r) = request.send().await
+            && r.status().is_success()
+            && let Ok(answer) = r.json::<Value>().await
+        {
+            answers.push((handler.clone(), answer));
+        }
+    }
+    answers
 }
 
 /// One handler's shadow report as lines.
