@@ -34,6 +34,7 @@
 pub(crate) mod admin;
 pub mod app;
 mod capabilities;
+pub(crate) mod capture;
 pub mod config;
 pub(crate) mod env;
 pub mod error;

@@ -331,6 +331,20 @@ try {
   await page.locator('#canary-verdicts tr[data-verdict="aborted"]').waitFor();
   assert.equal((await need("active")).version, 1, "aborting the canary activates nothing");
 
+  // ---- captured events (every one here): listed, redacted, downloadable ----
+  await until("the modules page lists captured events", async () => {
+    await page.reload();
+    await page.locator("#captures").waitFor();
+    return (await page.locator("#captures-list tr[data-capture]").count()) > 0;
+  });
+  assert.match(await page.locator("#captures-list tr[data-capture]").first().textContent(), /order\.confirmed\.v1/);
+  const rawCaptures = await page.evaluate(async (h) => (await fetch(`/console/api/handlers/${h}/captures?limit=50`)).text(), handler);
+  assert.ok(rawCaptures.includes("[redacted]"), "the configured path is redacted");
+  assert.ok(!/customerId\\":\s*\d/.test(rawCaptures), "no customer id is kept: " + rawCaptures.slice(0, 400));
+  await page.locator("#captures-download").click();
+  await page.locator("#outcome").getByText(/captures downloaded: idem test --handler/).waitFor();
+  await shot(page, "modules-captures");
+
   // ---- dead letters: the markup is text; a dry run, a replay, once ----
   await page.goto(`${url}/console/#/dead-letters/${handler}`);
   const key = `${poison.partition}:${poison.offset}`;

@@ -23,6 +23,7 @@ mod answer;
 mod audit;
 mod body;
 mod canary;
+mod captures;
 pub mod client;
 mod console;
 mod dead_letters;
@@ -187,6 +188,7 @@ impl Admin {
             .merge(shadow::router(state.clone()))
             .merge(canary::router(state.clone()))
             .merge(ledger::router(state.clone()))
+            .merge(captures::router(state.clone()))
             .merge(audit::router(state.clone()))
             .merge(operators::router(state.clone()))
             .merge(console::router(state.clone()))

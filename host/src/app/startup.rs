@@ -207,6 +207,9 @@ impl Preparing<'_> {
         };
         let executor = Executor::new(body, handler_pool, http, pins);
         executor.check_instantiation().await.with_context(at)?;
+        // `idem check` captures nothing: it runs no event.
+        let capturing = if self.seed == Seed::Yes { crate::capture::Capturing::start(pool.clone(), &h)? } else { None };
+        let executor = executor.with_capture(capturing);
         let executor = match (&stored, &h.component) {
             (None, Some(path)) if self.seed == Seed::Yes => {
                 seed_version_1(pool, self.runtime, executor, path).await.with_context(at)?

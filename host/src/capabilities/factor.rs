@@ -97,6 +97,9 @@ pub(crate) struct Call<'a> {
     pub provenance: Option<Vec<(String, String)>>,
     /// Keep what each call did, to show it (`idem test`).
     pub transcript: bool,
+    /// The invocation's tape (`super::tape`): a captured event's, or a
+    /// replay's.
+    pub tape: Option<Arc<super::tape::Tape>>,
     pub shared: &'a Shared,
 }
 

@@ -21,6 +21,7 @@ mod fault;
 pub(crate) mod http;
 pub(crate) mod log;
 pub(crate) mod origin;
+pub mod tape;
 #[cfg(test)]
 mod tests;
 

@@ -160,6 +160,9 @@ pub struct HandlerConfig {
     /// The ledger audit's pace: `[handler.audit]`.
     #[serde(default)]
     pub audit: super::HandlerAudit,
+    /// A sample of live events kept for replay tests: `[handler.capture]`.
+    #[serde(default)]
+    pub capture: super::HandlerCapture,
     /// The topics it may emit events to (the outbox): `[[handler.emit]]`.
     #[serde(default)]
     pub emit: Vec<super::HandlerEmit>,
@@ -503,6 +506,7 @@ impl HandlerConfig {
             failure: super::HandlerFailure::default(),
             batch: HandlerBatch::default(),
             audit: super::HandlerAudit::default(),
+            capture: super::HandlerCapture::default(),
             emit: Vec::new(),
             dedup_retention: retention::default_dedup_retention(),
             stale_events: StalePolicy::default(),

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 mod admin;
 mod audit;
+mod capture;
 mod check;
 mod dlq;
 mod failure;
@@ -29,6 +30,7 @@ mod runtime;
 
 pub use admin::AdminConfig;
 pub use audit::HandlerAudit;
+pub use capture::{HandlerCapture, RedactStep, redact_path};
 pub use dlq::DlqConfig;
 pub use failure::{HandlerFailure, OnExhausted};
 pub use format::{Envelope, Format};

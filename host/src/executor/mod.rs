@@ -4,12 +4,14 @@
 mod batch;
 mod chains;
 mod rehearsal;
+mod replay;
 mod trial;
 
 use std::sync::Arc;
 
 use sqlx::PgPool;
 
+use crate::capabilities::tape::Tape;
 use crate::capabilities::{Call, Capabilities, HostFault, Left, Shared, Verdict};
 use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
@@ -26,6 +28,7 @@ use crate::transaction::Lent;
 pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
 pub use rehearsal::{Rehearsal, Writes};
+pub use replay::Replayed;
 use tracing::Instrument as _;
 pub use trial::Trial;
 
@@ -56,6 +59,8 @@ pub struct Executor {
     stats: Option<Arc<Stats>>,
     /// Invocations keep a line per statement (`idem test`).
     transcribe: bool,
+    /// A sample of the events is captured (`[handler.capture]`).
+    capture: Option<Arc<crate::capture::Capturing>>,
 }
 
 impl Executor {
@@ -68,7 +73,14 @@ impl Executor {
         let throttles = Arc::new(crate::throttle::Throttles::new(handler.settings().rates.clone()));
         let shared =
             Shared { http_client: http, sent_keys: side_by_side.then(Arc::default), throttles, recording: false };
-        Self { handler, pool, shared, pins: Arc::new(pins), force_stale: false, stats: None, transcribe: false }
+        let pins = Arc::new(pins);
+        Self { handler, pool, shared, pins, force_stale: false, stats: None, transcribe: false, capture: None }
+    }
+
+    /// The same executor, capturing a sample of its events.
+    #[must_use]
+    pub fn with_capture(&self, capture: Option<Arc<crate::capture::Capturing>>) -> Self {
+        Self { capture, ..self.clone() }
     }
 
     /// The same executor, counting into `stats`.
@@ -222,7 +234,9 @@ impl Executor {
         // in a shadow run, its requests are recorded, never sent (and the
         // transaction is rolled back, its emits never written).
         let checking = self.rehearsing();
-        let caps = checking.capabilities(Lent::Whole(tx), &uuid::Uuid::nil().to_string(), None, false, None);
+        let deadline = tx.deadline();
+        let ids = (uuid::Uuid::nil().to_string(), None);
+        let caps = checking.capabilities(Lent::Whole(tx), deadline, &ids, false, None, None);
         let (caps, result) = checking.handler.try_instantiate(caps).await;
         if let Some(tx) = caps.tx.into_whole() {
             tx.rollback().await;
@@ -237,23 +251,26 @@ impl Executor {
         }
     }
 
-    /// One invocation's capabilities (`batched`: see `DbCapability`).
+    /// One invocation's capabilities (`batched`: see `DbCapability`), for
+    /// the event `(id, origin)`, until `deadline`.
     fn capabilities(
         &self,
         tx: Lent,
-        event_id: &str,
-        origin: Option<&crate::event::Origin>,
+        deadline: tokio::time::Instant,
+        (event_id, origin): &(String, Option<&crate::event::Origin>),
         batched: bool,
         provenance: Option<Vec<(String, String)>>,
+        tape: Option<Arc<Tape>>,
     ) -> Capabilities {
         let call = Call {
             handler: &self.handler.settings().name,
             event_id,
-            origin,
+            origin: *origin,
             batched,
-            deadline: tx.deadline(),
+            deadline,
             provenance,
             transcript: self.transcribe,
+            tape,
             shared: &self.shared,
         };
         Capabilities::new(tx, self.handler.policies(), &call)
@@ -283,16 +300,35 @@ impl Executor {
 
     /// Runs the handler on a claimed `event` inside `tx` (the whole
     /// transaction, or a share of a batch's), and hands `tx` back with what
-    /// its capabilities left (the caller seals them if it commits).
+    /// its capabilities left (the caller seals them if it commits). A
+    /// sampled event is captured with what it got and came to.
     async fn invoke(&self, tx: Lent, event: &Event, run: Run) -> Invoked {
-        let Run { attempt, batched, guarded } = run;
         let deadline = tx.deadline();
+        let capturing = self.capture.as_ref().filter(|c| c.sampled(&event.id));
+        let tape = capturing.map(|_| Tape::recording());
+        let invoked = self.invoke_on(tx, deadline, event, run, tape.clone()).await;
+        if let (Some(capturing), Some(tape)) = (capturing, tape) {
+            capturing.keep(self.captured(event, &tape, &invoked));
+        }
+        invoked
+    }
+
+    /// [`Executor::invoke`] until `deadline`, on `tape` if any.
+    async fn invoke_on(
+        &self,
+        tx: Lent,
+        deadline: tokio::time::Instant,
+        event: &Event,
+        run: Run,
+        tape: Option<Arc<Tape>>,
+    ) -> Invoked {
+        let Run { attempt, batched, guarded } = run;
         // An event run without a dedup row emits nothing: its emits could
         // not name it as their cause (docs/outbox.md).
         let trust = self.handler.settings().trust_input_trace_headers;
         let provenance = guarded.then(|| crate::capabilities::emit::write::provenance(event, trust));
-        let caps =
-            self.capabilities(tx, &event.id.hyphenated().to_string(), event.origin.as_ref(), batched, provenance);
+        let ids = (event.id.hyphenated().to_string(), event.origin.as_ref());
+        let caps = self.capabilities(tx, deadline, &ids, batched, provenance, tape);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
         let Returned { mut caps, invocation, stderr } =
@@ -302,6 +338,20 @@ impl Executor {
         }
         let (verdict, left) = caps.finish(self.stats());
         (caps.tx, result(invocation, verdict, &stderr), left)
+    }
+
+    /// A captured event: what it got from `tape`, what it emitted and came to.
+    fn captured(&self, event: &Event, tape: &Tape, (_, result, left): &Invoked) -> crate::capture::Capture {
+        use crate::capture::{CapturedEmit, CapturedEvent, Outcome as Came};
+        crate::capture::Capture {
+            handler: self.handler.settings().name.clone(),
+            version: self.handler.version(),
+            captured_at: chrono::Utc::now().to_rfc3339(),
+            event: CapturedEvent::of(event),
+            recorded: tape.take().0,
+            emits: left.emit.iter().map(CapturedEmit::of).collect(),
+            outcome: result.as_ref().map_or_else(Came::failed, |_| Came::ok()),
+        }
     }
 }
 

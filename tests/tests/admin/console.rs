@@ -47,6 +47,8 @@ async fn an_operator_watches_deploys_and_replays_in_a_browser() {
     // released from the console); the poison's 422 still goes to the DLQ.
     let mut spec = env.billing().with_lanes("key", 4);
     spec.extra.push_str("failure = { on_exhausted = \"quarantine\" }\n");
+    // Every event captured, for the modules page's replay section.
+    spec.extra.push_str("capture = { sample = 1.0, redact = [\"$.customerId\"] }\n");
     let config = env.config(&spec, "");
     let host = Host::start(&config, None).await;
     let port = host.address.port();

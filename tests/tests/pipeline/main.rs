@@ -13,6 +13,7 @@ use idem_tests::wait_until;
 
 mod batching;
 mod canary;
+mod capture;
 mod dead_letter_actions;
 mod dead_letter_index;
 mod dead_letters;

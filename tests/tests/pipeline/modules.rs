@@ -489,6 +489,9 @@ async fn the_openapi_document_describes_the_running_api() {
         ("/handlers/{name}/canary", "delete", c.delete(url("/handlers/billing/canary"))),
         ("/handlers/{name}/canary/promote", "post", c.post(url("/handlers/billing/canary/promote"))),
         ("/handlers/{name}/module", "put", c.put(url("/handlers/billing/module?canary=0")).body(vec![0u8; 8])),
+        // Its captures (none: it captures nothing); a limit out of range.
+        ("/handlers/{name}/captures", "get", c.get(url("/handlers/billing/captures"))),
+        ("/handlers/{name}/captures", "get", c.get(url("/handlers/billing/captures?limit=0"))),
     ];
     let mut seen = std::collections::BTreeSet::new();
     let mut statuses = Vec::new();
@@ -518,7 +521,8 @@ async fn the_openapi_document_describes_the_running_api() {
         [200, 404, 400, 200, 200, 400],
         "the quarantine, its refusals; the rates, set, refused"
     );
-    assert_eq!(statuses[50..], [200, 200, 404, 404, 200, 404, 404, 400], "the audit; no shadow, no canary; 0%");
+    assert_eq!(statuses[50..58], [200, 200, 404, 404, 200, 404, 404, 400], "the audit; no shadow, no canary; 0%");
+    assert_eq!(statuses[58..], [200, 400], "no captures; a limit refused");
     let documented: std::collections::BTreeSet<(String, String)> = doc["paths"]
         .as_object()
         .into_iter()

@@ -171,6 +171,12 @@ pub async fn dead_letters(target: &Target, handler: &str, filters: &[(&str, Stri
     target.send(client()?.get(url).query(filters)).await
 }
 
+/// `handler`'s newest `limit` captured events (`[handler.capture]`).
+pub async fn captures(target: &Target, handler: &str, limit: i64) -> anyhow::Result<Value> {
+    let url = target.url(&format!("/handlers/{handler}/captures"));
+    target.send(client()?.get(url).query(&[("limit", limit)])).await
+}
+
 /// Replays (or, `dry_run` in `request`, judges) `handler`'s dead letters
 /// on the host; `request` is the API's body (`search`, `force`, …).
 pub async fn replay_dead_letters(target: &Target, handler: &str, request: &Value) -> anyhow::Result<Value> {

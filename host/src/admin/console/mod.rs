@@ -155,6 +155,7 @@ pub(super) fn router(state: AdminState) -> axum::Router {
         .route("/console/api/handlers/{name}/shadow/activate", post(super::shadow::activate))
         .route("/console/api/handlers/{name}/canary", get(super::canary::show).delete(super::canary::abort))
         .route("/console/api/handlers/{name}/canary/promote", post(super::canary::promote))
+        .route("/console/api/handlers/{name}/captures", get(super::captures::show))
         .route("/console/api/handlers/{name}/dead-letters", get(api::dead_letters))
         .route("/console/api/handlers/{name}/dead-letters/replay", post(dead_letters::replay))
         .route("/console/api/handlers/{name}/dead-letters/discard", post(dead_letters::discard))

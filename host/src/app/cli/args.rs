@@ -356,3 +356,78 @@ fn percent(text: &str) -> Result<u8, String> {
         _ => Err(format!("`{text}`: a canary takes 1% to 99% of the keys")),
     }
 }
+
+/// What `idem test` was asked: a file of events, or captures to replay.
+#[derive(clap::Args)]
+pub(super) struct TestArgs {
+    #[arg(long, default_value = "idem.toml")]
+    pub(super) config: PathBuf,
+    /// The handler to run (its `name` in the config).
+    #[arg(long)]
+    pub(super) handler: String,
+    /// The component to test (default: the handler's `component` file),
+    /// or a project directory with a build.sh (`idem new`), built first:
+    /// the build runs the project's own code, so it runs in an empty
+    /// environment (PATH, the toolchains' homes and registry settings,
+    /// a scratch HOME; no IDEM_ADMIN_TOKEN, IDEM_DLQ_KEY or other
+    /// secret), and never as root: as root idem refuses; build it as an
+    /// unprivileged user and pass the .wasm.
+    #[arg(long)]
+    pub(super) component: Option<PathBuf>,
+    /// Keep what the events did (the claims too): commit instead of
+    /// rolling back, in the config's database.
+    #[arg(long)]
+    pub(super) commit: bool,
+    /// Run in the config's database, whose migrations must be applied
+    /// (`idem migrate`), instead of a scratch database made on its
+    /// server for this run and dropped after (the default: migrations
+    /// can be edited freely before the first deploy).
+    #[arg(long)]
+    pub(super) no_scratch: bool,
+    /// Where HTTP requests go: a local recorder that prints them, or their hosts.
+    #[arg(long, value_enum, default_value = "record")]
+    pub(super) http: crate::app::trial::HttpMode,
+    /// Test again whenever the component, the config, the events file,
+    /// the handler's schema or migrations change, until Ctrl-C.
+    #[arg(long)]
+    pub(super) watch: bool,
+    /// A project handed to its SDK's quick runner (given as
+    /// --component) instead of being built into a component: a folder's
+    /// Python modules, or a TypeScript project's bundle (a file), as
+    /// `./test.sh --quick` does.
+    #[arg(long, value_name = "PATH")]
+    pub(super) sources: Option<PathBuf>,
+    /// A registry format's handler: encode each event with this schema
+    /// id's writer schema from the registry (another version than the
+    /// reader's, say) instead of the handler's reader schema.
+    #[arg(long, value_name = "ID")]
+    pub(super) schema_id: Option<u32>,
+    /// Replay captured live events (`[handler.capture]`) from FILE
+    /// (`GET /handlers/{name}/captures`' answer, or one capture per
+    /// line) against the component, with no database or network: each
+    /// statement and request answered as when it was captured; every
+    /// divergence named; non-zero exit when any event diverged.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["events", "commit", "no_scratch", "watch", "from_capture"])]
+    pub(super) replay: Option<PathBuf>,
+    /// As --replay, with the handler's newest captures from a running
+    /// host (`--url`, `--token`).
+    #[arg(long, conflicts_with_all = ["events", "commit", "no_scratch", "watch"])]
+    pub(super) from_capture: bool,
+    /// How many captures --from-capture replays (1 to 1000).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..=1000))]
+    pub(super) captures: i64,
+    /// Keep the captures --from-capture fetched in this file (for
+    /// --replay, in CI, say).
+    #[arg(long, value_name = "FILE", requires = "from_capture")]
+    pub(super) save: Option<PathBuf>,
+    /// The admin API --from-capture reads (`[admin] listen`).
+    #[arg(long, env = "IDEM_ADMIN_URL", default_value = "http://127.0.0.1:7700")]
+    pub(super) url: String,
+    /// Its bearer token, if it has one (else $IDEM_ADMIN_READ_TOKEN: a
+    /// read-scope token is enough).
+    #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
+    pub(super) token: Option<String>,
+    /// One event's payload per line.
+    #[arg(required_unless_present_any = ["replay", "from_capture"])]
+    pub(super) events: Option<PathBuf>,
+}

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 pub(super) use super::args::{
-    AdminTarget, DeployArgs, DlqFilters, DlqPage, DlqTarget, PauseScope, QuarantineArgs, RewindArgs, ThrottleArgs,
-    read_token,
+    AdminTarget, DeployArgs, DlqFilters, DlqPage, DlqTarget, PauseScope, QuarantineArgs, RewindArgs, TestArgs,
+    ThrottleArgs, read_token,
 };
 
 #[derive(Subcommand)]
@@ -41,52 +41,7 @@ pub(super) enum Command {
     /// transaction rolled back at the end, printing each event's statements,
     /// requests, outcome and time; exits non-zero unless every event was
     /// processed or a duplicate.
-    Test {
-        #[arg(long, default_value = "idem.toml")]
-        config: PathBuf,
-        /// The handler to run (its `name` in the config).
-        #[arg(long)]
-        handler: String,
-        /// The component to test (default: the handler's `component` file),
-        /// or a project directory with a build.sh (`idem new`), built first:
-        /// the build runs the project's own code, so it runs in an empty
-        /// environment (PATH, the toolchains' homes and registry settings,
-        /// a scratch HOME; no IDEM_ADMIN_TOKEN, IDEM_DLQ_KEY or other
-        /// secret), and never as root: as root idem refuses; build it as an
-        /// unprivileged user and pass the .wasm.
-        #[arg(long)]
-        component: Option<PathBuf>,
-        /// Keep what the events did (the claims too): commit instead of
-        /// rolling back, in the config's database.
-        #[arg(long)]
-        commit: bool,
-        /// Run in the config's database, whose migrations must be applied
-        /// (`idem migrate`), instead of a scratch database made on its
-        /// server for this run and dropped after (the default: migrations
-        /// can be edited freely before the first deploy).
-        #[arg(long)]
-        no_scratch: bool,
-        /// Where HTTP requests go: a local recorder that prints them, or their hosts.
-        #[arg(long, value_enum, default_value = "record")]
-        http: crate::app::trial::HttpMode,
-        /// Test again whenever the component, the config, the events file,
-        /// the handler's schema or migrations change, until Ctrl-C.
-        #[arg(long)]
-        watch: bool,
-        /// A project handed to its SDK's quick runner (given as
-        /// --component) instead of being built into a component: a folder's
-        /// Python modules, or a TypeScript project's bundle (a file), as
-        /// `./test.sh --quick` does.
-        #[arg(long, value_name = "PATH")]
-        sources: Option<PathBuf>,
-        /// A registry format's handler: encode each event with this schema
-        /// id's writer schema from the registry (another version than the
-        /// reader's, say) instead of the handler's reader schema.
-        #[arg(long, value_name = "ID")]
-        schema_id: Option<u32>,
-        /// One event's payload per line.
-        events: PathBuf,
-    },
+    Test(TestArgs),
     /// Runs every start-up check of `run`, consumes nothing, exits non-zero on a problem.
     Check {
         #[arg(long, default_value = "idem.toml")]

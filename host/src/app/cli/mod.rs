@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Parser;
 
 use crate::output::outln;
@@ -237,6 +238,45 @@ async fn throttling(args: commands::ThrottleArgs) -> anyhow::Result<()> {
     admin.print(&answer, |a| format!("idem: {}\n", a["message"].as_str().unwrap_or("")))
 }
 
+/// `idem test`: a file of events, or captured events replayed.
+async fn testing(args: commands::TestArgs) -> anyhow::Result<()> {
+    let commands::TestArgs { config, handler, component, commit, no_scratch, http, watch, sources, schema_id, .. } =
+        args;
+    if args.replay.is_some() || args.from_capture {
+        use crate::app::trial::Source;
+        let source = match args.replay {
+            Some(file) => Source::File(file),
+            None => {
+                let token = args.token.filter(|t| !t.is_empty()).or_else(commands::read_token);
+                let target = crate::admin::client::Target { url: args.url, token };
+                Source::Host { target, limit: args.captures, save: args.save }
+            }
+        };
+        let options = crate::app::trial::ReplayOptions { config, handler, component, source };
+        if crate::app::trial::replay(options).await? {
+            return Ok(());
+        }
+        anyhow::bail!("the replay diverged from the captures");
+    }
+    let events = args.events.context("an events file is needed (or --replay FILE, or --from-capture)")?;
+    let options = crate::app::trial::Options {
+        config,
+        handler,
+        component,
+        events,
+        commit,
+        http,
+        no_scratch,
+        built: None,
+        sources,
+        schema_id,
+    };
+    if watch {
+        return crate::app::trial::watch(options).await;
+    }
+    if crate::app::trial::test(options).await? { Ok(()) } else { anyhow::bail!("not every event was processed") }
+}
+
 async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config, exit_when_drained } => serve(&config, exit_when_drained, natives).await,
@@ -251,28 +291,7 @@ async fn dispatch(cli: Cli, natives: &NativeHandlers) -> anyhow::Result<()> {
             )?;
             Ok(())
         }
-        Command::Test { config, handler, component, commit, no_scratch, http, watch, sources, schema_id, events } => {
-            let options = crate::app::trial::Options {
-                config,
-                handler,
-                component,
-                events,
-                commit,
-                http,
-                no_scratch,
-                built: None,
-                sources,
-                schema_id,
-            };
-            if watch {
-                return crate::app::trial::watch(options).await;
-            }
-            if crate::app::trial::test(options).await? {
-                Ok(())
-            } else {
-                anyhow::bail!("not every event was processed")
-            }
-        }
+        Command::Test(args) => testing(args).await,
         Command::Dlq { command } => dlq::dlq(command, natives).await,
         Command::Deploy(args) => deploying(args).await,
         Command::Handlers { admin } => {

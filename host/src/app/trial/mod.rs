@@ -20,10 +20,12 @@
 
 mod events;
 mod recorder;
+mod replay;
 mod scratch;
 mod sources;
 mod watch;
 
+pub use replay::{ReplayOptions, Source, replay};
 pub use watch::watch;
 
 use std::path::PathBuf;

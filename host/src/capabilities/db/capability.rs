@@ -56,7 +56,7 @@ impl Capability for DbCapability {
     }
 
     fn prepare(settings: &Arc<DbSettings>, call: &Call<'_>) -> Self {
-        let db = Self::new(call.handler.to_owned(), settings.max_statements, call.batched);
+        let db = Self::new(call.handler.to_owned(), settings.max_statements, call.batched).taped(call.tape.clone());
         if call.transcript { db.transcribing() } else { db }
     }
 

@@ -30,6 +30,7 @@ mod tx;
 mod values;
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use tracing::Instrument as _;
 
@@ -38,6 +39,7 @@ use crate::traces::TARGET as TRACE;
 
 use super::allowance::Allowance;
 use super::fault::HostFault;
+use super::tape::{DbAnswer, Tape};
 use crate::transaction::Lent;
 use crate::wit::db::{self, DbError, Rows, SqlError, Value};
 
@@ -59,6 +61,10 @@ pub(crate) struct DbCapability {
     infrastructure: Option<String>,
     /// Each statement and what came of it, when kept (`idem test`).
     transcript: Option<Vec<String>>,
+    /// The invocation's tape (`super::tape`): each statement and its
+    /// answer kept there (a captured event), or answered from it (a
+    /// replay, which never reaches the transaction).
+    tape: Option<Arc<Tape>>,
 }
 
 impl DbCapability {
@@ -70,6 +76,30 @@ impl DbCapability {
             batched,
             infrastructure: None,
             transcript: None,
+            tape: None,
+        }
+    }
+
+    /// The same, on `tape` ([`DbCapability::tape`]).
+    pub(crate) fn taped(mut self, tape: Option<Arc<Tape>>) -> Self {
+        self.tape = tape;
+        self
+    }
+
+    /// The parameters as the tape keeps them (a copy only when taped).
+    fn for_tape(&self, params: &[Value]) -> Option<Vec<Value>> {
+        self.tape.as_ref().map(|_| params.to_vec())
+    }
+
+    /// The tape, when it answers instead of the transaction.
+    fn replaying(&self) -> Option<&Arc<Tape>> {
+        self.tape.as_ref().filter(|t| t.is_replaying())
+    }
+
+    /// Keeps `answer` on the tape, if one records.
+    fn tape_answer(&self, call: &str, statement: &str, params: Option<Vec<Value>>, answer: impl FnOnce() -> DbAnswer) {
+        if let (Some(tape), Some(params)) = (&self.tape, params) {
+            tape.record_statement(call, statement, &params, answer());
         }
     }
 
@@ -252,47 +282,60 @@ fn classify(e: &dyn sqlx::error::DatabaseError) -> DbError {
 impl<T: DbTx> db::Host for DbView<'_, T> {
     async fn execute(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<u64, DbError>> {
         let line = self.ctx.line(&statement, &params);
+        let taped = self.ctx.for_tape(&params);
         let bound = match self.ctx.admit(&statement, &line, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
+        if let Some(tape) = self.ctx.replaying() {
+            let done = tape.answer_statement("execute", &statement, taped.as_deref().unwrap_or_default()).to_execute();
+            self.ctx.note(&line, &done, |n| *n);
+            return done;
+        }
         let span =
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
         let done = self.in_savepoint(async |tx: &mut T| tx.execute(bound).await).instrument(span).await;
         self.ctx.note(&line, &done, |n| *n);
+        self.ctx.tape_answer("execute", &statement, taped, || DbAnswer::of_execute(&done));
         done
     }
 
     async fn query(&mut self, statement: String, params: Vec<Value>) -> wasmtime::Result<Result<Rows, DbError>> {
         let line = self.ctx.line(&statement, &params);
+        let taped = self.ctx.for_tape(&params);
         let bound = match self.ctx.admit(&statement, &line, params).await {
             Ok(bound) => bound,
             Err(e) => return Ok(Err(e)),
         };
-        let span =
-            tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
+        if let Some(tape) = self.ctx.replaying() {
+            let done = tape.answer_statement("query", &statement, taped.as_deref().unwrap_or_default()).to_query();
+            self.ctx.note(&line, &done, |r: &Rows| r.rows.len() as u64);
+            return done;
+        }
+        let done = self.fetch(&statement, bound).await;
+        self.ctx.note(&line, &done, |r: &Rows| r.rows.len() as u64);
+        self.ctx.tape_answer("query", &statement, taped, || DbAnswer::of_query(&done));
+        done
+    }
+}
+
+impl<T: DbTx> DbView<'_, T> {
+    /// A `query` run on the transaction: its rows, or its error (a result
+    /// the guest does not get undone first).
+    async fn fetch(&mut self, statement: &str, bound: values::Bound) -> wasmtime::Result<Result<Rows, DbError>> {
+        let span = tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(statement, 2_000));
         let fetched =
             self.in_savepoint(async |tx: &mut T| tx.fetch(bound, MAX_RESULT_BYTES).await).instrument(span).await?;
         // A result the guest does not get must not leave the statement's
         // effect behind either: a guest that retries differently would
         // apply it twice.
         let refusal = match fetched {
-            Err(e) => {
-                let done = Ok(Err(e));
-                self.ctx.note(&line, &done, |_: &Rows| 0);
-                return done;
-            }
-            Ok(Fetched::Rows(rows)) => {
-                let done = Ok(Ok(rows));
-                self.ctx.note(&line, &done, |r: &Rows| r.rows.len() as u64);
-                return done;
-            }
+            Err(e) => return Ok(Err(e)),
+            Ok(Fetched::Rows(rows)) => return Ok(Ok(rows)),
             Ok(Fetched::TooLarge) => DbError::Refused(format!("the result is larger than {MAX_RESULT_BYTES} bytes")),
             Ok(Fetched::Unreadable(e)) => DbError::InvalidValue(e),
         };
         self.undo_last(&refusal).await?;
-        let done = Ok(Err(refusal));
-        self.ctx.note(&line, &done, |_: &Rows| 0);
-        done
+        Ok(Err(refusal))
     }
 }

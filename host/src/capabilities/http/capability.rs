@@ -40,6 +40,7 @@ impl Capability for HttpCapability {
         http.throttles = call.shared.throttles.clone();
         http.keep = call.transcript;
         http.recording = call.shared.recording;
+        http.tape = call.tape.clone();
         http
     }
 
@@ -101,6 +102,7 @@ impl HttpCapability {
             recording: false,
             throttles: Arc::default(),
             throttled: None,
+            tape: None,
         }
     }
 }

@@ -31,6 +31,7 @@ mod sent;
 mod target;
 
 use super::allowance::Allowance;
+use super::tape::{Bytes, Exchange, HttpAnswer, Tape};
 use crate::traces::TARGET as TRACE;
 use crate::wit::http::{self, HttpError, Request, Response};
 pub use policy::{Credential, HttpPolicy};
@@ -79,6 +80,10 @@ pub(crate) struct HttpCapability {
     throttles: Arc<crate::throttle::Throttles>,
     /// A destination held this invocation's request past its budget: why.
     throttled: Option<String>,
+    /// The invocation's tape (`super::tape`): each request and its answer
+    /// kept there (a captured event), or answered from it (a replay:
+    /// nothing is sent).
+    tape: Option<Arc<Tape>>,
 }
 
 impl HttpCapability {
@@ -151,6 +156,19 @@ fn recorded_line(
         .collect();
     let url = crate::text::shown_whole(url.as_str(), 2_000);
     format!("{method} {url} key={} headers=[{}] body={body}", key.unwrap_or("-"), headers.join(", "))
+}
+
+/// A request as the tape keeps it (its answer still to come): the guest's
+/// words and the key, never the host's credentials.
+fn taped(method: &Method, url: &Url, key: Option<String>, request: &Request) -> Exchange {
+    Exchange {
+        method: method.to_string(),
+        url: url.to_string(),
+        key,
+        headers: request.headers.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone())).collect(),
+        body: request.body.as_deref().map(Bytes::of),
+        answer: HttpAnswer::Error(serde_json::Value::Null),
+    }
 }
 
 fn fingerprint(method: &Method, url: &Url, body: Option<&[u8]>) -> u64 {
@@ -230,11 +248,32 @@ impl HttpCapability {
             self.sent.push((line, Some(200)));
             return Ok(recorded_answer());
         }
+        self.deliver(builder, method, url, key_sent, request).await
+    }
+
+    /// Sends a checked request (its answer kept on the tape, if one
+    /// records), or answers it from the tape (a replay).
+    async fn deliver(
+        &mut self,
+        mut builder: reqwest::RequestBuilder,
+        method: Method,
+        url: Url,
+        key: Option<String>,
+        request: Request,
+    ) -> Result<Response, HttpError> {
+        let taped = self.tape.as_ref().map(|_| taped(&method, &url, key, &request));
+        if let (Some(tape), Some(now)) = (self.tape.as_ref().filter(|t| t.is_replaying()), &taped) {
+            return tape.answer_request(now);
+        }
         if let Some(body) = request.body {
             builder = builder.body(body);
         }
         let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
-        self.send_with_retries(builder, &method, host).await
+        let answer = self.send_with_retries(builder, &method, host).await;
+        if let (Some(tape), Some(exchange)) = (&self.tape, taped) {
+            tape.record_request(Exchange { answer: HttpAnswer::of(&answer), ..exchange });
+        }
+        answer
     }
 
     /// Sends `builder` until an answer that is not transient, or the retry

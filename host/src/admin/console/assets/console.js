@@ -746,9 +746,10 @@ async function handlerPage(name, gen) {
 }
 
 async function modulesPage(name, gen, notice) {
-  const [data, shadow, canary] = await Promise.all([api("/handlers/" + enc(name) + "/modules"),
+  const [data, shadow, canary, captured] = await Promise.all([api("/handlers/" + enc(name) + "/modules"),
     api("/handlers/" + enc(name) + "/shadow").then((r) => r.shadow).catch(() => null),
-    api("/handlers/" + enc(name) + "/canary").catch(() => null)]);
+    api("/handlers/" + enc(name) + "/canary").catch(() => null),
+    api("/handlers/" + enc(name) + "/captures?limit=20").then((r) => r.captures).catch(() => null)]);
   if (gen !== generation) return;
   navFor(name);
   const active = data.active_version;
@@ -793,6 +794,7 @@ async function modulesPage(name, gen, notice) {
     table(["Version", "sha256", "size (bytes)", "Uploaded", "By", "Note", "processed", "duplicates", "failed", "~Actions"], rows, { id: "versions" }),
     shadowSection(name, gen, shadow, out),
     canarySection(name, gen, canary, out),
+    capturesSection(name, captured, out),
   ];
   if (operate()) parts.push(uploadForm(name, gen, out));
   else parts.push(el("p", { class: "muted" }, "Read-only session: uploads and activations need a token of scope operate."));
@@ -860,6 +862,33 @@ function canarySection(name, gen, r, out) {
     c && operate() ? el("p", {}, act("Promote v" + c.version, "Make the canary v" + c.version + " the active version on every host?", "POST", "/canary/promote", "canary-promote"), " ",
       act("Abort the canary", "Move every key back to the active version on every host?", "DELETE", "/canary", "canary-abort")) : null,
     verdicts.length ? table(["At", "Version", "percent", "Verdict", "Why", "By"], verdicts, { id: "canary-verdicts" }) : null);
+}
+
+// Captured live events (docs/replay.md): the newest, what each did, and
+// the file `idem test --replay` runs a new version against.
+function capturesSection(name, captures, out) {
+  if (!captures) return null;
+  const rows = captures.slice().reverse().map((c) => el("tr", { "data-capture": c.event.id },
+    el("td", {}, new Date(c.captured_at).toLocaleString()), el("td", { class: "sha" }, c.event.id),
+    el("td", {}, c.event.event_type), el("td", {}, c.version === null ? "file" : "v" + c.version),
+    num(c.statements.length), num(c.requests.length), num(c.emits.length),
+    el("td", { class: c.outcome.result === "ok" ? null : "reason" }, c.outcome.result)));
+  const download = el("button", { type: "button", id: "captures-download" }, "Download the newest 1000 (JSON)");
+  download.addEventListener("click", async () => {
+    try {
+      const answer = await api("/handlers/" + enc(name) + "/captures?limit=1000");
+      const link = el("a", { href: URL.createObjectURL(new Blob([JSON.stringify(answer)], { type: "application/json" })), download: name + "-captures.json" });
+      link.click();
+      out.replaceChildren(message(answer.captures.length + " captures downloaded: idem test --handler " + name + " --component NEW.wasm --replay " + name + "-captures.json"));
+    } catch (e) {
+      out.replaceChildren(message(e.message, true));
+    }
+  });
+  return el("div", { id: "captures" },
+    el("h2", {}, "Captured events (replay tests)"),
+    rows.length ? el("div", {}, el("p", { class: "muted" }, "Redacted as [handler.capture] says. Replay them against a new version with no database or network: idem test --replay FILE."),
+      table(["Captured", "Event", "Type", "Version", "statements", "requests", "emits", "Outcome"], rows, { id: "captures-list" }), el("p", {}, download))
+      : el("p", { class: "muted" }, "No captured event: [handler.capture] sample = 0.01 keeps one live event in 100, with what each statement and request got, for idem test --replay."));
 }
 
 function uploadForm(name, gen, out) {

@@ -1,0 +1,36 @@
+//! `idem test --replay`'s way through the executor: a captured event run
+//! on the handler with no transaction and no network, every statement and
+//! request answered from the capture's tape (`capabilities::tape`), which
+//! notes where the handler now asks something else.
+
+use std::sync::Arc;
+
+use super::{Executor, Outcome, Run};
+use crate::capabilities::emit::Emitted;
+use crate::capabilities::tape::{Recorded, Tape};
+use crate::error::ExecError;
+use crate::event::Event;
+use crate::transaction::Lent;
+
+/// What a handler did with a captured event, played back.
+#[derive(Debug)]
+pub struct Replayed {
+    pub result: Result<Outcome, ExecError>,
+    pub emitted: Vec<Emitted>,
+    /// Each statement or request that differs from the capture's, was not
+    /// issued, or is not in it.
+    pub divergences: Vec<String>,
+}
+
+impl Executor {
+    /// Runs `event` against `recorded`'s answers, within the handler's
+    /// timeout. Nothing is claimed, committed, sent or written.
+    pub async fn replay(&self, event: &Event, recorded: Recorded) -> Replayed {
+        let tape: Arc<Tape> = Tape::replaying(recorded);
+        let deadline = tokio::time::Instant::now() + self.handler.settings().timeout;
+        let run = Run { attempt: 1, batched: false, guarded: true };
+        let (_, result, left) = self.invoke_on(Lent::Returned, deadline, event, run, Some(tape.clone())).await;
+        let (_, divergences) = tape.take();
+        Replayed { result, emitted: left.emit, divergences }
+    }
+}
