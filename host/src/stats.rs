@@ -48,6 +48,9 @@ pub struct Stats {
     pub audit_checked: AtomicU64,
     pub audit_unaccounted: AtomicU64,
     pub audit_clean_at: AtomicU64,
+    /// Rows the handler emitted that its last sweep found unpublished 10
+    /// minutes after their commit (pending or failed).
+    pub audit_unpublished: AtomicU64,
     /// Lanes waiting now for the schema registry to answer (their records'
     /// writer schemas unfetched): `/readyz` names the handler while any do.
     pub registry_waiting: AtomicU64,
@@ -196,6 +199,7 @@ impl Default for Stats {
             audit_checked: AtomicU64::default(),
             audit_unaccounted: AtomicU64::default(),
             audit_clean_at: AtomicU64::default(),
+            audit_unpublished: AtomicU64::default(),
             registry_waiting: AtomicU64::new(0),
             commits_confirmed: AtomicU64::default(),
             commits_failed: AtomicU64::default(),

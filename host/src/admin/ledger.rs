@@ -29,6 +29,7 @@ async fn show(State(state): State<AdminState>, Path(name): Path<String>) -> Resp
         "checked": figures.checked,
         "unaccounted": figures.unaccounted,
         "clean_at": figures.clean_at,
+        "unpublished": figures.unpublished,
     }))
     .into_response()
 }

@@ -24,8 +24,9 @@ pub use record::{Capture, CapturedEmit, CapturedEvent, Outcome};
 pub use redact::Redaction;
 pub use store::{Pruning, latest};
 
-/// Captures waiting for the writer, at most.
-const QUEUE: usize = 256;
+/// Captures waiting for the writer, at most (each at most
+/// `tape::MAX_RECORDED_BYTES` besides its event).
+const QUEUE: usize = 64;
 
 /// A handler's capture: which events, how redacted, where they go.
 #[derive(Debug)]
@@ -44,13 +45,28 @@ impl Capturing {
     /// when it samples nothing. Spawns the writer.
     pub fn start(pool: sqlx::PgPool, handler: &crate::config::HandlerConfig) -> anyhow::Result<Option<Arc<Self>>> {
         let settings = &handler.capture;
+        let pruning = Pruning { retention: settings.retention.0, max_events: settings.max_events };
         if settings.sample <= 0.0 {
+            // What it captured before keeps its retention all the same.
+            let (pool, name) = (pool.clone(), handler.name.clone());
+            tokio::spawn(async move {
+                if let Err(e) = store::prune(&pool, &name, pruning).await {
+                    tracing::warn!(handler = %name, "old captures were not pruned: {e}");
+                }
+            });
             return Ok(None);
         }
-        let redaction =
-            Redaction::new(&settings.redact, &settings.redact_headers).map_err(|e| anyhow::anyhow!("capture: {e}"))?;
+        // The credentials the host injects never appear in a capture, even
+        // when a destination echoes them back.
+        let credentials = crate::capabilities::http::HttpPolicy::of(&handler.http, handler.limits.max_http_requests)
+            .credentials
+            .into_iter()
+            .map(|c| c.value)
+            .collect();
+        let redaction = Redaction::new(&settings.redact, &settings.redact_headers)
+            .map_err(|e| anyhow::anyhow!("capture: {e}"))?
+            .with_secrets(credentials);
         let (queue, captures) = mpsc::channel(QUEUE);
-        let pruning = Pruning { retention: settings.retention.0, max_events: settings.max_events };
         let capturing = Arc::new(Self {
             handler: handler.name.clone(),
             threshold: threshold(settings.sample),
@@ -76,6 +92,13 @@ impl Capturing {
         if self.queue.try_send(capture).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A sampled event's capture outgrew what one may hold (its
+    /// exchanges, its size, its redacted values): not kept.
+    pub fn too_large(&self) {
+        self.dropped.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(handler = %self.handler, "a captured event holds more than a capture keeps: dropped");
     }
 
     pub fn handler(&self) -> &str {

@@ -307,8 +307,15 @@ impl Executor {
         let capturing = self.capture.as_ref().filter(|c| c.sampled(&event.id));
         let tape = capturing.map(|_| Tape::recording());
         let invoked = self.invoke_on(tx, deadline, event, run, tape.clone()).await;
-        if let (Some(capturing), Some(tape)) = (capturing, tape) {
-            capturing.keep(self.captured(event, &tape, &invoked));
+        // An attempt the infrastructure cut short (a batch's failed
+        // statement, the database, a throttle) says nothing of the handler:
+        // its next attempt is the one captured.
+        let cut_short = matches!(&invoked.1, Err(e) if e.class() == crate::error::ErrorClass::Unavailable);
+        if let (Some(capturing), Some(tape)) = (capturing, tape.filter(|_| !cut_short)) {
+            match tape.overflowed() {
+                true => capturing.too_large(),
+                false => capturing.keep(self.captured(event, &tape, &invoked)),
+            }
         }
         invoked
     }

@@ -100,6 +100,9 @@ pub(crate) struct AuditFigures {
     /// When the last sweep that found none ended, in Unix seconds (`None`:
     /// none yet).
     pub clean_at: Option<u64>,
+    /// Emitted rows unpublished 10 minutes after their commit, as the last
+    /// sweep counted them.
+    pub unpublished: u64,
 }
 
 impl HandlerTelemetry {
@@ -110,6 +113,7 @@ impl HandlerTelemetry {
             checked: self.stats.audit_checked.load(Relaxed),
             unaccounted: self.stats.audit_unaccounted.load(Relaxed),
             clean_at: (clean_at > 0).then_some(clean_at),
+            unpublished: self.stats.audit_unpublished.load(Relaxed),
         }
     }
 }

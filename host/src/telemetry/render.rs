@@ -190,7 +190,7 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
 
 /// Each handler's gauges of what it holds now (quarantine, audit, registry).
 fn gauges(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
-    let gauges: [Family<AtomicU64>; 5] = [
+    let gauges: [Family<AtomicU64>; 6] = [
         ("idem_quarantined_keys", "Keys parked in the quarantine now (counted every few seconds).", |s| {
             &s.quarantine_keys
         }),
@@ -204,6 +204,12 @@ fn gauges(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             "idem_audit_clean_at_seconds",
             "When the ledger audit's last sweep that found nothing unaccounted ended (Unix seconds; 0: none yet).",
             |s| &s.audit_clean_at,
+        ),
+        (
+            "idem_audit_unpublished",
+            "Rows the handler emitted that the ledger audit's last sweep found unpublished 10 minutes after their \
+             commit (pending or failed).",
+            |s| &s.audit_unpublished,
         ),
         (
             "idem_registry_waiting",

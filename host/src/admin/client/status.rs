@@ -175,6 +175,12 @@ fn audit_line(now: &[Sample], h: &str) -> String {
         at => chrono::DateTime::from_timestamp(at, 0)
             .map_or_else(String::new, |t| format!("last clean sweep {}", t.format("%H:%M:%S UTC"))),
     };
+    let unpublished = of("idem_audit_unpublished");
+    let clean = if unpublished > 0.0 {
+        format!("{unpublished} emitted row(s) UNPUBLISHED 10 minutes after their commit; {clean}")
+    } else {
+        clean
+    };
     if unaccounted > 0.0 {
         format!("ledger audit: {unaccounted} record(s) UNACCOUNTED (see the log), {checked} accounted for; {clean}")
     } else {

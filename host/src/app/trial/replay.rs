@@ -86,7 +86,7 @@ fn divergences(capture: &Capture, replayed: Replayed) -> Vec<String> {
     };
     for i in 0..capture.emits.len().max(now.len()) {
         match (capture.emits.get(i), now.get(i)) {
-            (Some(was), Some(is)) if was != is => {
+            (Some(was), Some(is)) if !same_emit(was, is) => {
                 found.push(format!("emit {} differs: captured {}, now {}", i + 1, shown(was), shown(is)));
             }
             (Some(was), None) => found.push(format!("emit {} was not emitted: {}", i + 1, shown(was))),
@@ -99,6 +99,13 @@ fn divergences(capture: &Capture, replayed: Replayed) -> Vec<String> {
         found.push(format!("outcome differs: captured {}, now {}", capture.outcome.shown(), outcome.shown()));
     }
     found
+}
+
+/// Two emits are the same: topic, key, type, and payload as a document.
+fn same_emit(a: &CapturedEmit, b: &CapturedEmit) -> bool {
+    let payload = |e: &CapturedEmit| Value::Object(e.payload.clone());
+    (&a.topic, &a.key, &a.event_type) == (&b.topic, &b.key, &b.event_type)
+        && crate::capabilities::tape::same_json(&payload(a), &payload(b))
 }
 
 fn print(capture: &Capture, divergences: &[String]) -> anyhow::Result<()> {

@@ -96,11 +96,23 @@ impl DbCapability {
         self.tape.as_ref().filter(|t| t.is_replaying())
     }
 
-    /// Keeps `answer` on the tape, if one records.
-    fn tape_answer(&self, call: &str, statement: &str, params: Option<Vec<Value>>, answer: impl FnOnce() -> DbAnswer) {
-        if let (Some(tape), Some(params)) = (&self.tape, params) {
-            tape.record_statement(call, statement, &params, answer());
+    /// Keeps `answer` on the tape, if one records and it has room for
+    /// about `rows` more (else the recording is abandoned before the
+    /// answer is even converted).
+    fn tape_answer(
+        &self,
+        (call, statement): (&str, &str),
+        params: Option<Vec<Value>>,
+        rows: usize,
+        answer: impl FnOnce() -> DbAnswer,
+    ) {
+        let (Some(tape), Some(params)) = (&self.tape, params) else { return };
+        let rough = statement.len() + super::tape::rough_size(&params) + rows;
+        if rough > tape.room() {
+            tape.abandon();
+            return;
         }
+        tape.record_statement(call, statement, &params, answer());
     }
 
     /// The same, keeping a line per statement ([`DbCapability::transcript`]).
@@ -296,7 +308,7 @@ impl<T: DbTx> db::Host for DbView<'_, T> {
             tracing::trace_span!(target: TRACE, "idem.db", db.statement = %crate::text::Shown(&statement, 2_000));
         let done = self.in_savepoint(async |tx: &mut T| tx.execute(bound).await).instrument(span).await;
         self.ctx.note(&line, &done, |n| *n);
-        self.ctx.tape_answer("execute", &statement, taped, || DbAnswer::of_execute(&done));
+        self.ctx.tape_answer(("execute", &statement), taped, 0, || DbAnswer::of_execute(&done));
         done
     }
 
@@ -314,7 +326,11 @@ impl<T: DbTx> db::Host for DbView<'_, T> {
         }
         let done = self.fetch(&statement, bound).await;
         self.ctx.note(&line, &done, |r: &Rows| r.rows.len() as u64);
-        self.ctx.tape_answer("query", &statement, taped, || DbAnswer::of_query(&done));
+        let rows = match &done {
+            Ok(Ok(rows)) => super::tape::rough_size(rows.rows.iter().flatten()),
+            _ => 0,
+        };
+        self.ctx.tape_answer(("query", &statement), taped, rows, || DbAnswer::of_query(&done));
         done
     }
 }

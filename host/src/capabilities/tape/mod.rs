@@ -21,7 +21,7 @@ use serde_json::Value as Json;
 
 use crate::wit::db::{DbError, Rows, SqlError, Value};
 use crate::wit::http::{HttpError, Response};
-pub use forms::Bytes;
+pub use forms::{Bytes, same_json};
 
 /// One statement as the tape keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,16 +89,28 @@ pub struct Tape {
     state: Mutex<State>,
 }
 
+/// The most a recording keeps, in bytes of its JSON form: a guest could
+/// otherwise make one captured invocation hold millions of statements or
+/// a 16 MiB result in memory. Past it the recording is abandoned (the
+/// capture is dropped, and counted: `Tape::overflowed`).
+pub const MAX_RECORDED_BYTES: usize = 1 << 20;
+
 #[derive(Debug)]
 enum State {
-    Recording(Recorded),
-    Replaying { recorded: Recorded, statement: usize, request: usize, divergences: Vec<String> },
+    /// What was kept, and its size so far (`None`: over the cap, abandoned).
+    Recording(Recorded, Option<usize>),
+    Replaying {
+        recorded: Recorded,
+        statement: usize,
+        request: usize,
+        divergences: Vec<String>,
+    },
 }
 
 impl Tape {
     /// A blank tape that keeps what the invocation does.
     pub fn recording() -> Arc<Self> {
-        Arc::new(Self { state: Mutex::new(State::Recording(Recorded::default())) })
+        Arc::new(Self { state: Mutex::new(State::Recording(Recorded::default(), Some(0))) })
     }
 
     /// A tape that answers the invocation from `recorded`.
@@ -117,11 +129,33 @@ impl Tape {
         matches!(*self.state(), State::Replaying { .. })
     }
 
+    /// Bytes a recording may still keep (0 when it is over, or replaying).
+    pub fn room(&self) -> usize {
+        match &*self.state() {
+            State::Recording(_, Some(kept)) => MAX_RECORDED_BYTES.saturating_sub(*kept),
+            _ => 0,
+        }
+    }
+
+    /// Abandons a recording that would outgrow its cap (its answer is not
+    /// even converted).
+    pub fn abandon(&self) {
+        if let State::Recording(recorded, kept) = &mut *self.state() {
+            *recorded = Recorded::default();
+            *kept = None;
+        }
+    }
+
+    /// Whether a recording outgrew [`MAX_RECORDED_BYTES`] (and was dropped).
+    pub fn overflowed(&self) -> bool {
+        matches!(*self.state(), State::Recording(_, None))
+    }
+
     /// What was recorded (recording), or what was not asked for and every
     /// divergence (replaying), once the invocation is over.
     pub fn take(&self) -> (Recorded, Vec<String>) {
         match &mut *self.state() {
-            State::Recording(recorded) => (std::mem::take(recorded), Vec::new()),
+            State::Recording(recorded, _) => (std::mem::take(recorded), Vec::new()),
             State::Replaying { recorded, statement, request, divergences } => {
                 let mut found = std::mem::take(divergences);
                 for (i, s) in recorded.statements.iter().enumerate().skip(*statement) {
@@ -137,16 +171,21 @@ impl Tape {
 
     /// Keeps a statement and its answer (recording only).
     pub fn record_statement(&self, call: &str, sql: &str, params: &[Value], answer: DbAnswer) {
-        if let State::Recording(recorded) = &mut *self.state() {
-            let params = params.iter().map(forms::value).collect();
-            recorded.statements.push(Statement { call: call.to_owned(), sql: sql.to_owned(), params, answer });
+        let params = params.iter().map(forms::value).collect();
+        let statement = Statement { call: call.to_owned(), sql: sql.to_owned(), params, answer };
+        let size = serde_json::to_vec(&statement).map_or(usize::MAX, |b| b.len());
+        if let State::Recording(recorded, kept @ Some(_)) = &mut *self.state() {
+            recorded.statements.push(statement);
+            grow(recorded, kept, size);
         }
     }
 
     /// Keeps a request and its answer (recording only).
     pub fn record_request(&self, exchange: Exchange) {
-        if let State::Recording(recorded) = &mut *self.state() {
+        let size = serde_json::to_vec(&exchange).map_or(usize::MAX, |b| b.len());
+        if let State::Recording(recorded, kept @ Some(_)) = &mut *self.state() {
             recorded.requests.push(exchange);
+            grow(recorded, kept, size);
         }
     }
 
@@ -194,7 +233,7 @@ impl Tape {
         let same = was.method == now.method
             && was.url == now.url
             && was.key == now.key
-            && was.headers == now.headers
+            && same_headers(&was.headers, &now.headers)
             && same_body(was.body.as_ref(), now.body.as_ref());
         if !same {
             divergences.push(format!(
@@ -212,11 +251,29 @@ impl Tape {
     }
 }
 
+/// Counts `size` more bytes into a recording; past the cap its contents
+/// go at once and it keeps nothing more.
+fn grow(recorded: &mut Recorded, kept: &mut Option<usize>, size: usize) {
+    *kept = kept.and_then(|k| k.checked_add(size)).filter(|k| *k <= MAX_RECORDED_BYTES);
+    if kept.is_none() {
+        *recorded = Recorded::default();
+    }
+}
+
 /// Two bodies are the same: byte for byte, or as the same JSON document.
 fn same_body(a: Option<&Bytes>, b: Option<&Bytes>) -> bool {
     let document = |x: Option<&Bytes>| x.and_then(|b| serde_json::from_slice::<Json>(&b.bytes()).ok());
-    a == b || document(a).is_some_and(|d| Some(d) == document(b))
+    a == b || document(a).zip(document(b)).is_some_and(|(x, y)| same_json(&x, &y))
 }
+
+/// The captured headers and the replay's are the same: a header whose
+/// value the capture redacted (`MARK`) needs only be there again.
+fn same_headers(captured: &[(String, String)], now: &[(String, String)]) -> bool {
+    captured.len() == now.len() && captured.iter().zip(now).all(|((n, v), (m, w))| n == m && (v == w || v == REDACTED))
+}
+
+/// What a capture's redaction leaves for a value (`capture::redact::MARK`).
+const REDACTED: &str = "[redacted]";
 
 /// A statement as a divergence names it.
 fn shown_statement(s: &Statement) -> String {
@@ -231,6 +288,23 @@ fn shown_request(r: &Exchange) -> String {
         format!(" body={}", crate::text::shown_whole(&String::from_utf8_lossy(&b.bytes()), 500))
     });
     format!("{} {} key={}{body}", r.method, r.url, r.key.as_deref().unwrap_or("-"))
+}
+
+/// About what `values` weigh in the tape's JSON form, from above (a
+/// value's own bytes and its wrapping), without converting them.
+pub fn rough_size<'a>(values: impl IntoIterator<Item = &'a Value>) -> usize {
+    values
+        .into_iter()
+        .map(|v| {
+            24 + match v {
+                Value::Text(s) | Value::Json(s) | Value::Uuid(s) | Value::Timestamp(s) | Value::Numeric(s) => {
+                    2 * s.len()
+                }
+                Value::Bytes(b) => 2 * b.len(),
+                _ => 24,
+            }
+        })
+        .sum()
 }
 
 impl DbAnswer {

@@ -95,3 +95,17 @@ fn a_changed_request_is_a_divergence_and_a_request_past_the_tape_an_error() {
     assert!(divergences.iter().any(|d| d.starts_with("statement 1 was not issued")));
     let _ = json!(null);
 }
+
+#[test]
+fn a_recording_past_its_cap_keeps_nothing() {
+    let tape = Tape::recording();
+    let big = "x".repeat(MAX_RECORDED_BYTES / 4);
+    for _ in 0..3 {
+        tape.record_statement("execute", "SELECT $1", &[Value::Text(big.clone())], DbAnswer::Affected(1));
+    }
+    assert!(!tape.overflowed(), "three quarters of the cap are kept");
+    tape.record_statement("execute", "SELECT $1", &[Value::Text(big.clone())], DbAnswer::Affected(1));
+    assert!(tape.overflowed());
+    tape.record_statement("execute", "SELECT 1", &[], DbAnswer::Affected(1));
+    assert_eq!(tape.take().0, Recorded::default(), "nothing is kept, before or after");
+}

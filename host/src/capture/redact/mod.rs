@@ -9,10 +9,10 @@
 //! A redacted value may travel: a card number read from the payload and
 //! bound to a statement, a token from one response sent in the next
 //! request. So each value found at a redacted place is then scrubbed from
-//! every string of the capture: replaced wherever it occurs when it has
-//! 4 characters or more, and where it is a whole string or number when
-//! shorter (replacing every `7` in a capture would say nothing and ruin
-//! it). What replaces it is [`MARK`]; a replay hands the handler the same
+//! every string of the capture (`scrub`): replaced wherever it occurs
+//! when it has 6 characters or more, and where it is a whole string or
+//! number when shorter (replacing every `7` in a capture would say nothing
+//! and ruin it). What replaces it is [`MARK`]; a replay hands the handler the same
 //! marks, so a handler that only carries a redacted value along replays
 //! without divergence, and one that computes on it (its last 4 digits)
 //! diverges there.
@@ -22,6 +22,9 @@ use serde_json::Value as Json;
 use super::record::Capture;
 use crate::capabilities::tape::{Bytes, DbAnswer, HttpAnswer};
 use crate::config::RedactStep as Step;
+use scrub::Secrets;
+
+mod scrub;
 
 /// What a redacted value becomes.
 pub const MARK: &str = "[redacted]";
@@ -29,14 +32,21 @@ pub const MARK: &str = "[redacted]";
 /// Headers whose values are never kept, whatever the config says.
 const ALWAYS: &[&str] = &["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"];
 
-/// Shorter secrets are scrubbed only where they are a whole value.
-const SUBSTRING_FROM: usize = 4;
+/// The largest capture kept, in bytes of its stored form: the admin API
+/// hands out up to 1,000 at once.
+pub const MAX_STORED_BYTES: usize = 256 << 10;
+
+/// The deepest a capture may nest: what a reader of it (serde_json, 128)
+/// still follows, with room for the file that holds it.
+const MAX_DEPTH: usize = 100;
 
 /// A handler's redaction, parsed once.
 #[derive(Debug, Clone, Default)]
 pub struct Redaction {
     paths: Vec<Vec<Step>>,
     headers: Vec<String>,
+    /// Values scrubbed from every capture (`with_secrets`).
+    always: Vec<String>,
 }
 
 impl Redaction {
@@ -46,39 +56,54 @@ impl Redaction {
         let paths = paths.iter().map(|p| crate::config::redact_path(p)).collect::<Result<_, _>>()?;
         let mut headers: Vec<String> = headers.iter().map(|h| h.to_ascii_lowercase()).collect();
         headers.extend(ALWAYS.iter().map(|h| (*h).to_owned()));
-        Ok(Self { paths, headers })
+        Ok(Self { paths, headers, always: Vec::new() })
     }
 
-    /// `capture` redacted, in its stored form.
-    pub fn apply(&self, mut capture: Capture) -> Json {
-        let mut secrets = Vec::new();
-        self.redact_parts(&mut capture, &mut secrets);
-        let mut stored = serde_json::to_value(&capture).unwrap_or(Json::Null);
-        secrets.retain(|s| !s.is_empty() && s != MARK);
+    /// The same, with `secrets` (the credentials the host injects into
+    /// the handler's requests) scrubbed from every capture as well.
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
+        self.always = secrets;
+        self
+    }
+
+    /// `capture` redacted, in its stored form; `None` when it cannot be
+    /// kept: more distinct redacted values than a capture may carry, larger
+    /// than [`MAX_STORED_BYTES`], or nested deeper than a reader follows.
+    pub fn apply(&self, mut capture: Capture) -> Option<Json> {
+        let mut found = self.always.clone();
+        self.redact_parts(&mut capture, &mut found);
+        let mut stored = serde_json::to_value(&capture).ok()?;
+        let secrets = Secrets::new(found)?;
         if !secrets.is_empty() {
             // What the handler saw and did; the capture's own fields (its
             // event's id, partition, offset, a row count) are left alone.
-            for part in ["statements", "requests", "emits", "outcome"] {
+            for part in ["statements", "requests", "outcome"] {
                 if let Some(part) = stored.get_mut(part) {
-                    scrub(part, &secrets, None);
+                    secrets.stored(part, None);
                 }
+            }
+            if let Some(emits) = stored.get_mut("emits") {
+                secrets.document(emits);
             }
             for part in ["payload", "headers", "key"] {
                 if let Some(part) = stored.get_mut("event").and_then(|e| e.get_mut(part)) {
-                    scrub(part, &secrets, None);
+                    secrets.stored(part, None);
                 }
             }
         }
-        stored
+        let size = serde_json::to_vec(&stored).map_or(usize::MAX, |b| b.len());
+        (size <= MAX_STORED_BYTES && depth(&stored) <= MAX_DEPTH).then_some(stored)
     }
 
     /// The configured places, each value kept in `secrets`.
     fn redact_parts(&self, c: &mut Capture, secrets: &mut Vec<String>) {
         self.text(&mut c.event.payload, secrets);
         for (name, value) in &mut c.event.headers {
-            if self.header(name) && value.is_some() {
-                secrets.extend(value.as_ref().map(|b| String::from_utf8_lossy(&b.bytes()).into_owned()));
-                *value = Some(Bytes::Text(MARK.into()));
+            if self.header(name)
+                && let Some(kept) = value.replace(Bytes::Text(MARK.into()))
+            {
+                header_secrets(&String::from_utf8_lossy(&kept.bytes()), secrets);
             }
         }
         for request in &mut c.recorded.requests {
@@ -111,9 +136,8 @@ impl Redaction {
     }
 
     fn headers(&self, headers: &mut [(String, String)], secrets: &mut Vec<String>) {
-        for (name, value) in headers.iter_mut().filter(|(n, _)| self.header(n)) {
-            let _ = name;
-            secrets.push(std::mem::replace(value, MARK.into()));
+        for (_, value) in headers.iter_mut().filter(|(n, _)| self.header(n)) {
+            header_secrets(&std::mem::replace(value, MARK.into()), secrets);
         }
     }
 
@@ -173,6 +197,20 @@ fn redact_at(doc: &mut Json, path: &[Step], secrets: &mut Vec<String>) {
     }
 }
 
+/// A redacted header's value, and the parts of it that travel alone: a
+/// token after its scheme (`Bearer …`), each cookie's value.
+fn header_secrets(value: &str, secrets: &mut Vec<String>) {
+    secrets.push(value.to_owned());
+    if let Some((_, token)) = value.trim().split_once(' ') {
+        secrets.push(token.trim().to_owned());
+    }
+    for pair in value.split(';') {
+        if let Some((_, v)) = pair.split_once('=') {
+            secrets.push(v.trim().to_owned());
+        }
+    }
+}
+
 fn collect(value: &Json, secrets: &mut Vec<String>) {
     match value {
         Json::Null => {}
@@ -183,31 +221,12 @@ fn collect(value: &Json, secrets: &mut Vec<String>) {
     }
 }
 
-/// Every string of `stored`, and every number that is a `db` value's
-/// (`{"int64": …}`, `{"float64": …}`: `under` names the member it is in),
-/// with each of `secrets` replaced.
-fn scrub(stored: &mut Json, secrets: &[String], under: Option<&str>) {
-    match stored {
-        Json::String(s) => {
-            if secrets.iter().any(|secret| s == secret) {
-                *s = MARK.into();
-                return;
-            }
-            for secret in secrets.iter().filter(|x| x.chars().count() >= SUBSTRING_FROM) {
-                if s.contains(secret.as_str()) {
-                    *s = s.replace(secret.as_str(), MARK);
-                }
-            }
-        }
-        Json::Number(n) if matches!(under, Some("int64" | "float64")) => {
-            let text = n.to_string();
-            if secrets.contains(&text) {
-                *stored = Json::String(MARK.into());
-            }
-        }
-        Json::Object(map) => map.iter_mut().for_each(|(k, v)| scrub(v, secrets, Some(k))),
-        Json::Array(items) => items.iter_mut().for_each(|v| scrub(v, secrets, None)),
-        Json::Number(_) | Json::Bool(_) | Json::Null => {}
+/// How deep `value` nests.
+fn depth(value: &Json) -> usize {
+    match value {
+        Json::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        Json::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
     }
 }
 

@@ -61,7 +61,7 @@ fn redaction() -> Redaction {
 
 #[test]
 fn no_redacted_value_is_kept_anywhere_and_the_rest_is() {
-    let stored = redaction().apply(capture());
+    let stored = redaction().apply(capture()).expect("kept");
     let text = stored.to_string();
     for secret in [CARD, TOKEN, "DE89", "Bearer abcdef", "secret-key-1", "s=1"] {
         assert!(!text.contains(secret), "`{secret}` was kept: {text}");
@@ -84,14 +84,15 @@ fn a_short_secret_is_scrubbed_only_where_it_is_whole() {
     let redaction = Redaction::new(&["$.orderId".into()], &[]).expect("valid");
     let mut c = capture();
     c.recorded.statements[0].params = vec![json!({ "int64": 7 }), json!({ "text": "7 items, 17 left" })];
-    let back: Capture = serde_json::from_value(redaction.apply(c)).expect("a capture");
+    let back: Capture = serde_json::from_value(redaction.apply(c).expect("kept")).expect("a capture");
     assert_eq!(back.recorded.statements[0].params[0], json!({ "int64": MARK }));
     assert_eq!(back.recorded.statements[0].params[1], json!({ "text": "7 items, 17 left" }));
 }
 
 #[test]
 fn nothing_configured_still_redacts_credentials_headers_only() {
-    let back: Capture = serde_json::from_value(Redaction::new(&[], &[]).expect("valid").apply(capture())).expect("c");
+    let stored = Redaction::new(&[], &[]).expect("valid").apply(capture()).expect("kept");
+    let back: Capture = serde_json::from_value(stored).expect("c");
     assert_eq!(back.event.headers[0].1, Some(Bytes::Text(MARK.into())));
     assert!(back.event.payload.contains(CARD));
     assert_eq!(back.recorded.requests[0].headers[0].1, MARK);
@@ -103,4 +104,34 @@ fn a_path_that_is_not_one_is_refused_naming_it() {
         let e = Redaction::new(&[bad.into()], &[]).expect_err(bad);
         assert!(e.contains(bad), "{e}");
     }
+}
+
+#[test]
+fn a_redacted_value_is_found_escaped_url_encoded_after_its_scheme_and_as_an_echoed_credential() {
+    let mut c = capture();
+    c.event.payload = json!({ "name": "José Müller", "token": TOKEN }).to_string();
+    let request = &mut c.recorded.requests[0];
+    request.url = "https://pay.example/v1/lookup?name=Jos%C3%A9+M%C3%BCller".into();
+    // The same name escaped, as a serializer that escapes non-ASCII writes it.
+    request.body = Some(Bytes::Text(r#"{"holder":"Jos\u00e9 M\u00fcller"}"#.into()));
+    request.headers = vec![("authorization".into(), "Bearer tok_live_abcdef".into())];
+    c.recorded.statements[0].params = vec![json!({ "text": "tok_live_abcdef" }), json!({ "text": "key-from-env-123" })];
+    let redaction =
+        Redaction::new(&["$.name".into()], &[]).expect("valid").with_secrets(vec!["key-from-env-123".into()]);
+    let text = redaction.apply(c).expect("kept").to_string();
+    for kept in ["José", "Jos%C3%A9", "Jos\\u00e9", "tok_live_abcdef", "key-from-env-123"] {
+        assert!(!text.contains(kept), "`{kept}` was kept: {text}");
+    }
+}
+
+#[test]
+fn a_guest_feeding_the_scrub_many_secrets_gets_its_capture_dropped_quickly() {
+    let mut c = capture();
+    let many: Vec<String> = (0..5_000).map(|i| format!("acte{i}")).collect();
+    c.event.payload = json!({ "card": many }).to_string();
+    c.recorded.statements[0].params = vec![json!({ "text": "acte".repeat(50_000) })];
+    let redaction = Redaction::new(&["$.card".into()], &[]).expect("valid");
+    let started = std::time::Instant::now();
+    assert!(redaction.apply(c).is_none(), "more distinct values than a capture may carry: dropped");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
 }

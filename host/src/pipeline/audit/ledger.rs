@@ -29,8 +29,12 @@ pub(crate) enum Account {
 /// What the database holds about one chunk of a partition's records.
 #[derive(Debug, Default)]
 pub(crate) struct Facts {
-    /// Each event's dedup row: where it was applied (partition, offset).
-    pub ledger: HashMap<Uuid, (String, i32, i64)>,
+    /// Each event's dedup row: where it was applied (topic, partition,
+    /// offset) and by which module version.
+    pub ledger: HashMap<Uuid, (String, i32, i64, Option<i32>)>,
+    /// The handler's stored versions, each with whether it ever ran live
+    /// events (active or a canary); empty when it has none (a file).
+    pub versions: HashMap<i32, bool>,
     /// Offsets of the partition the dead-letter index holds.
     pub dead_lettered: HashSet<i64>,
     /// Offsets of the partition the quarantine holds.
@@ -56,7 +60,14 @@ pub(crate) fn account(
         return Account::Unaccounted("not a valid event, and not in the dead-letter index");
     };
     match facts.ledger.get(&id) {
-        Some((t, p, o)) if t == topic && *p == partition && *o == offset => Account::Applied,
+        Some((.., Some(v))) if !facts.versions.is_empty() && facts.versions.get(v) != Some(&true) => {
+            Account::Unaccounted(if facts.versions.contains_key(v) {
+                "its dedup row names a module version that was never active nor a canary"
+            } else {
+                "its dedup row names a module version the store does not hold"
+            })
+        }
+        Some((t, p, o, _)) if t == topic && *p == partition && *o == offset => Account::Applied,
         Some(_) => Account::Duplicate,
         None if crate::event::created_at(&id).zip(oldest_guarded).is_some_and(|(at, oldest)| at < oldest) => {
             Account::PastRetention
@@ -96,8 +107,8 @@ pub(crate) async fn facts(
     // After the quarantine and the dead-letter index, which a record
     // leaves for the ledger: a record moving meanwhile is seen in one.
     let ids: Vec<Uuid> = records.iter().filter_map(|r| r.1).collect();
-    let rows: Vec<(Uuid, String, i32, i64)> = sqlx::query_as(
-        "SELECT event_id, topic, \"partition\", \"offset\" FROM idem.processed_event \
+    let rows: Vec<(Uuid, String, i32, i64, Option<i32>)> = sqlx::query_as(
+        "SELECT event_id, topic, \"partition\", \"offset\", module_version FROM idem.processed_event \
          WHERE consumer = $1 AND event_id = ANY($2)",
     )
     .bind(handler)
@@ -105,8 +116,15 @@ pub(crate) async fn facts(
     .fetch_all(pool)
     .await
     .context("the ledger audit: failed to read the dedup ledger")?;
-    let ledger = rows.into_iter().map(|(id, t, p, o)| (id, (t, p, o))).collect();
-    Ok(Facts { ledger, dead_lettered: dead_lettered.into_iter().collect(), parked: parked.into_iter().collect() })
+    let ledger = rows.into_iter().map(|(id, t, p, o, v)| (id, (t, p, o, v))).collect();
+    let versions: Vec<(i32, bool)> =
+        sqlx::query_as("SELECT version, ran_live FROM idem.handler_module WHERE handler = $1")
+            .bind(handler)
+            .fetch_all(pool)
+            .await
+            .context("the ledger audit: failed to read the module store")?;
+    let (dead_lettered, parked) = (dead_lettered.into_iter().collect(), parked.into_iter().collect());
+    Ok(Facts { ledger, versions: versions.into_iter().collect(), dead_lettered, parked })
 }
 
 /// The oldest event whose dedup row the retention still guards, as the
@@ -176,6 +194,21 @@ pub(crate) async fn first_offset(
     .context("the ledger audit: failed to read idem.audit_start")
 }
 
+/// `producer`'s outbox rows not published 10 minutes after their commit:
+/// pending still, or failed.
+pub(crate) async fn unpublished(pool: &sqlx::PgPool, producer: &str) -> anyhow::Result<u64> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM idem.outbox WHERE producer = $1 AND published_at IS NULL \
+         AND failed_at IS NULL AND created_at < now() - interval '10 minutes') \
+         + (SELECT count(*) FROM idem.outbox WHERE producer = $1 AND published_at IS NULL AND failed_at IS NOT NULL)",
+    )
+    .bind(producer)
+    .fetch_one(pool)
+    .await
+    .context("the ledger audit: failed to count the outbox's unpublished rows")?;
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// The offsets `sql` finds for (handler, topic, partition, first, last).
 async fn offsets(pool: &sqlx::PgPool, sql: &str, place: (&str, &str, i32, i64, i64)) -> sqlx::Result<Vec<i64>> {
     let (handler, topic, partition, first, last) = place;
@@ -193,7 +226,13 @@ mod tests {
         let at = ("orders", 2, 40);
         assert!(matches!(account(at, Some(id), &facts, None), Account::Unaccounted(_)), "nothing holds it");
         assert!(matches!(account(at, None, &facts, None), Account::Unaccounted(_)), "an invalid record not dead-lettered");
-        facts.ledger.insert(id, ("orders".into(), 2, 40));
+        facts.ledger.insert(id, ("orders".into(), 2, 40, Some(2)));
+        assert_eq!(account(at, Some(id), &facts, None), Account::Applied, "no store: any version");
+        facts.versions = [(1, true), (2, false)].into_iter().collect();
+        assert!(matches!(account(at, Some(id), &facts, None), Account::Unaccounted(w) if w.contains("never active")));
+        facts.ledger.insert(id, ("orders".into(), 2, 40, Some(3)));
+        assert!(matches!(account(at, Some(id), &facts, None), Account::Unaccounted(w) if w.contains("does not hold")));
+        facts.ledger.insert(id, ("orders".into(), 2, 40, Some(1)));
         assert_eq!(account(at, Some(id), &facts, None), Account::Applied);
         assert_eq!(account(("orders", 2, 41), Some(id), &facts, None), Account::Duplicate, "applied at another offset");
         facts.parked.insert(41);

@@ -65,8 +65,10 @@ pub(crate) fn spawn(
             if partitions.is_empty() {
                 continue;
             }
-            match sweep(&shared, (&client, &owned), partitions, &mut reported, &stop).await {
-                Ok(Some(0)) => {
+            let swept = sweep(&shared, (&client, &owned), partitions, &mut reported, &stop).await;
+            let unpublished = unpublished(&shared).await;
+            match swept {
+                Ok(Some(0)) if unpublished == 0 => {
                     let now = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
                     shared.stats.audit_clean_at.store(now, Relaxed);
                 }
@@ -75,6 +77,30 @@ pub(crate) fn spawn(
             }
         }
     });
+}
+
+/// The handler's emitted rows unpublished 10 minutes after their commit,
+/// counted into its stats (0 for a handler that emits nothing, or when the
+/// database cannot say: logged).
+async fn unpublished(shared: &HandlerContext) -> u64 {
+    if shared.config.emit.is_empty() {
+        return 0;
+    }
+    let n = match ledger::unpublished(&shared.idem_pool, &shared.name).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(handler = %shared.name, "the ledger audit could not count unpublished rows: {e:#}");
+            return 0;
+        }
+    };
+    shared.stats.audit_unpublished.store(n, Relaxed);
+    if n > 0 {
+        tracing::error!(
+            handler = %shared.name, rows = n,
+            "the ledger audit: emitted rows are not published 10 minutes after their commit (`idem outbox` shows them)"
+        );
+    }
+    n
 }
 
 /// One sweep over `partitions`: the unaccounted records it found (`None`:

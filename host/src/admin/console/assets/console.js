@@ -458,6 +458,7 @@ let outboxNote = null;
 // clean sweep (docs/guarantees.md, "The ledger audit").
 function auditText(a) {
   if (a.unaccounted > 0) return fmt(a.unaccounted) + " record(s) unaccounted";
+  if (a.unpublished > 0) return fmt(a.unpublished) + " emitted row(s) unpublished";
   if (a.clean_at) return "clean at " + new Date(a.clean_at * 1000).toLocaleTimeString();
   return "not swept yet";
 }
@@ -725,7 +726,7 @@ async function handlerPage(name, gen) {
       card("lag", s.lag === null ? "–" : fmt(s.lag), { "data-field": "lag" }),
       card("latency p50 / p99", latency(s.latency_ms)),
       card("failures (total)", failuresText(s.failures)),
-      card("ledger audit", auditText(s.audit), { "data-field": "audit", class: s.audit.unaccounted > 0 ? "card bad" : "card" }),
+      card("ledger audit", auditText(s.audit), { "data-field": "audit", class: s.audit.unaccounted > 0 || s.audit.unpublished > 0 ? "card bad" : "card" }),
       card("mean batch", fmt(d.batches.mean) + " events")),
     history,
     pausesSection(name, pauses),
