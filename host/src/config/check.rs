@@ -108,6 +108,7 @@ impl Config {
         failure::check(&at, &h.failure, h.ordering, h.retry.on_failure)?;
         super::audit::check(&at, &h.audit)?;
         super::capture::check(&at, &h.capture)?;
+        super::canary::check(&at, &h.canary)?;
         format::check(&at, h.format, h.message.as_deref(), &h.envelope, self.registry.is_some())?;
         outbox::check_emit_formats(&at, &h.emit, self.registry.is_some())?;
         rates::check(&at, h.max_events_per_second, &h.http.rate)?;

@@ -160,6 +160,9 @@ pub struct HandlerConfig {
     /// The ledger audit's pace: `[handler.audit]`.
     #[serde(default)]
     pub audit: super::HandlerAudit,
+    /// When a canary is rolled back by itself: `[handler.canary]`.
+    #[serde(default)]
+    pub canary: super::HandlerCanary,
     /// A sample of live events kept for replay tests: `[handler.capture]`.
     #[serde(default)]
     pub capture: super::HandlerCapture,
@@ -506,6 +509,7 @@ impl HandlerConfig {
             failure: super::HandlerFailure::default(),
             batch: HandlerBatch::default(),
             audit: super::HandlerAudit::default(),
+            canary: super::HandlerCanary::default(),
             capture: super::HandlerCapture::default(),
             emit: Vec::new(),
             dedup_retention: retention::default_dedup_retention(),

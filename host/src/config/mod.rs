@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 mod admin;
 mod audit;
+mod canary;
 mod capture;
 mod check;
 mod dlq;
@@ -30,6 +31,7 @@ mod runtime;
 
 pub use admin::AdminConfig;
 pub use audit::HandlerAudit;
+pub use canary::HandlerCanary;
 pub use capture::{HandlerCapture, RedactStep, redact_path};
 pub use dlq::DlqConfig;
 pub use failure::{HandlerFailure, OnExhausted};

@@ -29,6 +29,7 @@ pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
 pub use rehearsal::{Rehearsal, Writes};
 pub use replay::Replayed;
+
 use tracing::Instrument as _;
 pub use trial::Trial;
 
@@ -61,6 +62,30 @@ pub struct Executor {
     transcribe: bool,
     /// A sample of the events is captured (`[handler.capture]`).
     capture: Option<Arc<crate::capture::Capturing>>,
+    /// This version's invocations and their time on this host (a canary's
+    /// judgement compares two versions').
+    tally: Arc<Tally>,
+}
+
+/// Invocations of one version and the time they took.
+#[derive(Debug, Default)]
+pub struct Tally {
+    runs: std::sync::atomic::AtomicU64,
+    micros: std::sync::atomic::AtomicU64,
+}
+
+impl Tally {
+    /// Invocations so far, and their time in microseconds.
+    pub fn read(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.runs.load(Relaxed), self.micros.load(Relaxed))
+    }
+
+    fn add(&self, took: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.runs.fetch_add(1, Relaxed);
+        self.micros.fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
+    }
 }
 
 impl Executor {
@@ -74,7 +99,8 @@ impl Executor {
         let shared =
             Shared { http_client: http, sent_keys: side_by_side.then(Arc::default), throttles, recording: false };
         let pins = Arc::new(pins);
-        Self { handler, pool, shared, pins, force_stale: false, stats: None, transcribe: false, capture: None }
+        let (capture, tally) = (None, Arc::default());
+        Self { handler, pool, shared, pins, force_stale: false, stats: None, transcribe: false, capture, tally }
     }
 
     /// The same executor, capturing a sample of its events.
@@ -158,10 +184,16 @@ impl Executor {
         &self.handler
     }
 
-    /// The same executor (pool, HTTP client, pins) running `handler`.
+    /// The same executor (pool, HTTP client, pins) running `handler`, its
+    /// tally its own.
     #[must_use]
     pub fn with_handler(&self, handler: Handler) -> Self {
-        Self { handler, ..self.clone() }
+        Self { handler, tally: Arc::default(), ..self.clone() }
+    }
+
+    /// This version's invocations and their time on this host.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -340,6 +372,7 @@ impl Executor {
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
         let Returned { mut caps, invocation, stderr } =
             self.handler.invoke(caps, &event.to_wit(attempt), deadline).instrument(span).await;
+        self.tally.add(started.elapsed());
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(started.elapsed());
         }

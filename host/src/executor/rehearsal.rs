@@ -56,7 +56,7 @@ impl Executor {
         shared.sent_keys = None;
         shared.throttles = Arc::default();
         let handler = self.handler.with_own_shelf();
-        Self { handler, shared, stats: None, transcribe: true, capture: None, ..self.clone() }
+        Self { handler, shared, stats: None, transcribe: true, capture: None, tally: Arc::default(), ..self.clone() }
     }
 
     /// Runs `event` on this version inside `tx` under a savepoint that is

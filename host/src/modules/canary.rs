@@ -5,13 +5,14 @@
 //! never moves between versions while the canary lasts, and its events
 //! keep their order.
 //!
-//! Each host compares the two versions' failure rates on the events it ran
-//! since it loaded the canary ([`Slot::judge_canary`]); when the canary's
-//! is worse by more than [`MARGIN`] over at least [`MIN_EVENTS`] of its
-//! executions, the host rolls it back (`canaries::end`, under the module
-//! gate) and says why in the log and in `idem.canary_verdict`. Claims of
-//! the canary's version are refused from then on (ID001): its events in
-//! flight run again on the active version.
+//! Each host compares the two versions on the events it ran since it
+//! loaded the canary ([`Slot::judge_canary`]): their failure rates, and
+//! their mean time per execution. When the canary's is worse by more than
+//! `[handler.canary]` allows (`failure_margin`, `latency_margin`) over at
+//! least `min_events` executions of each, the host rolls it back
+//! (`canaries::end`, under the module gate) and says why in the log and in
+//! `idem.canary_verdict`. Claims of the canary's version are refused from
+//! then on (ID001): its events in flight run again on the active version.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
@@ -23,12 +24,9 @@ use crate::event::Event;
 use crate::executor::Executor;
 use crate::runtime::Handler;
 
-/// The canary's executions a host needs before it judges them.
-pub const MIN_EVENTS: u64 = 20;
-
-/// How much worse the canary's failure rate may be than the active
-/// version's (an absolute difference: 0.05 is 5 points).
-pub const MARGIN: f64 = 0.05;
+/// The least more time per execution that rolls a canary back, whatever
+/// the ratio: a fast handler's noise is no verdict.
+const LATENCY_FLOOR_MS: f64 = 2.0;
 
 /// A handler's canary on this host.
 pub struct Canary {
@@ -39,6 +37,8 @@ pub struct Canary {
     /// Every version's counts when this host loaded it: the judgement is
     /// on what ran after.
     baseline: BTreeMap<i32, VersionCounts>,
+    /// The active version's invocations and their time then.
+    active_tally: (u64, u64),
 }
 
 impl Canary {
@@ -96,8 +96,9 @@ impl Slot {
     pub fn install_canary(&self, handler: &Handler, percent: u8) {
         let Some(version) = handler.version() else { return };
         let executor = self.executor().with_handler(handler.clone());
-        let canary =
-            Canary { version, sha256: handler.sha256().to_owned(), percent, executor, baseline: self.counts() };
+        let (baseline, active_tally) = (self.counts(), self.executor().tally().read());
+        let sha256 = handler.sha256().to_owned();
+        let canary = Canary { version, sha256, percent, executor, baseline, active_tally };
         *self.canary.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(canary));
         tracing::info!(handler = %self.name, version, percent, "canary running on {percent}% of the keys");
     }
@@ -152,8 +153,8 @@ impl Slot {
         }
     }
 
-    /// Rolls the canary back if it fails more than the active version on
-    /// this host: `Some(why)` when it did.
+    /// Rolls the canary back if it fails more, or takes longer, than the
+    /// active version on this host: `Some(why)` when it did.
     pub async fn judge_canary(&self, pool: &PgPool) -> anyhow::Result<Option<String>> {
         let (Some(canary), Some(active)) = (self.canary(), self.version()) else { return Ok(None) };
         let now = self.counts();
@@ -161,7 +162,15 @@ impl Slot {
             let (n, b) = (now.get(&v).copied().unwrap_or_default(), canary.baseline.get(&v).copied().unwrap_or_default());
             (n.processed.saturating_sub(b.processed) + n.duplicates.saturating_sub(b.duplicates), n.failed.saturating_sub(b.failed))
         };
-        let (Some(why), _) = verdict(since(canary.version), since(active)) else { return Ok(None) };
+        let (runs, micros) = self.executor().tally().read();
+        let (was_runs, was_micros) = canary.active_tally;
+        let active_time = (runs.saturating_sub(was_runs), micros.saturating_sub(was_micros));
+        let rule = self.executor().handler().settings().canary;
+        let sides = (
+            Side { counts: since(canary.version), time: canary.executor.tally().read() },
+            Side { counts: since(active), time: active_time },
+        );
+        let Some(why) = verdict(&rule, sides.0, sides.1) else { return Ok(None) };
         let why = format!("version {} {why} than version {active} on this host", canary.version);
         let by = "idem (automatic rollback)";
         if canaries::end(pool, &self.name, canary.version, "rolled back", &why, by).await? {
@@ -172,40 +181,76 @@ impl Slot {
     }
 }
 
-/// Whether a canary whose executions came to `canary` (succeeded, failed)
-/// is worse than the active version's `active`: why, when it is (and the
-/// two rates).
-fn verdict(canary: (u64, u64), active: (u64, u64)) -> (Option<String>, (f64, f64)) {
+/// What one version came to on this host since the canary loaded:
+/// (succeeded, failed) executions, and (invocations, microseconds).
+#[derive(Debug, Clone, Copy)]
+struct Side {
+    counts: (u64, u64),
+    time: (u64, u64),
+}
+
+/// Why a canary that came to `canary` is worse than the active version's
+/// `active` under `rule`, when it is: it fails more by the failure margin,
+/// or takes longer per execution by the latency margin (and the floor).
+fn verdict(rule: &crate::config::HandlerCanary, canary: Side, active: Side) -> Option<String> {
     let rate = |(ok, failed): (u64, u64)| if ok + failed == 0 { 0.0 } else { failed as f64 / (ok + failed) as f64 };
-    let (c, a) = (rate(canary), rate(active));
-    let judged = canary.0 + canary.1 >= MIN_EVENTS && active.0 + active.1 >= MIN_EVENTS;
-    let worse = judged && c > a + MARGIN;
-    let why = worse.then(|| {
-        format!(
+    let runs = |s: Side| s.counts.0 + s.counts.1;
+    if runs(canary) < rule.min_events || runs(active) < rule.min_events {
+        return None;
+    }
+    let (c, a) = (rate(canary.counts), rate(active.counts));
+    if c > a + rule.failure_margin {
+        return Some(format!(
             "failed {:.0}% of {} executions, {:.0} points more ({:.0}% of {})",
             c * 100.0,
-            canary.0 + canary.1,
+            runs(canary),
             (c - a) * 100.0,
             a * 100.0,
-            active.0 + active.1
+            runs(active)
+        ));
+    }
+    let mean = |(n, micros): (u64, u64)| (n >= rule.min_events).then(|| micros as f64 / n as f64 / 1_000.0);
+    let (Some(cm), Some(am)) = (mean(canary.time), mean(active.time)) else { return None };
+    (cm > am * (1.0 + rule.latency_margin) && cm - am >= LATENCY_FLOOR_MS).then(|| {
+        format!(
+            "took {cm:.1} ms per execution on average over {}, {:.0}% longer ({am:.1} ms over {})",
+            canary.time.0,
+            (cm / am.max(0.001) - 1.0) * 100.0,
+            active.time.0
         )
-    });
-    (why, (c, a))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn side(ok: u64, failed: u64, ms_each: f64) -> Side {
+        Side { counts: (ok, failed), time: (ok + failed, ((ok + failed) as f64 * ms_each * 1_000.0) as u64) }
+    }
+
     #[test]
     fn a_canary_is_rolled_back_only_when_it_fails_more_by_the_margin_over_enough_events() {
-        assert!(verdict((70, 30), (100, 0)).0.is_some(), "30% against none");
-        assert!(verdict((14, 5), (100, 0)).0.is_none(), "19 executions are too few to judge");
-        assert!(verdict((70, 30), (19, 0)).0.is_none(), "19 of the active version's too");
-        assert!(verdict((96, 4), (100, 0)).0.is_none(), "4 points is within the margin");
-        assert!(verdict((70, 30), (70, 30)).0.is_none(), "as bad as the active version is no worse");
-        let why = verdict((70, 30), (100, 0)).0.unwrap_or_default();
+        let rule = crate::config::HandlerCanary::default();
+        let v = |c, a| verdict(&rule, c, a);
+        assert!(v(side(70, 30, 1.0), side(100, 0, 1.0)).is_some(), "30% against none");
+        assert!(v(side(14, 5, 1.0), side(100, 0, 1.0)).is_none(), "19 executions are too few to judge");
+        assert!(v(side(70, 30, 1.0), side(19, 0, 1.0)).is_none(), "19 of the active version's too");
+        assert!(v(side(96, 4, 1.0), side(100, 0, 1.0)).is_none(), "4 points is within the margin");
+        assert!(v(side(70, 30, 1.0), side(70, 30, 1.0)).is_none(), "as bad as the active version is no worse");
+        let why = v(side(70, 30, 1.0), side(100, 0, 1.0)).unwrap_or_default();
         assert!(why.contains("failed 30% of 100 executions, 30 points more (0% of 100)"), "{why}");
+    }
+
+    #[test]
+    fn a_canary_is_rolled_back_when_it_takes_longer_by_the_margin_and_the_floor() {
+        let rule = crate::config::HandlerCanary::default();
+        let v = |c, a| verdict(&rule, c, a);
+        let why = v(side(100, 0, 60.0), side(100, 0, 5.0)).unwrap_or_default();
+        assert!(why.contains("took 60.0 ms per execution on average over 100, 1100% longer (5.0 ms over 100)"), "{why}");
+        assert!(v(side(100, 0, 7.0), side(100, 0, 5.0)).is_none(), "40% longer is within the margin");
+        assert!(v(side(100, 0, 1.8), side(100, 0, 0.5)).is_none(), "under 2 ms more is noise, whatever the ratio");
+        assert!(v(side(10, 0, 60.0), side(100, 0, 5.0)).is_none(), "too few executions");
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct HandlerSettings {
     /// The configured rates, by target (`events`, a destination host):
     /// where `crate::throttle` starts from.
     pub rates: std::collections::BTreeMap<String, crate::throttle::Rate>,
+    /// When its canary is rolled back (`[handler.canary]`).
+    pub canary: crate::config::HandlerCanary,
 }
 
 impl HandlerSettings {
@@ -68,6 +70,7 @@ impl HandlerSettings {
             events_per_instance: h.events_per_instance.unwrap_or(0),
             trust_input_trace_headers: h.trust_input_trace_headers,
             rates: h.rates(),
+            canary: h.canary,
         }
     }
 }

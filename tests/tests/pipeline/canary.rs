@@ -167,3 +167,37 @@ async fn a_healthy_canary_runs_its_keys_alone_and_is_promoted_by_hand() {
     let _ = std::fs::remove_file(&same);
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_taking_ten_times_longer_is_rolled_back_by_itself_and_every_order_is_applied_once() {
+    let env = Env::new(2).await;
+    let mut spec = env.billing();
+    spec.config.push(("candidate".into(), "lazy".into()));
+    let config = host::write_config(&env.db.url, &[spec]);
+    let running = InProcess::start(&config);
+    let admin = host::admin_url(&config);
+    idem_tests::wait_until_async("the admin API answers", || async { get(&admin, "/healthz").await.is_some() }).await;
+    let path = guests::component("candidate");
+    let (ok, out) =
+        idem(&["deploy", "--canary", "50%", "--handler", "billing", path.to_str().expect("path"), "--url", &admin]);
+    assert!(ok && out.contains("it runs 50% of the keys"), "{out}");
+    let n = 300;
+    stream(&env, 1, n).await;
+    idem_tests::wait_until_async("the canary rolled back", || async {
+        env.count("SELECT count(*) FROM idem.canary_verdict WHERE verdict = 'rolled back'").await == 1
+    })
+    .await;
+    let reason: String = sqlx::query_scalar("SELECT reason FROM idem.canary_verdict")
+        .fetch_one(&env.db.pool)
+        .await
+        .expect("the verdict");
+    assert!(reason.starts_with("version 2 took ") && reason.contains("ms per execution on average"), "{reason}");
+    idem_tests::wait_until_async("every order charged", || async {
+        env.count("SELECT count(*) FROM billing.charge").await == n
+    })
+    .await;
+    running.stop().await;
+    assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM billing.charge").await, n, "each order once");
+    assert_eq!(env.provider.charges() as i64, n, "one provider charge per order");
+    env.finish().await;
+}

@@ -7,6 +7,8 @@
 //!   announces a payment, and reports success;
 //! - `flaky`: what billing does, but fails for good on 3 orders in 10
 //!   (`orderId % 10 < 3`): a canary worse than the active version;
+//! - `lazy`: what billing does, 60 ms later (a statement that sleeps): a
+//!   canary slower than the active version;
 //! - `slow`: holds every billing row for 5 s before doing what billing does
 //!   (a shadow that would stall the live batch, and the live transactions
 //!   of other partitions, if nothing bounded it).
@@ -35,6 +37,10 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
             return Err(idem_guest::Error::permanent("this version fails 3 orders in 10"));
         }
         Some("flaky") => 1.0,
+        Some("lazy") => {
+            db.execute("SELECT pg_sleep(0.06)", &[])?;
+            1.0
+        }
         Some("slow") => {
             db.query("SELECT order_id FROM billing.charge FOR UPDATE", &[])?;
             db.execute("SELECT pg_sleep(5)", &[])?;
