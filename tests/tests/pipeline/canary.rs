@@ -56,26 +56,33 @@ async fn applied(env: &Env) -> Vec<(String, i64, i32)> {
     rows.into_iter().map(|(order, version)| (key_of(order), order, version)).collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_canary_failing_30_percent_is_rolled_back_by_itself_and_every_event_is_applied_once_by_the_version_recorded()
-{
-    let env = Env::new(2).await;
+/// A host of billing, the candidate (`mode`) as its canary on `share` of
+/// the keys, `n` orders streamed, and the canary rolled back by the host.
+async fn canary_rolled_back(env: &Env, mode: &str, share: &str, n: i64) -> (InProcess, String) {
     let mut spec = env.billing();
-    spec.config.push(("candidate".into(), "flaky".into()));
+    spec.config.push(("candidate".into(), mode.into()));
     let config = host::write_config(&env.db.url, &[spec]);
     let running = InProcess::start(&config);
     let admin = host::admin_url(&config);
     idem_tests::wait_until_async("the admin API answers", || async { get(&admin, "/healthz").await.is_some() }).await;
     let path = guests::component("candidate");
     let (ok, out) =
-        idem(&["deploy", "--canary", "20%", "--handler", "billing", path.to_str().expect("path"), "--url", &admin]);
-    assert!(ok && out.contains("it runs 20% of the keys; the rest stay on version 1"), "{out}");
-    let n = 600;
-    stream(&env, 1, n).await;
+        idem(&["deploy", "--canary", share, "--handler", "billing", path.to_str().expect("path"), "--url", &admin]);
+    assert!(ok && out.contains(&format!("it runs {share} of the keys; the rest stay on version 1")), "{out}");
+    stream(env, 1, n).await;
     idem_tests::wait_until_async("the canary rolled back", || async {
         env.count("SELECT count(*) FROM idem.canary_verdict WHERE verdict = 'rolled back'").await == 1
     })
     .await;
+    (running, admin)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_failing_30_percent_is_rolled_back_by_itself_and_every_event_is_applied_once_by_the_version_recorded()
+{
+    let env = Env::new(2).await;
+    let (running, admin) = canary_rolled_back(&env, "flaky", "20%", 600).await;
+    let n = 600;
     let dead = "SELECT count(*) FROM idem.dead_letter WHERE handler = 'billing'";
     idem_tests::wait_until_async("every order charged or dead-lettered", || async {
         env.count("SELECT count(*) FROM billing.charge").await + env.count(dead).await >= n
@@ -171,22 +178,8 @@ async fn a_healthy_canary_runs_its_keys_alone_and_is_promoted_by_hand() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_canary_taking_ten_times_longer_is_rolled_back_by_itself_and_every_order_is_applied_once() {
     let env = Env::new(2).await;
-    let mut spec = env.billing();
-    spec.config.push(("candidate".into(), "lazy".into()));
-    let config = host::write_config(&env.db.url, &[spec]);
-    let running = InProcess::start(&config);
-    let admin = host::admin_url(&config);
-    idem_tests::wait_until_async("the admin API answers", || async { get(&admin, "/healthz").await.is_some() }).await;
-    let path = guests::component("candidate");
-    let (ok, out) =
-        idem(&["deploy", "--canary", "50%", "--handler", "billing", path.to_str().expect("path"), "--url", &admin]);
-    assert!(ok && out.contains("it runs 50% of the keys"), "{out}");
     let n = 300;
-    stream(&env, 1, n).await;
-    idem_tests::wait_until_async("the canary rolled back", || async {
-        env.count("SELECT count(*) FROM idem.canary_verdict WHERE verdict = 'rolled back'").await == 1
-    })
-    .await;
+    let (running, _) = canary_rolled_back(&env, "lazy", "50%", n).await;
     let reason: String = sqlx::query_scalar("SELECT reason FROM idem.canary_verdict")
         .fetch_one(&env.db.pool)
         .await
