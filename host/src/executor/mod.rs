@@ -128,7 +128,9 @@ impl Executor {
     /// `stale_events = "process"` does, whatever the handler's policy.
     #[must_use]
     pub fn forcing_stale(&self) -> Self {
-        Self { force_stale: true, ..self.clone() }
+        // Its runs (replays of dead letters) are not the version's live
+        // executions a canary is judged against.
+        Self { force_stale: true, tally: Arc::default(), ..self.clone() }
     }
 
     /// The same executor, its invocations keeping a line per statement
@@ -372,12 +374,19 @@ impl Executor {
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
         let Returned { mut caps, invocation, stderr } =
             self.handler.invoke(caps, &event.to_wit(attempt), deadline).instrument(span).await;
-        self.tally.add(started.elapsed());
+        let took = started.elapsed();
         if let Some(stats) = self.stats() {
-            stats.execution.observe_duration(started.elapsed());
+            stats.execution.observe_duration(took);
         }
         let (verdict, left) = caps.finish(self.stats());
-        (caps.tx, result(invocation, verdict, &stderr), left)
+        let result = result(invocation, verdict, &stderr);
+        // The version's time is its successful executions' (a failure is
+        // judged as one; a timeout's or an outage's time would say nothing
+        // of how long the version takes).
+        if result.is_ok() {
+            self.tally.add(took);
+        }
+        (caps.tx, result, left)
     }
 
     /// A captured event: what it got from `tape`, what it emitted and came to.

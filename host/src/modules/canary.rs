@@ -28,6 +28,10 @@ use crate::runtime::Handler;
 /// the ratio: a fast handler's noise is no verdict.
 const LATENCY_FLOOR_MS: f64 = 2.0;
 
+/// Successful executions of each version a mean time needs at least (or
+/// `min_events`, if more): one slow call among 20 would decide it.
+const LATENCY_MIN_RUNS: u64 = 50;
+
 /// A handler's canary on this host.
 pub struct Canary {
     version: i32,
@@ -95,6 +99,7 @@ impl Slot {
     /// the keys from the next batch on.
     pub fn install_canary(&self, handler: &Handler, percent: u8) {
         let Some(version) = handler.version() else { return };
+        self.remember(handler);
         let executor = self.executor().with_handler(handler.clone());
         let (baseline, active_tally) = (self.counts(), self.executor().tally().read());
         let sha256 = handler.sha256().to_owned();
@@ -165,11 +170,16 @@ impl Slot {
         let (runs, micros) = self.executor().tally().read();
         let (was_runs, was_micros) = canary.active_tally;
         let active_time = (runs.saturating_sub(was_runs), micros.saturating_sub(was_micros));
-        let rule = self.executor().handler().settings().canary;
+        let settings = self.executor().handler().settings().clone();
+        // Events of a batch run side by side share its transaction: one's
+        // time includes waiting for another's statements, which says
+        // nothing of its version. Latency is judged where they run alone.
+        let timed = |t: (u64, u64)| if settings.max_concurrent > 1 { (0, 0) } else { t };
         let sides = (
-            Side { counts: since(canary.version), time: canary.executor.tally().read() },
-            Side { counts: since(active), time: active_time },
+            Side { counts: since(canary.version), time: timed(canary.executor.tally().read()) },
+            Side { counts: since(active), time: timed(active_time) },
         );
+        let rule = settings.canary;
         let Some(why) = verdict(&rule, sides.0, sides.1) else { return Ok(None) };
         let why = format!("version {} {why} than version {active} on this host", canary.version);
         let by = "idem (automatic rollback)";
@@ -209,7 +219,8 @@ fn verdict(rule: &crate::config::HandlerCanary, canary: Side, active: Side) -> O
             runs(active)
         ));
     }
-    let mean = |(n, micros): (u64, u64)| (n >= rule.min_events).then(|| micros as f64 / n as f64 / 1_000.0);
+    let enough = rule.min_events.max(LATENCY_MIN_RUNS);
+    let mean = |(n, micros): (u64, u64)| (n >= enough).then(|| micros as f64 / n as f64 / 1_000.0);
     let (Some(cm), Some(am)) = (mean(canary.time), mean(active.time)) else { return None };
     (cm > am * (1.0 + rule.latency_margin) && cm - am >= LATENCY_FLOOR_MS).then(|| {
         format!(
@@ -250,7 +261,7 @@ mod tests {
         assert!(why.contains("took 60.0 ms per execution on average over 100, 1100% longer (5.0 ms over 100)"), "{why}");
         assert!(v(side(100, 0, 7.0), side(100, 0, 5.0)).is_none(), "40% longer is within the margin");
         assert!(v(side(100, 0, 1.8), side(100, 0, 0.5)).is_none(), "under 2 ms more is noise, whatever the ratio");
-        assert!(v(side(10, 0, 60.0), side(100, 0, 5.0)).is_none(), "too few executions");
+        assert!(v(side(49, 0, 60.0), side(100, 0, 5.0)).is_none(), "too few executions to time");
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub struct Slot {
     canary_failed: Mutex<Option<Failed>>,
     /// Follows of the canary's row, one at a time.
     canary_refresh: tokio::sync::Mutex<()>,
+    /// The module (SHA-256) of each version this host ran, active or
+    /// canary: what a dead letter names as the module that failed it.
+    modules: Mutex<BTreeMap<i32, String>>,
 }
 
 impl std::fmt::Debug for Slot {
@@ -91,6 +94,7 @@ impl std::fmt::Debug for Slot {
 
 impl Slot {
     pub fn new(runtime: Runtime, executor: Executor, max_module_bytes: usize) -> Arc<Self> {
+        let modules = executor.handler().version().map(|v| (v, executor.handler().sha256().to_owned()));
         Arc::new(Self {
             name: executor.handler().settings().name.clone(),
             runtime,
@@ -105,7 +109,26 @@ impl Slot {
             canary: RwLock::new(None),
             canary_failed: Mutex::new(None),
             canary_refresh: tokio::sync::Mutex::new(()),
+            modules: Mutex::new(modules.into_iter().collect()),
         })
+    }
+
+    /// Remembers `handler`'s module as its version's ([`Slot::module_of`]).
+    fn remember(&self, handler: &Handler) {
+        if let Some(version) = handler.version() {
+            let mut modules = self.modules.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            modules.insert(version, handler.sha256().to_owned());
+        }
+    }
+
+    /// The module (SHA-256) `version` ran here (`None`, or one this host
+    /// never ran: the active one's).
+    pub fn module_of(&self, version: Option<i32>) -> String {
+        let modules = self.modules.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match version.and_then(|v| modules.get(&v)) {
+            Some(sha256) => sha256.clone(),
+            None => self.executor().handler().sha256().to_owned(),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -200,6 +223,7 @@ impl Slot {
     }
 
     fn put(&self, handler: Handler) {
+        self.remember(&handler);
         let swapped = self.executor().with_handler(handler);
         let (from, to) = (self.version(), swapped.handler().version());
         *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = swapped;

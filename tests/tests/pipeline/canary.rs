@@ -108,6 +108,18 @@ async fn a_canary_failing_30_percent_is_rolled_back_by_itself_and_every_event_is
     assert_eq!(env.count("SELECT count(DISTINCT order_id) FROM billing.charge").await, charged, "each order once");
     assert_eq!(env.provider.charges() as i64, charged, "one provider charge per applied order");
     assert_eq!(charged + env.count(dead).await, n + 100, "every order applied or dead-lettered, none lost");
+    // Each dead letter names the module that failed it: the canary's.
+    let candidate = std::fs::read(guests::component("candidate")).expect("the candidate");
+    let canary_sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&candidate));
+    let letters = kafka::read_all(&format!("{}.billing.dlq", env.topic));
+    assert!(!letters.is_empty(), "the canary's failures were dead-lettered");
+    for letter in &letters {
+        let module = rdkafka::message::Headers::iter(rdkafka::Message::headers(letter).expect("headers"))
+            .find(|h| h.key == "idem.module.sha256")
+            .and_then(|h| h.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        assert_eq!(module.as_deref(), Some(canary_sha.as_str()), "a dead letter names another module");
+    }
     let mut per_key: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
     for (key, order, version) in &rows {
         if bucket(key) >= 20 {

@@ -63,7 +63,10 @@ impl Redaction {
     /// the handler's requests) scrubbed from every capture as well.
     #[must_use]
     pub fn with_secrets(mut self, secrets: Vec<String>) -> Self {
-        self.always = secrets;
+        self.always.clear();
+        for secret in secrets {
+            header_secrets(&secret, &mut self.always);
+        }
         self
     }
 

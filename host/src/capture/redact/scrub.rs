@@ -3,9 +3,14 @@
 //! and inside longer strings when it has [`SUBSTRING_FROM`] characters or
 //! more. A string that is a JSON document (a body, a payload, a `json`
 //! value) is scrubbed as the document it is, so that an escaped form of a
-//! value (`Jos\u00e9`) is found too. One pass per string, whatever the
-//! number of secrets, so that a replacement never feeds the next.
+//! value (`Jos\u00e9`) is found too, and then as text (its member names).
+//! One pass per string over every secret at once (Aho-Corasick, leftmost
+//! longest), so that a replacement never feeds the next and a guest's
+//! many values cost one scan.
 
+use std::collections::HashSet;
+
+use aho_corasick::{AhoCorasick, MatchKind};
 use serde_json::Value as Json;
 
 use super::MARK;
@@ -21,30 +26,35 @@ pub(super) const MAX_SECRETS: usize = 1_000;
 
 /// The secrets of one capture.
 pub(super) struct Secrets {
-    whole: Vec<String>,
-    /// Those scrubbed inside strings too, longest first.
-    inner: Vec<String>,
+    whole: HashSet<String>,
+    /// Those scrubbed inside strings too (`None`: none is long enough).
+    inner: Option<AhoCorasick>,
 }
 
 impl Secrets {
     /// `found`, each also in its URL-encoded forms; `None` when there are
-    /// more than [`MAX_SECRETS`].
+    /// more than [`MAX_SECRETS`] distinct ones.
     pub(super) fn new(found: Vec<String>) -> Option<Self> {
-        let mut whole: Vec<String> = Vec::new();
-        for secret in found {
+        let distinct: HashSet<String> =
+            found.into_iter().filter(|s| !s.is_empty() && !MARK.contains(s.as_str())).collect();
+        if distinct.len() > MAX_SECRETS {
+            return None;
+        }
+        let mut whole = HashSet::new();
+        for secret in distinct {
             let encoded = percent(&secret);
-            let plus = encoded.replace("%20", "+");
-            for form in [secret, encoded, plus] {
-                if !form.is_empty() && !MARK.contains(form.as_str()) && !whole.contains(&form) {
-                    whole.push(form);
+            for form in [encoded.replace("%20", "+"), encoded.to_ascii_lowercase(), encoded, secret] {
+                if !MARK.contains(form.as_str()) {
+                    whole.insert(form);
                 }
             }
-            if whole.len() > MAX_SECRETS * 3 {
-                return None;
-            }
         }
-        let mut inner: Vec<String> = whole.iter().filter(|s| s.chars().count() >= SUBSTRING_FROM).cloned().collect();
-        inner.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let long: Vec<&String> = whole.iter().filter(|s| s.chars().count() >= SUBSTRING_FROM).collect();
+        let inner = if long.is_empty() {
+            None
+        } else {
+            Some(AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(long).ok()?)
+        };
         Some(Self { whole, inner })
     }
 
@@ -52,22 +62,22 @@ impl Secrets {
         self.whole.is_empty()
     }
 
-    /// A string of the capture: whole, as a JSON document, or inside.
+    /// A string of the capture: whole, as a JSON document, and inside.
     pub(super) fn text(&self, s: &mut String) {
-        if self.whole.contains(s) {
+        if self.whole.contains(s.as_str()) {
             *s = MARK.into();
             return;
         }
         if s.trim_start().starts_with(['{', '['])
             && let Ok(mut doc) = serde_json::from_str::<Json>(s)
+            && self.document(&mut doc)
         {
-            if self.document(&mut doc) {
-                *s = doc.to_string();
-            }
-            return;
+            *s = doc.to_string();
         }
-        if let Some(replaced) = self.inside(s) {
-            *s = replaced;
+        if let Some(inner) = &self.inner
+            && inner.is_match(s.as_str())
+        {
+            *s = inner.replace_all(s, &vec![MARK; inner.patterns_len()]);
         }
     }
 
@@ -104,29 +114,6 @@ impl Secrets {
             Json::Array(items) => items.iter_mut().for_each(|v| self.stored(v, None)),
             _ => {}
         }
-    }
-
-    /// `s` with every inner secret replaced, in one pass (`None`: none in it).
-    fn inside(&self, s: &str) -> Option<String> {
-        let present: Vec<&String> = self.inner.iter().filter(|x| s.contains(x.as_str())).collect();
-        if present.is_empty() {
-            return None;
-        }
-        let mut out = String::with_capacity(s.len());
-        let mut rest = s;
-        while let Some(c) = rest.chars().next() {
-            match present.iter().find(|x| rest.starts_with(x.as_str())) {
-                Some(x) => {
-                    out.push_str(MARK);
-                    rest = &rest[x.len()..];
-                }
-                None => {
-                    out.push(c);
-                    rest = &rest[c.len_utf8()..];
-                }
-            }
-        }
-        Some(out)
     }
 }
 

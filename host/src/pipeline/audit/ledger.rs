@@ -194,15 +194,23 @@ pub(crate) async fn first_offset(
     .context("the ledger audit: failed to read idem.audit_start")
 }
 
+/// Unpublished rows of each kind counted at most.
+const UNPUBLISHED_COUNTED: i64 = 10_000;
+
 /// `producer`'s outbox rows not published 10 minutes after their commit:
-/// pending still, or failed.
+/// pending still, or failed; each kind counted up to [`UNPUBLISHED_COUNTED`]
+/// (the oldest pending first: a relay's outage leaves a backlog the count
+/// must not read whole every sweep).
 pub(crate) async fn unpublished(pool: &sqlx::PgPool, producer: &str) -> anyhow::Result<u64> {
     let n: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM idem.outbox WHERE producer = $1 AND published_at IS NULL \
-         AND failed_at IS NULL AND created_at < now() - interval '10 minutes') \
-         + (SELECT count(*) FROM idem.outbox WHERE producer = $1 AND published_at IS NULL AND failed_at IS NOT NULL)",
+        "SELECT (SELECT count(*) FROM (SELECT created_at FROM idem.outbox WHERE producer = $1 \
+                 AND published_at IS NULL AND failed_at IS NULL ORDER BY id LIMIT $2) pending \
+                 WHERE created_at < now() - interval '10 minutes') \
+         + (SELECT count(*) FROM (SELECT 1 FROM idem.outbox WHERE producer = $1 AND published_at IS NULL \
+                 AND failed_at IS NOT NULL LIMIT $2) failed)",
     )
     .bind(producer)
+    .bind(UNPUBLISHED_COUNTED)
     .fetch_one(pool)
     .await
     .context("the ledger audit: failed to count the outbox's unpublished rows")?;

@@ -61,14 +61,15 @@ pub(crate) fn spawn(
                 () = tokio::time::sleep(every) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
+            // Counted on every host, whatever it owns: the outbox is the
+            // handler's, not a partition's.
+            unpublished(&shared).await;
             let partitions: Vec<(String, i32)> = owned.states().iter().map(|s| (s.topic.clone(), s.partition)).collect();
             if partitions.is_empty() {
                 continue;
             }
-            let swept = sweep(&shared, (&client, &owned), partitions, &mut reported, &stop).await;
-            let unpublished = unpublished(&shared).await;
-            match swept {
-                Ok(Some(0)) if unpublished == 0 => {
+            match sweep(&shared, (&client, &owned), partitions, &mut reported, &stop).await {
+                Ok(Some(0)) => {
                     let now = u64::try_from(chrono::Utc::now().timestamp()).unwrap_or(0);
                     shared.stats.audit_clean_at.store(now, Relaxed);
                 }
@@ -80,17 +81,18 @@ pub(crate) fn spawn(
 }
 
 /// The handler's emitted rows unpublished 10 minutes after their commit,
-/// counted into its stats (0 for a handler that emits nothing, or when the
-/// database cannot say: logged).
-async fn unpublished(shared: &HandlerContext) -> u64 {
+/// counted into its stats: a signal of its own (a failed row waits for an
+/// operator's redrive), not a condition of a clean sweep. When the
+/// database cannot say, the last count stays (logged).
+async fn unpublished(shared: &HandlerContext) {
     if shared.config.emit.is_empty() {
-        return 0;
+        return;
     }
     let n = match ledger::unpublished(&shared.idem_pool, &shared.name).await {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(handler = %shared.name, "the ledger audit could not count unpublished rows: {e:#}");
-            return 0;
+            return;
         }
     };
     shared.stats.audit_unpublished.store(n, Relaxed);
@@ -100,7 +102,6 @@ async fn unpublished(shared: &HandlerContext) -> u64 {
             "the ledger audit: emitted rows are not published 10 minutes after their commit (`idem outbox` shows them)"
         );
     }
-    n
 }
 
 /// One sweep over `partitions`: the unaccounted records it found (`None`:

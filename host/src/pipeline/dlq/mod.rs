@@ -41,6 +41,9 @@ pub(crate) struct Failure {
     pub attempts: u32,
     /// Replays that failed again before this one (0: the first failure).
     pub replays: u32,
+    /// The module version whose execution failed last, when known (a
+    /// canary's: the dead letter names its module, not the active one's).
+    pub version: Option<i32>,
 }
 
 pub(crate) struct DeadLetters {

@@ -380,7 +380,7 @@ impl Replay<'_> {
         let event = match self.target.validator.check(&record).await? {
             Ok(event) => event,
             Err(invalid) => {
-                let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays };
+                let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays, version: None };
                 return self.again(message, &record, &failure).await;
             }
         };
@@ -418,7 +418,7 @@ impl Replay<'_> {
                 self.report.stopped = Some(e.to_string());
             }
             Err(e) => {
-                let failure = Failure { class: e.class(), reason: e.to_string(), attempts: 1, replays };
+                let failure = Failure { class: e.class(), reason: e.to_string(), attempts: 1, replays, version: None };
                 self.again(message, &record, &failure).await?;
             }
         }

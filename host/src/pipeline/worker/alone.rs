@@ -97,7 +97,7 @@ pub(super) async fn until_resolved<L: AloneLane>(lane: &mut L, from_batch: Optio
         match lane.after_failure(&mut tries, error, stale).await {
             Next::Wait(wait) if lane.sleep(wait).await => continue,
             Next::Wait(_) | Next::Abandon => return Resolution::Abandoned,
-            Next::Final(failure) => return Resolution::Final(failure),
+            Next::Final(failure) => return Resolution::Final(Failure { version: on, ..failure }),
             Next::Park(failure, wait) => return Resolution::Park(failure, wait),
         }
     }
@@ -162,7 +162,7 @@ mod tests {
     }
 
     fn final_failure(attempts: u32) -> Failure {
-        Failure { class: ErrorClass::Permanent, reason: "no".into(), attempts, replays: 0 }
+        Failure { class: ErrorClass::Permanent, reason: "no".into(), attempts, replays: 0, version: None }
     }
 
     const SECOND: Duration = Duration::from_secs(1);

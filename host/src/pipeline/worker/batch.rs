@@ -104,8 +104,8 @@ impl Worker {
             // can read the marks.
             return self.unmark().await;
         }
-        if let Some(own) = failed {
-            self.resolve_alone(own).await;
+        if let Some((version, own)) = failed {
+            self.resolve_alone(own.map(|e| (version, e))).await;
         }
     }
 

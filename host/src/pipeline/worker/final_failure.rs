@@ -52,7 +52,9 @@ pub(super) async fn resolve(
         state.until_stopped(std::future::pending::<()>()).await;
         return false;
     };
-    let module = shared.slot.executor().handler().sha256().to_owned();
+    // The module that failed it: the canary's when its execution did,
+    // though the canary may have ended since.
+    let module = shared.slot.module_of(failure.version);
     let (mut outages, mut refusals, mut envelope): (u32, u32, Option<String>) = (0, 0, None);
     loop {
         let sent = match &envelope {

@@ -178,7 +178,7 @@ impl Worker {
     /// Takes the first pending record and resolves it alone, through the
     /// whole failure path; `from_batch` is the failure of the execution it
     /// already had in a batch.
-    async fn resolve_alone(&mut self, from_batch: Option<ExecError>) {
+    async fn resolve_alone(&mut self, from_batch: Option<(Option<i32>, ExecError)>) {
         let Some(Taken { record, event }) = self.pending.pop_front() else { return };
         self.state.taken(&record);
         let unproven = !self.proven;

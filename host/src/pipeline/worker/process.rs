@@ -34,7 +34,7 @@ impl Worker {
         &mut self,
         record: &Record,
         validated: Option<Result<Event, Invalid>>,
-        from_batch: Option<ExecError>,
+        from_batch: Option<(Option<i32>, ExecError)>,
     ) -> bool {
         let shared = self.shared.clone();
         let event = match validated.unwrap_or_else(|| super::validated(&shared, record)) {
@@ -44,16 +44,16 @@ impl Worker {
                 tracing::warn!(handler = %shared.name, %topic, partition, offset, reason = %invalid, "invalid record");
                 Stats::add(&shared.stats.invalid);
                 let failure =
-                    Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays: 0 };
+                    Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays: 0, version: None };
                 return super::final_failure::resolve(&shared, &self.state, record, failure).await;
             }
         };
         if from_batch.is_none() {
             self.shadow(std::slice::from_ref(&event)).await;
         }
-        let version = shared.slot.version();
         let mut lane = Alone { worker: self, event: &event, record, counted: false };
-        match super::alone::until_resolved(&mut lane, from_batch.map(|error| (version, error))).await {
+        // A batch's failure names the version the batch ran on.
+        match super::alone::until_resolved(&mut lane, from_batch).await {
             Resolution::Succeeded(outcome) => {
                 self.succeeded(record, event.id, outcome);
                 true
@@ -112,7 +112,7 @@ impl Worker {
             }
             Step::Retry(wait) if shared.quarantine.on() && record.key.is_some() => {
                 Stats::add(&shared.stats.retries);
-                let failure = Failure { class: ErrorClass::Retryable, reason: error, attempts: at.attempt, replays: 0 };
+                let failure = Failure { class: ErrorClass::Retryable, reason: error, attempts: at.attempt, replays: 0, version: None };
                 Next::Park(failure, wait)
             }
             Step::Retry(wait) => {
@@ -132,7 +132,7 @@ impl Worker {
                     "event failed (its transaction rolled back): {error}"
                 );
                 shared.stats.failed(class);
-                Next::Final(Failure { class, reason: error, attempts: attempt, replays: 0 })
+                Next::Final(Failure { class, reason: error, attempts: attempt, replays: 0, version: None })
             }
         }
     }
@@ -192,6 +192,7 @@ impl Worker {
                         reason,
                         attempts: started - 1,
                         replays: 0,
+                        version: None,
                     });
                 }
                 Ok(_) => *counted = true,

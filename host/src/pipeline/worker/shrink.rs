@@ -44,10 +44,13 @@ enum AfterBatch {
     Shrink { at: usize, own: Option<ExecError>, whole: bool, counted: bool },
 }
 
-/// Runs `events` until what remains of them commits. Returns the failing
-/// event's own error (`Some(None)` when it has none), or `None` when every
-/// event committed or the partition stopped.
-pub(super) async fn until_committed<L: BatchLane>(lane: &mut L, events: &[Event]) -> Option<Option<ExecError>> {
+/// Runs `events` until what remains of them commits. Returns the version
+/// the failing event ran on and its own error (`None` when it has none),
+/// or `None` when every event committed or the partition stopped.
+pub(super) async fn until_committed<L: BatchLane>(
+    lane: &mut L,
+    events: &[Event],
+) -> Option<(Option<i32>, Option<ExecError>)> {
     // The events `..end` run; the one at `end` failed.
     let (mut end, mut failed) = (events.len(), None);
     while end > 0 && !lane.stopped() {
@@ -65,7 +68,7 @@ pub(super) async fn until_committed<L: BatchLane>(lane: &mut L, events: &[Event]
             AfterBatch::Again => continue,
             AfterBatch::Shrink { at, own, whole, counted } => {
                 lane.failed(version, end, at, whole.then(|| events[end - 1].offset), counted);
-                (end, failed) = (at, Some(own));
+                (end, failed) = (at, Some((version, own)));
             }
         }
     }
@@ -150,7 +153,7 @@ mod tests {
             .collect()
     }
 
-    fn run(lane: &mut Scripted, n: i64) -> Option<Option<ExecError>> {
+    fn run(lane: &mut Scripted, n: i64) -> Option<(Option<i32>, Option<ExecError>)> {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
         runtime.block_on(until_committed(lane, &events(n)))
     }
@@ -171,7 +174,7 @@ mod tests {
         let own = ExecError::HandlerPermanent("no such customer".into());
         let mut lane = Scripted { ends: [at(3, Some(own))].into(), ..Scripted::default() };
         let failed = run(&mut lane, 5);
-        assert!(matches!(failed, Some(Some(ExecError::HandlerPermanent(_)))), "{failed:?}");
+        assert!(matches!(failed, Some((_, Some(ExecError::HandlerPermanent(_))))), "{failed:?}");
         assert_eq!(lane.submitted, vec![5, 3], "the three before it, again");
         assert_eq!(lane.committed, vec![3]);
         assert_eq!(lane.failed, vec![(5, 3, None, true)]);
@@ -180,7 +183,7 @@ mod tests {
     #[test]
     fn failures_shrink_the_batch_until_a_prefix_commits() {
         let mut lane = Scripted { ends: [at(4, None), at(2, None)].into(), ..Scripted::default() };
-        assert!(matches!(run(&mut lane, 6), Some(None)), "the last failing event has no error of its own");
+        assert!(matches!(run(&mut lane, 6), Some((_, None))), "the last failing event has no error of its own");
         assert_eq!(lane.submitted, vec![6, 4, 2]);
         assert_eq!(lane.committed, vec![2]);
     }
@@ -188,7 +191,7 @@ mod tests {
     #[test]
     fn a_failure_at_the_first_event_runs_nothing_again() {
         let mut lane = Scripted { ends: [at(0, None)].into(), ..Scripted::default() };
-        assert!(matches!(run(&mut lane, 4), Some(None)));
+        assert!(matches!(run(&mut lane, 4), Some((_, None))));
         assert_eq!(lane.submitted, vec![4]);
         assert!(lane.committed.is_empty());
     }
@@ -196,7 +199,7 @@ mod tests {
     #[test]
     fn a_failure_that_names_no_event_sends_every_record_alone_through_the_batchs_last() {
         let mut lane = Scripted { ends: [BatchEnd::Failed(BatchFailure::Whole(None))].into(), ..Scripted::default() };
-        assert!(matches!(run(&mut lane, 4), Some(None)));
+        assert!(matches!(run(&mut lane, 4), Some((_, None))));
         assert_eq!(lane.failed, vec![(4, 0, Some(103), false)], "alone through offset 103; not the version's failure");
         assert_eq!(lane.submitted, vec![4]);
     }
@@ -208,7 +211,7 @@ mod tests {
         assert!(run(&mut lane, 3).is_none());
         assert_eq!(lane.submitted, vec![3, 3], "the same batch, on the new version");
         let mut lane = Scripted { ends: [stale()].into(), switches: false, ..Scripted::default() };
-        assert!(matches!(run(&mut lane, 3), Some(None)));
+        assert!(matches!(run(&mut lane, 3), Some((_, None))));
         assert_eq!(lane.submitted, vec![3]);
         assert_eq!(lane.failed, vec![(3, 0, None, false)], "not the version's failure");
     }
@@ -219,7 +222,7 @@ mod tests {
         assert!(run(&mut lane, 2).is_none());
         assert_eq!(lane.submitted, vec![2, 2]);
         let mut lane = Scripted { ends: [at(1, None)].into(), stop_after: Some(1), ..Scripted::default() };
-        assert!(matches!(run(&mut lane, 2), Some(None)), "stopped: nothing more runs");
+        assert!(matches!(run(&mut lane, 2), Some((_, None))), "stopped: nothing more runs");
         assert_eq!(lane.submitted, vec![2]);
         let mut lane = Scripted { ends: [BatchEnd::Failed(BatchFailure::Stopped)].into(), ..Scripted::default() };
         assert!(run(&mut lane, 2).is_none());
