@@ -46,6 +46,13 @@ pub(crate) struct Failure {
     pub version: Option<i32>,
 }
 
+impl Failure {
+    /// A first failure (no replay before it) of an unknown version.
+    pub(crate) fn first(class: ErrorClass, reason: String, attempts: u32) -> Self {
+        Self { class, reason, attempts, replays: 0, version: None }
+    }
+}
+
 pub(crate) struct DeadLetters {
     producer: crate::kafka_client::Producer,
     pub topic: String,

@@ -122,7 +122,7 @@ async fn run_event(shared: &HandlerContext, lease: &Lease, event: &ParkedEvent) 
     let valid = match checked {
         Ok(valid) => valid,
         Err(invalid) => {
-            let failure = Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays: 0, version: None };
+            let failure = Failure::first(ErrorClass::Invalid, invalid.to_string(), 0);
             return dead_letter(shared, lease, event, &failure).await;
         }
     };
@@ -199,7 +199,7 @@ async fn after(
         }
         _ => {
             shared.stats.failed(class);
-            let failure = Failure { class, reason, attempts, replays: 0, version: None };
+            let failure = Failure::first(class, reason, attempts);
             dead_letter(shared, lease, event, &failure).await
         }
     }

@@ -193,7 +193,7 @@ async fn dead_letter_leased(shared: &HandlerContext, lease: &lease::Lease, expec
     let stopped = |sent: i64, why: String| Refused::Stopped { sent, why };
     while let Some(event) = lease::first(pool, name, lease, Some(last)).await.map_err(failed)? {
         let attempts = u32::try_from(event.attempts).unwrap_or(0);
-        let failure = Failure { class: crate::error::ErrorClass::Retryable, reason: reason.clone(), attempts, replays: 0, version: None };
+        let failure = Failure::first(crate::error::ErrorClass::Retryable, reason.clone(), attempts);
         send_to_dlq(shared, &event.record, &failure).await.map_err(|why| stopped(sent, why))?;
         match lease::done(pool, name, lease, event.seq, LEASE_SECONDS).await {
             Ok(true) => {}

@@ -162,7 +162,7 @@ mod tests {
     }
 
     fn final_failure(attempts: u32) -> Failure {
-        Failure { class: ErrorClass::Permanent, reason: "no".into(), attempts, replays: 0, version: None }
+        Failure::first(ErrorClass::Permanent, "no".into(), attempts)
     }
 
     const SECOND: Duration = Duration::from_secs(1);

@@ -57,7 +57,7 @@ impl Worker {
             Some(Parked::Full) => {
                 self.state.taken(&record);
                 let reason = "its key is parked, and the quarantine is full: dead-lettered instead".to_owned();
-                let failure = Failure { class: ErrorClass::Retryable, reason, attempts: 0, replays: 0, version: None };
+                let failure = Failure::first(ErrorClass::Retryable, reason, 0);
                 if self.overflow(&record, failure).await {
                     self.completed(&record);
                 }

@@ -44,7 +44,7 @@ impl Worker {
                 tracing::warn!(handler = %shared.name, %topic, partition, offset, reason = %invalid, "invalid record");
                 Stats::add(&shared.stats.invalid);
                 let failure =
-                    Failure { class: ErrorClass::Invalid, reason: invalid.to_string(), attempts: 0, replays: 0, version: None };
+                    Failure::first(ErrorClass::Invalid, invalid.to_string(), 0);
                 return super::final_failure::resolve(&shared, &self.state, record, failure).await;
             }
         };
@@ -112,7 +112,7 @@ impl Worker {
             }
             Step::Retry(wait) if shared.quarantine.on() && record.key.is_some() => {
                 Stats::add(&shared.stats.retries);
-                let failure = Failure { class: ErrorClass::Retryable, reason: error, attempts: at.attempt, replays: 0, version: None };
+                let failure = Failure::first(ErrorClass::Retryable, error, at.attempt);
                 Next::Park(failure, wait)
             }
             Step::Retry(wait) => {
@@ -132,7 +132,7 @@ impl Worker {
                     "event failed (its transaction rolled back): {error}"
                 );
                 shared.stats.failed(class);
-                Next::Final(Failure { class, reason: error, attempts: attempt, replays: 0, version: None })
+                Next::Final(Failure::first(class, error, attempt))
             }
         }
     }
@@ -187,13 +187,7 @@ impl Worker {
                     let (topic, partition, offset) = (&record.topic, record.partition, record.offset);
                     tracing::error!(handler = %shared.name, %topic, partition, offset, event_id = %event.id, "{reason}");
                     shared.stats.failed(ErrorClass::Permanent);
-                    return Execution::KillsTheHost(Failure {
-                        class: ErrorClass::Permanent,
-                        reason,
-                        attempts: started - 1,
-                        replays: 0,
-                        version: None,
-                    });
+                    return Execution::KillsTheHost(Failure::first(ErrorClass::Permanent, reason, started - 1));
                 }
                 Ok(_) => *counted = true,
                 Err(e) => {
