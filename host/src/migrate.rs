@@ -7,9 +7,25 @@ use crate::config::RetentionMode;
 
 pub use crate::schema::MIGRATOR;
 
+/// What [`apply_for`] left alone: migrations of a newer idem already
+/// applied to the database (expand migrations, which this binary does not
+/// use), newest last.
+pub struct Newer(pub Vec<i64>);
+
 /// Applies every pending migration, creating `idem.processed_event` for
 /// `mode` if that migration is pending (it reads `idem.retention_mode`).
-pub async fn apply_for(pool: &PgPool, mode: RetentionMode) -> anyhow::Result<()> {
+///
+/// A database a newer idem migrated already (an older release's
+/// `idem migrate`, run by a rollback, say) is left as it is when it has
+/// every migration this binary knows; the schema gate then decides
+/// whether this binary may run against it (`schema::applied`).
+pub async fn apply_for(pool: &PgPool, mode: RetentionMode) -> anyhow::Result<Newer> {
+    let applied = crate::schema::applied_versions(pool).await.context("failed to read the applied migrations")?;
+    let newer = unknown(applied.as_deref().unwrap_or_default());
+    if !newer.is_empty() {
+        crate::schema::applied(pool).await?;
+        return Ok(Newer(newer));
+    }
     let mut conn = pool.acquire().await.context("failed to connect to the database")?;
     // A session setting: this connection is closed afterwards, never reused.
     conn.close_on_drop();
@@ -18,7 +34,17 @@ pub async fn apply_for(pool: &PgPool, mode: RetentionMode) -> anyhow::Result<()>
         .execute(&mut *conn)
         .await
         .context("failed to set idem.retention_mode")?;
-    MIGRATOR.run(&mut *conn).await.context("failed to apply idem's migrations")
+    MIGRATOR.run(&mut *conn).await.context("failed to apply idem's migrations")?;
+    // A gate a newer release raised stays: this binary may not run here.
+    crate::schema::applied(pool).await?;
+    Ok(Newer(Vec::new()))
+}
+
+/// The applied migrations this binary does not know, in order.
+fn unknown(applied: &[i64]) -> Vec<i64> {
+    let mut unknown: Vec<i64> = applied.iter().copied().filter(|v| MIGRATOR.iter().all(|m| m.version != *v)).collect();
+    unknown.sort_unstable();
+    unknown
 }
 
 /// Provisions every handler of `config` (see `sandbox::provision`) in the

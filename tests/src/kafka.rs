@@ -256,7 +256,9 @@ pub async fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &s
                 .set("bootstrap.servers", servers)
                 .create()
                 .unwrap_or_else(|e| panic!("admin client: {e}"));
-            let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+            // The broker's default replication factor (1 on the suite's broker, 3 on the
+            // fleet test's cluster), as idem's own DLQ topics get.
+            let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(-1));
             for (key, value) in configs {
                 topic = topic.set(key, value);
             }

@@ -22,6 +22,7 @@ pub mod guests;
 pub mod host;
 pub mod kafka;
 pub mod native;
+pub mod podman;
 pub mod provider;
 pub mod proxy;
 pub mod registry;

@@ -204,7 +204,10 @@ impl Telemetry {
             Ok(Ok(())) => None,
             Ok(Err(e)) => {
                 tracing::warn!("readiness: the database check failed: {e:#}");
-                Some("database: unreachable, or idem's migrations are not applied")
+                Some(match e {
+                    crate::schema::Unfit::TooOld { .. } => "database: its schema requires a newer idem (see the log)",
+                    _ => "database: unreachable, or idem's migrations are not applied",
+                })
             }
             Err(_) => Some("database: no answer within 2 s"),
         };

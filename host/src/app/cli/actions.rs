@@ -217,8 +217,16 @@ pub(super) async fn migrate(database_url: Option<String>, config: Option<std::pa
     let shown = crate::app::startup::redact(&url);
     let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
     let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
-    crate::migrate::apply_for(&pool, mode).await?;
-    outln!("idem: idem's migrations applied")?;
+    let crate::migrate::Newer(newer) = crate::migrate::apply_for(&pool, mode).await?;
+    if let Some(newest) = newer.last() {
+        outln!(
+            "idem: this database has {} migration(s) of a newer idem (up to {newest}) and every one this idem knows: \
+             nothing applied, the newer ones left as they are",
+            newer.len()
+        )?;
+    } else {
+        outln!("idem: idem's migrations applied")?;
+    }
     if let Some(config) = config {
         for line in crate::migrate::provision(&pool, &config).await? {
             outln!("idem: {line}")?;
