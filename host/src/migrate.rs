@@ -35,6 +35,9 @@ pub async fn apply_for(pool: &PgPool, mode: RetentionMode) -> anyhow::Result<New
         .await
         .context("failed to set idem.retention_mode")?;
     MIGRATOR.run(&mut *conn).await.context("failed to apply idem's migrations")?;
+    // Given back first: a pool of one connection (`idem test`'s scratch
+    // database) has no other for the check.
+    drop(conn);
     // A gate a newer release raised stays: this binary may not run here.
     crate::schema::applied(pool).await?;
     Ok(Newer(Vec::new()))
