@@ -153,7 +153,7 @@ async fn fleet(runner: Runner) {
     let faults = chaos(&runner, &mut hosts).await;
     assert!(!producing.is_finished(), "the faults ({faults}) ended after the last order was sent: not under load");
     let delivered = producing.await.expect("producer");
-    eprintln!("fleet: {ORDERS} orders sent over {} s; {faults}", began.elapsed().as_secs());
+    figure(&format!("{ORDERS} orders sent over {} s; {faults}", began.elapsed().as_secs()));
 
     let drained = Instant::now();
     while db.count("SELECT count(*) FROM billing.charge").await < ORDERS {
@@ -171,7 +171,7 @@ async fn fleet(runner: Runner) {
     assert_eq!(provider.charges(), ORDERS as usize, "the provider charged each order once");
     let dlq = format!("{topic}.{}.dlq", spec.name);
     assert_eq!(kafka::high_watermarks(&dlq, PARTITIONS).iter().sum::<i64>(), 0, "nothing dead-lettered");
-    eprintln!("fleet: the longest an order waited: {:.1} s (partition {})", wait.1.as_secs_f64(), wait.0);
+    figure(&format!("the longest an order waited: {:.1} s (partition {})", wait.1.as_secs_f64(), wait.0));
     assert!(
         wait.1 <= IDLE_BOUND,
         "an order of partition {} waited {:?} to be applied (bound {IDLE_BOUND:?})",
@@ -179,6 +179,19 @@ async fn fleet(runner: Runner) {
         wait.1
     );
     db.drop_database().await;
+}
+
+/// A figure of the run, on stderr and appended to the file
+/// IDEM_FLEET_FIGURES names (scripts/test-fleet prints it: nextest keeps a
+/// passing test's output to itself).
+fn figure(line: &str) {
+    use std::io::Write as _;
+    let line = format!("fleet ({}): {line}", std::thread::current().name().unwrap_or("test"));
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("IDEM_FLEET_FIGURES") {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+        let _ = file.and_then(|mut f| writeln!(f, "{line}"));
+    }
 }
 
 /// 30,000 orders at [`RATE`] per second, round-robin over the partitions,
