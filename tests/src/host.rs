@@ -265,6 +265,23 @@ pub fn write_config_with(
     path
 }
 
+/// Until the host of `config` answers `/readyz` with 200 (bounded as
+/// [`crate::wait_until_async`] bounds every wait).
+pub async fn ready(config: &Path) {
+    let url = format!("{}/readyz", admin_url(config));
+    crate::wait_until_async(&format!("the host of {} ready", config.display()), || async {
+        reqwest::get(&url).await.is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
+    })
+    .await;
+}
+
+/// Which of the topic's first `partitions` the host of `config` says are
+/// assigned to it (`idem_partition_assigned`).
+pub async fn assigned(config: &Path, partitions: i32) -> Vec<i32> {
+    let metrics = metrics(config).await;
+    (0..partitions).filter(|p| partition_gauge(&metrics, "idem_partition_assigned", *p, "1")).collect()
+}
+
 /// A TCP port nobody listens on right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -175,6 +175,21 @@ pub fn output_within(
     wait_within(child, &format!("{what} (allowed {} s)", limit.as_secs()), std::time::Instant::now() + limit)
 }
 
+/// [`output_within`] of `command` within `limit`, its stderr kept too: its
+/// status and what it printed (stdout, then stderr).
+pub fn output_and_errors(
+    command: &mut std::process::Command,
+    what: &str,
+    limit: std::time::Duration,
+) -> (std::process::ExitStatus, String) {
+    let err = std::env::temp_dir().join(unique_name(&what.replace(' ', "_")));
+    command.stderr(std::fs::File::create(&err).unwrap_or_else(|e| panic!("{}: {e}", err.display())));
+    let (status, out) = output_within(command, what, limit);
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    let _ = std::fs::remove_file(&err);
+    (status, format!("{}{text}", String::from_utf8_lossy(&out)))
+}
+
 /// Polls `done` every 50 ms; panics after 60 s (of wall-clock time, however
 /// long each check takes) naming `what`.
 pub async fn wait_until(what: &str, done: impl Fn() -> bool) {

@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
+/// Any podman command's bound.
+const LIMIT: Duration = Duration::from_secs(120);
+
 /// The image scripts/image built (IDEM_IMAGE; scripts/test and
 /// scripts/test-fleet set it).
 pub fn image() -> String {
@@ -74,7 +77,7 @@ pub fn run(image: &str, mounted: &Path, options: &[&str], args: &[&str]) -> (Exi
             image,
         ])
         .args(args);
-    command(&mut cmd, "podman run")
+    crate::output_and_errors(&mut cmd, "podman run", LIMIT)
 }
 
 /// This process's hard limit of open files ("Max open files  20000  20000  files").
@@ -85,40 +88,38 @@ fn open_files_limit() -> String {
     words[words.len() - 2].replace("unlimited", "65536")
 }
 
-/// `cmd` within 120 s: its status and what it printed (stdout, then stderr).
-pub fn command(cmd: &mut Command, what: &str) -> (ExitStatus, String) {
-    let err = std::env::temp_dir().join(crate::unique_name(&what.replace(' ', "_")));
-    cmd.stderr(std::fs::File::create(&err).unwrap_or_else(|e| panic!("{}: {e}", err.display())));
-    let (status, out) = crate::output_within(cmd, what, Duration::from_secs(120));
-    let text = std::fs::read_to_string(&err).unwrap_or_default();
-    let _ = std::fs::remove_file(&err);
-    (status, format!("{}{text}", String::from_utf8_lossy(&out)))
-}
-
 /// A container by name, removed however the test ends.
 pub struct Container(pub String);
 
 impl Container {
     pub fn inspect(&self, format: &str) -> String {
-        let (status, out) =
-            command(Command::new("podman").args(["inspect", "--format", format, &self.0]), "podman inspect");
+        let (status, out) = crate::output_and_errors(
+            Command::new("podman").args(["inspect", "--format", format, &self.0]),
+            "podman inspect",
+            LIMIT,
+        );
         assert!(status.success(), "podman inspect {}: {out}", self.0);
         out.trim().to_owned()
     }
 
     pub fn logs(&self) -> String {
-        command(Command::new("podman").args(["logs", &self.0]), "podman logs").1
+        crate::output_and_errors(Command::new("podman").args(["logs", &self.0]), "podman logs", LIMIT).1
     }
 
     /// Sends `signal` (TERM, KILL, USR1) to idem in the container.
     pub fn signal(&self, signal: &str) {
-        let (status, out) = command(Command::new("podman").args(["kill", "--signal", signal, &self.0]), "podman kill");
+        let (status, out) = crate::output_and_errors(
+            Command::new("podman").args(["kill", "--signal", signal, &self.0]),
+            "podman kill",
+            LIMIT,
+        );
         assert!(status.success(), "podman kill --signal {signal} {}: {out}", self.0);
     }
 
     /// Waits for the container to exit (within 120 s): its exit code.
     pub fn wait(&self) -> i32 {
-        let (status, out) = command(Command::new("podman").args(["wait", &self.0]), "podman wait");
+        let (status, out) =
+            crate::output_and_errors(Command::new("podman").args(["wait", &self.0]), "podman wait", LIMIT);
         assert!(status.success(), "podman wait {}: {out}", self.0);
         out.trim().parse().unwrap_or_else(|_| panic!("podman wait {}: {out}", self.0))
     }

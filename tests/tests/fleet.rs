@@ -109,13 +109,7 @@ impl Host {
     }
 
     async fn ready(&self) {
-        let url = format!("{}/readyz", host::admin_url(&self.config));
-        let began = Instant::now();
-        let client = reqwest::Client::new();
-        while !client.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
-            assert!(began.elapsed() < Duration::from_secs(60), "host {} not ready within 60 s", self.id);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        host::ready(&self.config).await;
     }
 }
 
@@ -123,7 +117,11 @@ impl Host {
 fn cluster(action: &str, node: u32) {
     let dir = std::env::var("IDEM_FLEET_CLUSTER").expect("IDEM_FLEET_CLUSTER: run scripts/test-fleet");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kafka/cluster");
-    let (status, out) = podman::command(Command::new(script).args([action, &dir, &node.to_string()]), "cluster");
+    let (status, out) = idem_tests::output_and_errors(
+        Command::new(script).args([action, &dir, &node.to_string()]),
+        "cluster",
+        Duration::from_secs(120),
+    );
     assert!(status.success(), "scripts/kafka/cluster {action} {dir} {node}: {out}");
 }
 

@@ -10,7 +10,6 @@
 //! scripts/test builds the image and names it in IDEM_IMAGE; podman runs
 //! it as `idem_tests::podman` says.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -44,7 +43,8 @@ async fn the_image_runs_the_billing_example_read_only_and_not_as_root() {
         podman::run(&image, &mounted, &["-d", "--name", &name], &["run", "--config", "/etc/idem/idem.toml"]);
     assert!(status.success(), "podman run: {out}");
     let container = Container(name);
-    ready(&config, started).await;
+    host::ready(&config).await;
+    assert!(started.elapsed() < READY_WITHIN, "not ready within {READY_WITHIN:?} of `podman run`");
     eprintln!("image: ready {} ms after `podman run`", started.elapsed().as_millis());
 
     let pid = container.inspect("{{.State.Pid}}");
@@ -63,7 +63,11 @@ async fn the_image_runs_the_billing_example_read_only_and_not_as_root() {
     }
 
     let stopping = Instant::now();
-    let (status, out) = podman::command(Command::new("podman").args(["stop", "-t", "30", &container.0]), "podman stop");
+    let (status, out) = idem_tests::output_and_errors(
+        Command::new("podman").args(["stop", "-t", "30", &container.0]),
+        "podman stop",
+        Duration::from_secs(120),
+    );
     assert!(status.success(), "podman stop: {out}");
     assert!(
         stopping.elapsed() < Duration::from_secs(25),
@@ -79,18 +83,6 @@ async fn the_image_runs_the_billing_example_read_only_and_not_as_root() {
     db.drop_database().await;
 }
 
-async fn ready(config: &Path, started: Instant) {
-    let url = format!("{}/readyz", host::admin_url(config));
-    let client = reqwest::Client::new();
-    loop {
-        if client.get(&url).send().await.is_ok_and(|r| r.status().is_success()) {
-            return;
-        }
-        assert!(started.elapsed() < READY_WITHIN, "{url} not ready within {READY_WITHIN:?} of `podman run`");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// What the image holds: idem, the libraries it links, the CA bundle and
 /// the user table; no shell, no package manager, nothing else. The cache
 /// folder is idem's (65532), so it is writable where no volume is mounted.
@@ -98,12 +90,19 @@ async fn ready(config: &Path, started: Instant) {
 fn the_image_holds_idem_its_libraries_and_the_ca_certificates_only() {
     let image = podman::image();
     let name = idem_tests::unique_name("idem_image_files");
-    let (status, out) =
-        podman::command(Command::new("podman").args(["create", "--name", &name, &image]), "podman create");
+    let (status, out) = idem_tests::output_and_errors(
+        Command::new("podman").args(["create", "--name", &name, &image]),
+        "podman create",
+        Duration::from_secs(120),
+    );
     assert!(status.success(), "podman create: {out}");
     let container = Container(name);
     let listing = format!("podman export {} | tar -tv --numeric-owner -f -", container.0);
-    let (status, out) = podman::command(Command::new("sh").args(["-c", &listing]), "podman export");
+    let (status, out) = idem_tests::output_and_errors(
+        Command::new("sh").args(["-c", &listing]),
+        "podman export",
+        Duration::from_secs(120),
+    );
     assert!(status.success(), "{out}");
     let allowed = |path: &str| {
         ["usr/local/bin/idem", "etc/ssl/certs/ca-certificates.crt", "etc/passwd", "etc/group", "etc/nsswitch.conf"]

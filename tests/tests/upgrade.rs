@@ -6,7 +6,6 @@
 //!
 //! The previous release's binary is built by `scripts/previous-release`
 //! (scripts/test runs it and names it in IDEM_PREVIOUS_RELEASE).
-#![expect(clippy::expect_used, reason = "tests state their expectations with expect")]
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -166,38 +165,22 @@ async fn a_contract_migration_is_refused_while_an_older_host_runs() {
 /// `idem ARGS CONFIG` with this release's binary, within 60 s: its status
 /// and what it printed (stdout, then stderr).
 fn run(args: &[&str], config: &std::path::Path) -> (std::process::ExitStatus, String) {
-    let err_path = config.with_extension(format!("{}.stderr", args[0]));
-    let err = std::fs::File::create(&err_path).expect("stderr file");
-    let (status, out) = idem_tests::output_within(
-        Command::new(idem_tests::idem_bin())
-            .args(args)
-            .arg(config)
-            .env("IDEM_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .stderr(err),
-        &format!("idem {}", args[0]),
-        Duration::from_secs(60),
-    );
-    let err = std::fs::read_to_string(&err_path).expect("stderr file");
-    (status, format!("{}{err}", String::from_utf8_lossy(&out)))
+    let mut command = Command::new(idem_tests::idem_bin());
+    command.args(args).arg(config).env("IDEM_LOG", "warn").stdin(std::process::Stdio::null());
+    idem_tests::output_and_errors(&mut command, &format!("idem {}", args[0]), Duration::from_secs(60))
 }
 
 /// Until the hosts of the two configs share the partitions, within 60 s.
 async fn both_assigned(a: &std::path::Path, b: &std::path::Path) {
     let began = Instant::now();
     loop {
-        let (of_a, of_b) = (assigned(a).await, assigned(b).await);
+        let (of_a, of_b) = (host::assigned(a, PARTITIONS).await, host::assigned(b, PARTITIONS).await);
         if !of_a.is_empty() && !of_b.is_empty() && of_a.len() + of_b.len() == PARTITIONS as usize {
             return;
         }
         assert!(began.elapsed() < Duration::from_secs(60), "no partitions shared by the two hosts within 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn assigned(config: &std::path::Path) -> Vec<i32> {
-    let metrics = host::metrics(config).await;
-    (0..PARTITIONS).filter(|p| host::partition_gauge(&metrics, "idem_partition_assigned", *p, "1")).collect()
 }
 
 async fn charged_at_least(db: &TestDb, n: i64, when: &str) {

@@ -38,15 +38,6 @@ async fn send(env: &Env, from: i64, n: i64) {
     kafka::produce_all(&env.producer, &env.topic, &records).await;
 }
 
-/// Until the host of `config` answers `/readyz` with 200.
-async fn ready(config: &Path) {
-    let url = format!("{}/readyz", host::admin_url(config));
-    idem_tests::wait_until_async("the restarted host ready", || async {
-        reqwest::get(&url).await.is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
-    })
-    .await;
-}
-
 /// Until the group is settled: every partition of the topic owned, each
 /// of `ids` owning some (as `GET /fleet` of the host of `config` says). An
 /// orchestrator starts a rolling restart from a settled deployment; a
@@ -175,7 +166,7 @@ async fn a_rolling_restart_of_two_hosts_under_load_has_no_duplicate_effect() {
         // is ready (joined) and the group has settled again. A static
         // member stopped while the group rebalances is waited for until
         // its session times out.
-        ready(&configs[i]).await;
+        host::ready(&configs[i]).await;
         settled(&configs[i], &ids, partitions).await;
     }
     load.await.expect("load");

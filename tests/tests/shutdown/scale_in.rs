@@ -2,7 +2,7 @@
 //! of one group, under the classic protocol, with 30 s sessions so that
 //! anything that waits for the stopped host's session shows.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use idem_tests::host::{self, HandlerSpec, order_payload};
@@ -102,7 +102,7 @@ async fn two_hosts(env: &Env, spec: &HandlerSpec) -> (Host, Host, Vec<i32>) {
     let b = Host::start(&config(env, spec, "b"), &[("IDEM_INSTANCE_ID", &identity(spec, "b"))], false);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (of_a, of_b) = (assigned(&a.config).await, assigned(&b.config).await);
+        let (of_a, of_b) = (host::assigned(&a.config, PARTITIONS).await, host::assigned(&b.config, PARTITIONS).await);
         let stable = kafka::classic_group_members(&spec.group_id).is_ok_and(|(s, n)| s == "Stable" && n == 2);
         if stable && !of_a.is_empty() && !of_b.is_empty() && of_a.len() + of_b.len() == PARTITIONS as usize {
             return (a, b, of_a);
@@ -110,12 +110,6 @@ async fn two_hosts(env: &Env, spec: &HandlerSpec) -> (Host, Host, Vec<i32>) {
         assert!(Instant::now() < deadline, "no stable group of A {of_a:?} and B {of_b:?} within 60 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The partitions the host of `config` says are assigned to it.
-async fn assigned(config: &Path) -> Vec<i32> {
-    let metrics = host::metrics(config).await;
-    (0..PARTITIONS).filter(|p| host::partition_gauge(&metrics, "idem_partition_assigned", *p, "1")).collect()
 }
 
 /// One order per partition of `partitions`, order ids from `from`.
