@@ -41,14 +41,40 @@ pub struct Origin {
 /// another indentation) sends the same hash; any change of a value does not.
 pub fn payload_hash(payload: &serde_json::Value) -> [u8; 32] {
     use sha2::Digest as _;
-    let mut hasher = sha2::Sha256::new();
+    let mut hasher = Hashing(sha2::Sha256::new());
     canonical(payload, &mut hasher);
-    hasher.finalize().into()
+    hasher.0.finalize().into()
 }
 
-fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {
+/// The hasher as an `io::Write`, so that keys and scalars are serialised
+/// into it as serde_json writes them, without a string each.
+struct Hashing(sha2::Sha256);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        sha2::Digest::update(&mut self.0, bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Hashing {
+    fn update(&mut self, bytes: &[u8]) {
+        sha2::Digest::update(&mut self.0, bytes);
+    }
+
+    /// `value` as `value.to_string()` would have it (writing into a hasher
+    /// cannot fail, nor can serialising a JSON value or a string).
+    fn serialised(&mut self, value: &(impl serde::Serialize + ?Sized)) {
+        let _ = serde_json::to_writer(&mut *self, value);
+    }
+}
+
+fn canonical(value: &serde_json::Value, out: &mut Hashing) {
     use serde_json::Value;
-    use sha2::Digest as _;
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -58,7 +84,7 @@ fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {
                 if i > 0 {
                     out.update(b",");
                 }
-                out.update(Value::String(key.clone()).to_string().as_bytes());
+                out.serialised(key.as_str());
                 out.update(b":");
                 if let Some(v) = map.get(key) {
                     canonical(v, out);
@@ -76,7 +102,7 @@ fn canonical(value: &serde_json::Value, out: &mut sha2::Sha256) {
             }
             out.update(b"]");
         }
-        scalar => out.update(scalar.to_string().as_bytes()),
+        scalar => out.serialised(scalar),
     }
 }
 
@@ -128,5 +154,20 @@ mod tests {
         let c: serde_json::Value = serde_json::from_str(r#"{"a":"s","b":[1,{"x":1,"y":3}]}"#).expect("json");
         assert_eq!(payload_hash(&a), payload_hash(&b));
         assert_ne!(payload_hash(&a), payload_hash(&c));
+    }
+
+    /// The hash is kept in dedup rows: the same payload must hash to the
+    /// same bytes across releases (pinned from the release before the
+    /// hash stopped allocating per key and scalar, issue 46).
+    #[test]
+    fn the_hash_of_a_payload_is_what_earlier_releases_stored() {
+        let payload: serde_json::Value = serde_json::from_str(
+            r#"{"eventId":"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","n":-1.5e300,"big":18446744073709551615,
+                "s":"é\u0000\"\\\n\u001f/<>","t":true,"f":false,"z":null,"a":[[],{},[1,2.25]],
+                "nested":{"k\"ey":{"\u00e9":1}}}"#,
+        )
+        .expect("json");
+        let hex: String = payload_hash(&payload).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, "5e56829b2971392d0ffac9be959b02638b7ea102cca7cd08e988617fb081b3de");
     }
 }

@@ -48,4 +48,4 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
     Ok(())
 }
 
-idem_guest::handler!(handle);
+idem_guest::handler!(handle, reusable);

@@ -119,8 +119,9 @@ pub struct HandlerConfig {
     /// `runtime/warm.rs`). An instance that traps or overruns is never
     /// reused. Not set: chosen by the component (`runtime::policy`): 1000
     /// for one built by componentize-py or ComponentizeJS (the Python and
-    /// TypeScript SDKs), whose interpreter takes milliseconds to start, 1
-    /// for the rest.
+    /// TypeScript SDKs), whose interpreter takes milliseconds to start, and
+    /// for one that declares itself reusable (the Rust SDK's
+    /// `handler!(f, reusable)`), 1 for the rest.
     #[serde(default)]
     pub events_per_instance: Option<u32>,
     /// The consumer-group protocol: `classic` (default) or `consumer`

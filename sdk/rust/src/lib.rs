@@ -54,8 +54,29 @@ pub use event::{Event, EventId};
 /// Exports `f` as the component's `handle` function.
 ///
 /// `f` has the signature `fn(&Event, &Db) -> idem_guest::Result`.
+///
+/// `handler!(f, reusable)` also declares that `f` keeps nothing in memory
+/// from one event to the next (no `static` it writes, no cache): the host
+/// may then run many events on one instance (1000 unless the handler's
+/// `events_per_instance` says otherwise) instead of instantiating the
+/// component afresh for each, which is about a fifth of the host's CPU
+/// per event for a small handler (docs/configuration.md,
+/// `events_per_instance`). Without `reusable` every event gets a fresh
+/// instance, so that nothing of one event's run, not even one whose
+/// transaction rolled back, reaches the next. The declaration is a custom
+/// section of the component (`idem:instances`), read when it is loaded; an
+/// operator's `events_per_instance` always wins.
 #[macro_export]
 macro_rules! handler {
+    ($f:path, reusable) => {
+        $crate::handler!($f);
+
+        // Read by the host (`runtime::policy`); kept by the linker because
+        // it is used.
+        #[used]
+        #[unsafe(link_section = "idem:instances")]
+        static __IDEM_INSTANCES: [u8; 8] = *b"reusable";
+    };
     ($f:path) => {
         struct __IdemHandler;
 

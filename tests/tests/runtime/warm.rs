@@ -119,10 +119,13 @@ async fn kept_instances_serve_events_that_run_at_once_and_are_reused() {
 
 /// `events_per_instance` not configured (issue 47): a component built by
 /// componentize-py or ComponentizeJS keeps its instances (its interpreter
-/// takes milliseconds to start), any other gets a fresh one per event; a
-/// configured value always wins.
+/// takes milliseconds to start), and so does one that declares itself
+/// reusable (issue 46: the billing example, `handler!(handle, reusable)`,
+/// the declaration a custom section of its core module inside the
+/// component); any other gets a fresh one per event; a configured value
+/// always wins.
 #[tokio::test]
-async fn without_a_configured_policy_an_interpreters_component_keeps_its_instances_and_a_rust_one_does_not() {
+async fn without_a_configured_policy_an_interpreters_or_a_declared_reusable_component_keeps_its_instances() {
     let s = Setup::new().await;
     let per_instance = |component: &str, configured: u32| {
         let mut settings = s.settings("notification");
@@ -134,6 +137,8 @@ async fn without_a_configured_policy_an_interpreters_component_keeps_its_instanc
     assert_eq!(per_instance("python-probe", 0), 1000, "Python: kept");
     assert_eq!(per_instance("ts-probe", 0), 1000, "TypeScript: kept");
     assert_eq!(per_instance("scenarios", 0), 1, "Rust: a fresh instance per event");
+    assert_eq!(per_instance("billing", 0), 1000, "Rust declaring itself reusable (`handler!(f, reusable)`): kept");
+    assert_eq!(per_instance("billing", 1), 1, "the config wins over the declaration");
     assert_eq!(per_instance("python-probe", 1), 1, "the config wins");
     assert_eq!(per_instance("scenarios", 7), 7);
     s.finish().await;

@@ -22,7 +22,7 @@ pub async fn variant(name: &'static str, format: &str, http: bool, orders: i64) 
     let db_url = idem_tests::db::with_database(&idem_tests::db::server_url(), &db);
     let mut spec = HandlerSpec::billing(&topic, &provider.base_url());
     spec.schema = reader;
-    spec.extra.push_str(&format!("format = \"{format}\"\nevents_per_instance = 1\n"));
+    spec.extra.push_str(&format!("format = \"{format}\"\n"));
     spec.batch = Some((BATCH, 5));
     spec.concurrency = CONCURRENCY;
     let config = super::config_of(&[spec], &db_url, false, http);

@@ -47,7 +47,11 @@ struct Row {
     events_per_s: f64,
     p50_ms: Option<u64>,
     p99_ms: Option<u64>,
+    /// The CPU seconds of the consumer (idem's whole process, start-up
+    /// included; for d and i the ceiling's client in this process).
     cpu_s: f64,
+    /// `cpu_s` per record, in microseconds.
+    cpu_us_per_event: f64,
     peak_rss_mib: Option<f64>,
 }
 
@@ -62,6 +66,7 @@ impl Row {
             p50_ms: None,
             p99_ms: None,
             cpu_s,
+            cpu_us_per_event: cpu_s * 1e6 / (records.max(1) as f64),
             peak_rss_mib: rss,
         }
     }
@@ -101,6 +106,10 @@ const VARIANTS: &[Variant] = &[
     Variant { name: "a: idem, batched", kind: Kind::Idem(BATCHED) },
     Variant { name: "b: idem, max_events = 1", kind: Kind::Idem(Shape { max_events: 1, ..BATCHED }) },
     Variant { name: "c: idem, native handler", kind: Kind::Idem(Shape { native: true, ..BATCHED }) },
+    Variant {
+        name: "n: a, a fresh instance per event (events_per_instance = 1)",
+        kind: Kind::Idem(Shape { events_per_instance: 1, ..BATCHED }),
+    },
     Variant { name: "d: SQL ceiling", kind: Kind::Ceiling { concurrent: 1 } },
     Variant { name: "e: a, beside a hostile handler", kind: Kind::Idem(Shape { noisy: true, ..BATCHED }) },
     Variant { name: "f: a, provider dropping 4% of connections", kind: Kind::Idem(Shape { drops: true, ..BATCHED }) },
@@ -148,7 +157,7 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghioptksvrqwx".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghinoptksvrqwx".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     // `BENCH_ROUNDS=4`: the chosen variants four times, in turn and every
     // other round backwards (a v v a a v v a, so that a drift of the
@@ -352,9 +361,10 @@ struct Tuning {
     concurrency: usize,
 }
 
-/// The Rust component, batched, events one at a time, a fresh instance each.
+/// The Rust component, batched, events one at a time, instances as the
+/// component declares (billing: reusable, so 1000 events each).
 const PLAIN: Tuning =
-    Tuning { max_events: BATCH, concurrent: 1, component: "billing", events_per_instance: 1, concurrency: CONCURRENCY };
+    Tuning { max_events: BATCH, concurrent: 1, component: "billing", events_per_instance: 0, concurrency: CONCURRENCY };
 
 /// A config for the billing handler; without HTTP, the example's switch;
 /// `native`: the native billing handler instead of the component;
@@ -370,7 +380,9 @@ fn config(
 ) -> PathBuf {
     let mut spec = HandlerSpec::billing(topic, &provider.base_url());
     spec.component = tuning.component;
-    spec.extra.push_str(&format!("events_per_instance = {}\n", tuning.events_per_instance));
+    if tuning.events_per_instance > 0 {
+        spec.extra.push_str(&format!("events_per_instance = {}\n", tuning.events_per_instance));
+    }
     spec.batch = Some((tuning.max_events, 5));
     if tuning.concurrent > 1 {
         spec = spec.with_lanes("key", 1).with_max_concurrent(tuning.concurrent);
@@ -423,7 +435,8 @@ async fn check(conn: &mut PgConnection, provider: &PaymentProvider, orders: i64,
 struct Shape {
     /// The billing handler's component (see `idem_tests::guests::component`).
     component: &'static str,
-    /// `events_per_instance` (1: a fresh instance per event).
+    /// `events_per_instance` (1: a fresh instance per event; 0: not set,
+    /// as the component declares).
     events_per_instance: u32,
     /// The handler's `concurrency`.
     concurrency: usize,
@@ -445,7 +458,7 @@ struct Shape {
 /// The plain batched shape the variants vary.
 const BATCHED: Shape = Shape {
     component: "billing",
-    events_per_instance: 1,
+    events_per_instance: 0,
     concurrency: CONCURRENCY,
     max_events: BATCH,
     native: false,
@@ -548,6 +561,7 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
         p50_ms: Some(p50),
         p99_ms: Some(p99),
         cpu_s: cost.cpu_s,
+        cpu_us_per_event: cost.cpu_s * 1e6 / (records.len().max(1) as f64),
         peak_rss_mib: Some(cost.peak_rss_mib),
     })
 }
@@ -701,12 +715,13 @@ async fn admin_drop(db: &str) {
 /// The table and the ratios, in Markdown.
 fn render(rows: &[Row]) -> String {
     let mut text = String::from(
-        "| variant | HTTP | records | records/s | p50 ms | p99 ms | CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n",
+        "| variant | HTTP | records | records/s | p50 ms | p99 ms | CPU s | CPU µs/event | peak RSS MiB |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
     );
     let opt = |v: Option<u64>| v.map_or("-".to_owned(), |v| v.to_string());
     for r in rows {
         text.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {} | {} | {:.1} | {} |\n",
+            "| {} | {} | {} | {:.0} | {} | {} | {:.1} | {:.0} | {} |\n",
             r.variant,
             if r.http { "yes" } else { "no" },
             r.records,
@@ -714,6 +729,7 @@ fn render(rows: &[Row]) -> String {
             opt(r.p50_ms),
             opt(r.p99_ms),
             r.cpu_s,
+            r.cpu_us_per_event,
             r.peak_rss_mib.map_or("-".to_owned(), |m| format!("{m:.0}")),
         ));
     }
@@ -740,6 +756,18 @@ fn render(rows: &[Row]) -> String {
         text.push_str(&format!(
             ", v/a = {:.2} (10 console viewers refreshing every second, goal ≥ 0.95)",
             rate("v") / a
+        ));
+        let cpu = |prefix: &str| {
+            rows.iter()
+                .find(|r| r.http == http && r.variant.starts_with(prefix))
+                .map_or(f64::NAN, |r| r.cpu_us_per_event)
+        };
+        text.push_str(&format!(
+            ", a/n = {:.2} (instances kept as billing declares, against a fresh one per event: {:.0} against {:.0} µs \
+             of the host's CPU per event; goal for a ≤ 35 µs without HTTP)",
+            a / rate("n"),
+            cpu("a"),
+            cpu("n")
         ));
         if !http {
             let rss = |prefix: &str| {
