@@ -250,9 +250,10 @@ impl Validator {
         if let Some(schema) = self.schema.as_ref().filter(|schema| !schema.is_valid(&payload)) {
             let errors: Vec<String> =
                 schema.iter_errors(&payload).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
-            if !errors.is_empty() {
-                return Err(Invalid::Schema(shown(&errors.join("; "))));
-            }
+            // Not valid, whatever the errors say (none would be the
+            // validator's inconsistency, never a pass).
+            let reason = if errors.is_empty() { "does not match the schema".to_owned() } else { errors.join("; ") };
+            return Err(Invalid::Schema(shown(&reason)));
         }
         Ok(Event {
             id,

@@ -98,13 +98,9 @@ pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record, resolv
 
 /// A small pool of idem's own role for the batches' marks, committing
 /// without waiting for the WAL flush (see above); connected when first used.
-/// Its connections are not pinged before use (a round trip each, two per
-/// batch): a mark on a connection the server closed fails once, that
-/// batch's first record runs alone (`worker::marks`), and the pool
-/// replaces the connection.
 pub(crate) fn marks_pool(idem: &PgPool) -> PgPool {
     let options = (*idem.connect_options()).clone().options([("synchronous_commit", "off")]);
-    PgPoolOptions::new().max_connections(2).test_before_acquire(false).connect_lazy_with(options)
+    PgPoolOptions::new().max_connections(2).connect_lazy_with(options)
 }
 
 /// Where a batch runs: a handler's partition, and the lane in it.

@@ -12,7 +12,8 @@
 //!   with Idempotency-Key, COMMIT);
 //! - idem: `Executor::execute` with the example's component on the
 //!   handler's own pool and role (pinned settings at BEGIN, claim through
-//!   `idem_api.claim_events`, fresh Store, instantiate, guest code,
+//!   `idem_api.claim_events`, an instance as the component declares — the
+//!   examples are reusable, so kept for 1000 events —, guest code,
 //!   savepoint per statement, the same SQL and POST, connection reset on
 //!   release). Every event must come back `Processed` (each is new), or the
 //!   run stops: a figure from events that did nothing would be no figure.
