@@ -425,35 +425,20 @@ fn result(invocation: Invocation, verdict: Verdict, stderr: &str) -> Result<Outc
         }
         (Invocation::TimedOut(limit), _) => Err(ExecError::TimedOut(limit)),
         // The host's own shortage, not the event's doing (see `runtime::pool`).
-        (Invocation::Trapped { trap, .. }, _)
-            if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) =>
-        {
+        (Invocation::Trapped(trap), _) if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) => {
             Err(ExecError::Infrastructure(format!("no instance slot free: {trap}")))
         }
-        // A kept instance's trap may be earlier events' doing (memory they
-        // grew, a static they left), not this event's: it runs again, on a
-        // fresh instance (`runtime::warm`), before a trap is taken as its own.
-        (Invocation::Trapped { trap, served }, _) if served > 0 && trap.downcast_ref::<HostFault>().is_none() => {
-            Err(ExecError::HandlerRetryable(format!(
-                "trapped on an instance kept from {served} earlier event(s), to run again on a fresh one: {}",
-                trapped(&trap, stderr)
-            )))
-        }
-        (Invocation::Trapped { trap, .. }, _) => Err(match trap.downcast::<HostFault>() {
+        (Invocation::Trapped(trap), _) => Err(match trap.downcast::<HostFault>() {
             Ok(HostFault::Database(e)) => ExecError::Database(e),
             Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),
-            Err(trap) => ExecError::Trapped(trapped(&trap, stderr)),
+            // A trap's text names the guest's own functions: its words too.
+            Err(trap) if stderr.is_empty() => ExecError::Trapped(crate::text::shown(&format!("{trap:#}"), GUEST_TEXT)),
+            Err(trap) => ExecError::Trapped(format!(
+                "{}; guest stderr: {}",
+                crate::text::shown(&format!("{trap:#}"), GUEST_TEXT),
+                crate::text::shown(stderr, GUEST_TEXT)
+            )),
         }),
-    }
-}
-
-/// A trap as the event's failure says it. A trap's text names the guest's
-/// own functions: its words too, escaped and capped like its stderr.
-fn trapped(trap: &wasmtime::Error, stderr: &str) -> String {
-    let shown = crate::text::shown(&format!("{trap:#}"), GUEST_TEXT);
-    match stderr.is_empty() {
-        true => shown,
-        false => format!("{shown}; guest stderr: {}", crate::text::shown(stderr, GUEST_TEXT)),
     }
 }
 

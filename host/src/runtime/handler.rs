@@ -168,7 +168,7 @@ impl Handler {
             Body::Component(pre) => pre,
             Body::Native(native) => return self.invoke_native(native, caps, event, deadline).await,
         };
-        let (mut store, instance, served, husk) = match self.shelf.take_for(&event.id) {
+        let (mut store, instance, served, husk) = match self.shelf.take() {
             Some(Kept { mut store, instance, served, .. }) => {
                 let husk = store.data_mut().lend(caps);
                 (store, Some(instance), served, Some(husk))
@@ -196,14 +196,7 @@ impl Handler {
             }
             // A trap or an overrun leaves the instance in no state to reuse.
             called => {
-                let invocation = match self.answer(called.map(|r| r.map(|(_, answer)| answer))) {
-                    // It runs again (`executor::result`), on a fresh instance.
-                    Invocation::Trapped { trap, .. } if served > 0 => {
-                        self.shelf.suspect(&event.id);
-                        Invocation::Trapped { trap, served }
-                    }
-                    invocation => invocation,
-                };
+                let invocation = self.answer(called.map(|r| r.map(|(_, answer)| answer)));
                 Returned { caps: store.into_data().caps, invocation, stderr }
             }
         }
@@ -226,7 +219,7 @@ impl Handler {
             Ok(Ok(Ok(()))) => Invocation::Ok,
             Ok(Ok(Err(types::HandlerError::Retryable(m)))) => Invocation::Failed { retryable: true, message: m },
             Ok(Ok(Err(types::HandlerError::Permanent(m)))) => Invocation::Failed { retryable: false, message: m },
-            Ok(Err(trap)) => Invocation::Trapped { trap, served: 0 },
+            Ok(Err(trap)) => Invocation::Trapped(trap),
             Err(_) => Invocation::TimedOut(self.settings.timeout),
         }
     }
@@ -289,15 +282,7 @@ pub(crate) struct Returned {
 #[derive(Debug)]
 pub(crate) enum Invocation {
     Ok,
-    Failed {
-        retryable: bool,
-        message: String,
-    },
-    /// `served`: events its instance had served before this one (0: a
-    /// fresh instance).
-    Trapped {
-        trap: wasmtime::Error,
-        served: u32,
-    },
+    Failed { retryable: bool, message: String },
+    Trapped(wasmtime::Error),
     TimedOut(Duration),
 }

@@ -22,7 +22,6 @@
 //! for a minute at most. Host memory a guest holds through WASI handles is
 //! bounded per store (`state.rs`), kept instance or not.
 
-use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -50,44 +49,16 @@ pub(super) struct Kept {
     pub(super) since: Instant,
 }
 
-/// Events remembered at most as having trapped on a kept instance.
-const MOST_SUSPECTS: usize = 256;
-
 /// The idle kept instances of one handler version.
 pub(super) struct Shelf {
     /// Events one instance may serve (`events_per_instance`); 1: none is kept.
     quota: u32,
     idle: Mutex<Vec<Kept>>,
-    /// The ids of events whose last run trapped on a kept instance: the
-    /// trap may have been earlier events' doing (memory they grew, a
-    /// static they left), so their next run takes a fresh instance.
-    suspects: Mutex<VecDeque<String>>,
 }
 
 impl Shelf {
     pub(super) fn new(quota: u32) -> Self {
-        Self { quota: quota.max(1), idle: Mutex::new(Vec::new()), suspects: Mutex::new(VecDeque::new()) }
-    }
-
-    /// An idle instance for the event `id`, unless its last run trapped on
-    /// one ([`Shelf::suspect`]): it then gets a fresh instance, once.
-    pub(super) fn take_for(&self, id: &str) -> Option<Kept> {
-        let suspected = self.suspects.lock().ok().and_then(|mut suspects| {
-            let at = suspects.iter().position(|s| s == id)?;
-            suspects.remove(at)
-        });
-        if suspected.is_some() { None } else { self.take() }
-    }
-
-    /// The event `id` trapped on a kept instance: its next run takes a
-    /// fresh one (the oldest of [`MOST_SUSPECTS`] are forgotten).
-    pub(super) fn suspect(&self, id: &str) {
-        if let Ok(mut suspects) = self.suspects.lock() {
-            if suspects.len() >= MOST_SUSPECTS {
-                suspects.pop_front();
-            }
-            suspects.push_back(id.to_owned());
-        }
+        Self { quota: quota.max(1), idle: Mutex::new(Vec::new()) }
     }
 
     /// Whether instances are kept at all.
