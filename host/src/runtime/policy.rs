@@ -44,23 +44,23 @@ pub(crate) fn events_per_instance(configured: u32, bytes: &[u8], handler: &str) 
     if configured > 1 {
         return configured;
     }
-    let interpreter =
-        if configured == 0 { INTERPRETERS.iter().find(|name| contains(bytes, name.as_bytes())) } else { None };
-    if let Some(by) = interpreter {
-        tracing::info!(
-            handler,
-            "events_per_instance not set: {INTERPRETED} for a component built by {by} (its interpreter takes \
-             milliseconds to start; set events_per_instance = 1 for a fresh instance per event)"
-        );
-        return INTERPRETED;
-    }
-    if configured == 0 && declared_reusable(bytes) {
-        tracing::info!(
-            handler,
-            "events_per_instance not set: {REUSABLE} for a component that declares itself reusable (set \
-             events_per_instance = 1 for a fresh instance per event)"
-        );
-        return REUSABLE;
+    if configured == 0 {
+        if let Some(by) = INTERPRETERS.iter().find(|name| contains(bytes, name.as_bytes())) {
+            tracing::info!(
+                handler,
+                "events_per_instance not set: {INTERPRETED} for a component built by {by} (its interpreter takes \
+                 milliseconds to start; set events_per_instance = 1 for a fresh instance per event)"
+            );
+            return INTERPRETED;
+        }
+        if declared_reusable(bytes) {
+            tracing::info!(
+                handler,
+                "events_per_instance not set: {REUSABLE} for a component that declares itself reusable (set \
+                 events_per_instance = 1 for a fresh instance per event)"
+            );
+            return REUSABLE;
+        }
     }
     if bytes.len() >= LARGE {
         tracing::warn!(

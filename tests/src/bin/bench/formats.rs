@@ -58,7 +58,7 @@ pub fn render(rows: &[Row]) -> String {
         let Some(a) = find('a') else { continue };
         for letter in ['r', 'q'] {
             let Some(v) = find(letter) else { continue };
-            let extra_us = (v.cpu_s / v.records as f64 - a.cpu_s / a.records as f64) * 1e6;
+            let extra_us = v.cpu_us_per_event - a.cpu_us_per_event;
             out.push_str(&format!(
                 "{letter}{}: {letter}/a = {:.2} (goal ≥ 0.9); host CPU {:.1} µs per record beyond a's (goal ≤ 10)\n",
                 if http { " (HTTP)" } else { "" },

@@ -553,17 +553,8 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
     let rate = (events_per_s / 2.0).clamp(100.0, 20_000.0);
     let (p50, p99) = paced(&config, &topic, &mut conn, rate, orders).await?;
     admin_drop(&db).await;
-    Ok(Row {
-        variant: name,
-        http,
-        records: records.len() as u64,
-        events_per_s,
-        p50_ms: Some(p50),
-        p99_ms: Some(p99),
-        cpu_s: cost.cpu_s,
-        cpu_us_per_event: cost.cpu_s * 1e6 / (records.len().max(1) as f64),
-        peak_rss_mib: Some(cost.peak_rss_mib),
-    })
+    let drained = Row::drained(name, http, records.len(), span, cost.cpu_s, Some(cost.peak_rss_mib));
+    Ok(Row { p50_ms: Some(p50), p99_ms: Some(p99), ..drained })
 }
 
 /// Stores `component` as billing's active version 1 and the same code
