@@ -11,6 +11,7 @@
 pub mod lease;
 pub mod provision;
 pub mod relay;
+mod holds;
 mod send;
 pub mod store;
 /// (The executor imports from here directly: `outbox/mod.rs` reaches the

@@ -26,7 +26,6 @@
 //!   [`MIN_ROUND`] (any role may NOTIFY: wake-ups are coalesced, never
 //!   queued), and polls every [`POLL`] without one.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -35,6 +34,7 @@ use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use super::holds::{Holds, MIN_BACKOFF, next_backoff};
 use super::lease;
 use super::send::{Row, Sent, kafka_producer, send};
 use crate::config::Config;
@@ -46,9 +46,6 @@ const ROUND_ROWS: i64 = 1_000;
 const POLL: Duration = Duration::from_secs(1);
 /// The shortest time between two rounds woken by NOTIFY.
 const MIN_ROUND: Duration = Duration::from_millis(10);
-/// Backoff after an outage: from this, doubling, up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a stopping relay goes on publishing what is committed.
 const FINAL_ROUNDS: Duration = Duration::from_millis(700);
 /// How often the lease holder deletes published rows past the retention.
@@ -73,9 +70,8 @@ pub struct Relay {
     cleaned: Option<Instant>,
     /// When the pending rows were last counted (`RelayStats::pending`).
     counted: Option<Instant>,
-    /// Topics an outage held rows of back, until when they wait; the next
-    /// backoff for each.
-    held: HashMap<String, (Instant, Duration)>,
+    /// Topics an outage held rows of back, each waiting its backoff.
+    held: Holds,
     /// The topics written in a registry format (`[[handler.emit]] format`).
     emitting: crate::formats::Emitting,
 }
@@ -103,7 +99,7 @@ impl Relay {
             retention: config.outbox.retention.0,
             cleaned: None,
             counted: None,
-            held: HashMap::new(),
+            held: Holds::default(),
             emitting: emitting(config, producer)?,
         })
     }
@@ -120,7 +116,7 @@ impl Relay {
                     backoff = MIN_BACKOFF;
                     continue;
                 }
-                Ok(Round::Idle) => (self.next_held().unwrap_or(POLL).min(POLL), true),
+                Ok(Round::Idle) => (self.held.next(Instant::now()).unwrap_or(POLL).min(POLL), true),
                 Ok(Round::NotHolder) => (LEASE_RETRY, false),
                 Err(e) => {
                     tracing::warn!(producer = %self.producer, "outbox: the database failed ({e}); retrying in {backoff:?}");
@@ -178,11 +174,6 @@ impl Relay {
         (out, refused, waiting)
     }
 
-    /// How long until the first held-back topic may be tried again.
-    fn next_held(&self) -> Option<Duration> {
-        self.held.values().map(|(until, _)| until.saturating_duration_since(Instant::now())).min()
-    }
-
     async fn round(&mut self) -> Result<Round, sqlx::Error> {
         let holding = lease::hold(&self.pool, &self.producer, &self.holder).await?;
         self.stats.holding.store(holding, Ordering::Relaxed);
@@ -191,8 +182,7 @@ impl Relay {
         }
         self.clean().await?;
         let now = Instant::now();
-        let waiting: Vec<String> =
-            self.held.iter().filter(|(_, (until, _))| *until > now).map(|(t, _)| t.clone()).collect();
+        let waiting = self.held.waiting(now);
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, topic, key, value::text AS value, headers FROM idem.outbox \
              WHERE producer = $1 AND published_at IS NULL AND failed_at IS NULL AND NOT (topic = ANY($3)) \
@@ -204,6 +194,7 @@ impl Relay {
         .fetch_all(&self.pool)
         .await?;
         if rows.is_empty() {
+            self.held.forget_over(now);
             self.count_pending().await?;
             return Ok(Round::Idle);
         }
@@ -216,7 +207,7 @@ impl Relay {
         fault_after_publish();
         self.mark(&sent).await?;
         self.fail(&misfits, "an event does not fit its topic's schema").await?;
-        self.hold_back(&sent);
+        self.hold_back(&sent, now);
         if sent.fatal {
             self.renew_producer();
         }
@@ -257,17 +248,12 @@ impl Relay {
     }
 
     /// Holds the topics an outage hit back (their rows wait, the producer's
-    /// other topics go on), each with its own doubling backoff; a topic
-    /// whose wait is over and that held nothing back is free again.
-    fn hold_back(&mut self, sent: &Sent) {
-        let now = Instant::now();
-        self.held.retain(|topic, (until, _)| sent.held.contains(topic) || *until > now);
-        let Some(why) = &sent.outage else { return };
-        for topic in &sent.held {
-            let mut backoff = self.held.get(topic).map_or(MIN_BACKOFF, |(_, next)| *next);
-            let wait = next_backoff(&mut backoff);
+    /// other topics go on), each with its own backoff ([`Holds::hold_back`]).
+    fn hold_back(&mut self, sent: &Sent, read: Instant) {
+        let held = if sent.outage.is_some() { &sent.held[..] } else { &[] };
+        for (topic, wait) in self.held.hold_back(held, read, Instant::now()) {
+            let why = sent.outage.as_deref().unwrap_or_default();
             tracing::warn!(producer = %self.producer, topic, "outbox: {why}; its rows wait, retrying in {wait:?}");
-            self.held.insert(topic.clone(), (now + wait, backoff));
         }
     }
 
@@ -339,13 +325,6 @@ pub(super) fn fault_no_relay() -> bool {
         return true;
     }
     false
-}
-
-/// The backoff to wait now; the next one doubles, up to [`MAX_BACKOFF`].
-fn next_backoff(backoff: &mut Duration) -> Duration {
-    let now = *backoff;
-    *backoff = (now * 2).min(MAX_BACKOFF);
-    now
 }
 
 /// `producer`'s emit topics written in a registry format (a handler's own
