@@ -6,11 +6,15 @@
 //! value (`Jos\u00e9`) is found too, and then as text (its member names).
 //! One pass per string over every secret at once (Aho-Corasick, leftmost
 //! longest), so that a replacement never feeds the next and a guest's
-//! many values cost one scan.
+//! many values cost one scan. Bytes the capture keeps as base64 (a body
+//! or header that is not UTF-8, a `db` `bytes` value) are scrubbed as the
+//! bytes they are: a secret inside a binary body is found there too.
 
 use std::collections::HashSet;
 
 use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::Value as Json;
 
 use super::MARK;
@@ -110,10 +114,28 @@ impl Secrets {
             Json::Number(n) if matches!(under, Some("int64" | "float64")) && self.whole.contains(&n.to_string()) => {
                 *part = Json::String(MARK.into());
             }
-            Json::Object(map) => map.iter_mut().for_each(|(k, v)| self.stored(v, Some(k))),
+            Json::Object(map) => map.iter_mut().for_each(|(k, v)| match (k.as_str(), v) {
+                ("base64" | "bytes", Json::String(encoded)) => self.binary(encoded),
+                (k, v) => self.stored(v, Some(k)),
+            }),
             Json::Array(items) => items.iter_mut().for_each(|v| self.stored(v, None)),
             _ => {}
         }
+    }
+
+    /// Bytes kept as base64: decoded, scrubbed as bytes (whole, and inside
+    /// as a string is), encoded again; base64 that does not decode is
+    /// scrubbed as the text it is.
+    fn binary(&self, encoded: &mut String) {
+        let Ok(bytes) = STANDARD.decode(encoded.as_bytes()) else { return self.text(encoded) };
+        let scrubbed = if std::str::from_utf8(&bytes).is_ok_and(|s| self.whole.contains(s)) {
+            MARK.as_bytes().to_vec()
+        } else if let Some(inner) = self.inner.as_ref().filter(|inner| inner.is_match(&bytes[..])) {
+            inner.replace_all_bytes(&bytes, &vec![MARK.as_bytes(); inner.patterns_len()])
+        } else {
+            return;
+        };
+        *encoded = STANDARD.encode(scrubbed);
     }
 }
 

@@ -1,3 +1,5 @@
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value as Json, json};
 
 use super::*;
@@ -134,4 +136,24 @@ fn a_guest_feeding_the_scrub_many_secrets_gets_its_capture_dropped_quickly() {
     let started = std::time::Instant::now();
     assert!(redaction.apply(c).is_none(), "more distinct values than a capture may carry: dropped");
     assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_redacted_value_inside_bytes_that_are_not_utf8_is_scrubbed_there_too() {
+    let mut c = capture();
+    let binary = |around: &str| [&[0xff, 0xfe][..], around.as_bytes(), &[0x00, 0x9f]].concat();
+    let request = &mut c.recorded.requests[0];
+    request.body = Some(Bytes::of(&binary(&format!("card={CARD};"))));
+    request.answer = HttpAnswer::Response { status: 200, headers: vec![], body: Bytes::of(&binary(TOKEN)) };
+    c.recorded.statements[0].params = vec![json!({ "bytes": STANDARD.encode(binary(CARD)) })];
+    let stored = redaction().apply(c).expect("kept");
+    let back: Capture = serde_json::from_value(stored.clone()).expect("a capture still");
+    let exchange = &back.recorded.requests[0];
+    assert!(matches!(exchange.body, Some(Bytes::Base64 { .. })), "still bytes: {:?}", exchange.body);
+    let body = exchange.body.as_ref().map(Bytes::bytes).unwrap_or_default();
+    assert_eq!(body, binary(&format!("card={MARK};")), "the card scrubbed, the other bytes kept");
+    let HttpAnswer::Response { body: answer, .. } = &exchange.answer else { panic!("a response") };
+    assert_eq!(answer.bytes(), binary(MARK));
+    let param = stored["statements"][0]["params"][0]["bytes"].as_str().expect("bytes");
+    assert_eq!(STANDARD.decode(param).expect("base64"), binary(MARK));
 }
