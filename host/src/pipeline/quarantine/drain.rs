@@ -76,9 +76,10 @@ async fn run_key(shared: &HandlerContext, lease: &Lease, stop: &watch::Receiver<
             Err(e) => return outage(shared, lease, &format!("failed to read a parked event: {e}")).await,
         };
         let Some(event) = first else {
+            let stamp = shared.quarantine.stamp();
             match lease::finish(pool, name, lease).await {
                 Ok(Finished::LetGo) => {
-                    shared.quarantine.forget(&lease.key);
+                    shared.quarantine.forget(&lease.key, stamp);
                     tracing::info!(handler = %name, key = %shown(&lease.key), "every parked event of the key ran: it is let go");
                     return true;
                 }

@@ -23,7 +23,10 @@
 //! the table when a partition is assigned (before its first record runs),
 //! then kept by the host's own parks. A key let go elsewhere stays in the
 //! set until the next read, harmlessly: the next record's append finds the
-//! key gone and runs normally. A key is parked in the partition its
+//! key gone and runs normally. A key is forgotten only as of when the
+//! forgetting task learnt it was gone ([`Quarantine::stamp`]): a park this
+//! host noted since (the key's lane parking its next record while the
+//! drain was letting the key go) is kept, so later records queue behind it. A key is parked in the partition its
 //! records come from, which one host owns at a time, so no other host adds
 //! one meanwhile (a host that lost the partition while parking is the one
 //! exception; it may leave a record parked twice — run once — or parked
@@ -38,7 +41,7 @@ pub mod lease;
 pub mod operate;
 pub mod store;
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub(crate) use drain::spawn;
@@ -58,10 +61,28 @@ pub(crate) struct Quarantine {
 
 #[derive(Default)]
 struct Keys {
-    parked: HashSet<Vec<u8>>,
-    /// Keys this host parked since the reads in flight began: (count, key).
+    /// Each key with the count of this host's park that last noted it
+    /// (a key from a read: the count when the read began).
+    parked: HashMap<Vec<u8>, u64>,
+    /// Keys this host parked since the reads in flight began: (count, key);
+    /// kept only while a read is in flight, so it does not grow between them.
     since: Vec<(u64, Vec<u8>)>,
     count: u64,
+    /// Reads in flight.
+    reading: usize,
+}
+
+/// A read in flight, counted until it ends or is dropped.
+struct Reading<'a>(&'a Quarantine);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut keys = self.0.keys();
+        keys.reading -= 1;
+        if keys.reading == 0 {
+            keys.since.clear();
+        }
+    }
 }
 
 impl Quarantine {
@@ -80,7 +101,13 @@ impl Quarantine {
 
     /// Whether `key` is parked, as far as this host knows.
     pub(crate) fn holds(&self, key: Option<&[u8]>) -> bool {
-        self.on && key.is_some_and(|k| self.keys().parked.contains(k))
+        self.on && key.is_some_and(|k| self.keys().parked.contains_key(k))
+    }
+
+    /// Where this host's parks stand now: taken before asking the table
+    /// whether a key is gone, and handed to [`forget`](Self::forget).
+    pub(crate) fn stamp(&self) -> u64 {
+        self.keys().count
     }
 
     /// This host parked `key`.
@@ -88,19 +115,30 @@ impl Quarantine {
         let mut keys = self.keys();
         keys.count += 1;
         let n = keys.count;
-        keys.since.push((n, key.to_vec()));
-        keys.parked.insert(key.to_vec());
+        if keys.reading > 0 {
+            keys.since.push((n, key.to_vec()));
+        }
+        keys.parked.insert(key.to_vec(), n);
     }
 
-    /// `key` is parked no more.
-    pub(crate) fn forget(&self, key: &[u8]) {
-        self.keys().parked.remove(key);
+    /// `key` was parked no more as of `stamp` ([`stamp`](Self::stamp)):
+    /// forgotten unless this host parked it again since.
+    pub(crate) fn forget(&self, key: &[u8], stamp: u64) {
+        let mut keys = self.keys();
+        if keys.parked.get(key).is_some_and(|noted| *noted <= stamp) {
+            keys.parked.remove(key);
+        }
     }
 
     /// Reads the handler's parked keys: this host's parks since the read
     /// began are kept over it (the read may have missed them).
     pub(crate) async fn read(&self, pool: &sqlx::PgPool, handler: &str) -> sqlx::Result<()> {
-        let began = self.keys().count;
+        let began = {
+            let mut keys = self.keys();
+            keys.reading += 1;
+            keys.count
+        };
+        let _reading = Reading(self);
         let read = store::keys(pool, handler).await?;
         self.keys().replace(read, began);
         Ok(())
@@ -112,7 +150,7 @@ impl Keys {
     /// since then.
     fn replace(&mut self, read: Vec<Vec<u8>>, began: u64) {
         self.since.retain(|(n, _)| *n > began);
-        self.parked = read.into_iter().chain(self.since.iter().map(|(_, k)| k.clone())).collect();
+        self.parked = read.into_iter().map(|k| (k, began)).chain(self.since.iter().map(|(n, k)| (k.clone(), *n))).collect();
     }
 }
 
@@ -131,9 +169,13 @@ mod tests {
         let q = quarantining();
         q.noted(b"early");
         let began = q.keys().count;
+        let reading = Reading(&q);
+        q.keys().reading += 1;
         // Parked while the read was on its way, and not in what it read.
         q.noted(b"during");
         q.keys().replace(vec![b"other-host".to_vec()], began);
+        drop(reading);
+        assert!(q.keys().since.is_empty(), "no read in flight: nothing kept for one");
         assert!(q.holds(Some(b"during")), "a park the read missed is kept");
         assert!(q.holds(Some(b"other-host")));
         assert!(!q.holds(Some(b"early")), "a park before the read that the read does not hold was let go");
@@ -148,10 +190,26 @@ mod tests {
         let q = quarantining();
         q.noted(b"k");
         assert!(q.holds(Some(b"k")) && !q.holds(Some(b"j")) && !q.holds(None));
-        q.forget(b"k");
+        q.forget(b"k", q.stamp());
         assert!(!q.holds(Some(b"k")));
         let off = Quarantine::new(&crate::config::HandlerConfig::named("h".into()), "host".into());
         off.noted(b"k");
         assert!(!off.holds(Some(b"k")), "a handler that does not quarantine parks nothing");
+    }
+
+    #[test]
+    fn a_key_parked_again_while_another_task_let_it_go_stays_parked() {
+        let q = quarantining();
+        q.noted(b"k");
+        // The drain takes its stamp, lets the key go in the table; meanwhile
+        // the key's lane finds it gone, runs its next record, parks it.
+        let drained = q.stamp();
+        let lane = q.stamp();
+        q.forget(b"k", lane);
+        q.noted(b"k");
+        q.forget(b"k", drained);
+        assert!(q.holds(Some(b"k")), "the lane's park survives the drain's late forget");
+        q.forget(b"k", q.stamp());
+        assert!(!q.holds(Some(b"k")));
     }
 }

@@ -203,8 +203,9 @@ async fn dead_letter_leased(shared: &HandlerContext, lease: &lease::Lease, expec
         Stats::add(&shared.stats.unparked);
         sent += 1;
     }
+    let stamp = shared.quarantine.stamp();
     match lease::finish(pool, name, lease).await.map_err(|e| stopped(sent, e.to_string()))? {
-        lease::Finished::LetGo => shared.quarantine.forget(key),
+        lease::Finished::LetGo => shared.quarantine.forget(key, stamp),
         // Parked after the operator asked: they run, as after a release.
         lease::Finished::More => lease::hand_over(pool, name, lease).await.map_err(|e| stopped(sent, e.to_string()))?,
         lease::Finished::Lost => return Err(stopped(sent, "another host took the key".into())),

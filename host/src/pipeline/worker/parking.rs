@@ -43,6 +43,7 @@ impl Worker {
     /// was let go meanwhile, the record stays first, to run the normal way.
     pub(super) async fn park_behind(&mut self) {
         let Some(Taken { record, event }) = self.pending.pop_front() else { return };
+        let stamp = self.shared.quarantine.stamp();
         match self.parked(&record, None).await {
             Some(Parked::Stored) => {
                 self.state.taken(&record);
@@ -50,7 +51,7 @@ impl Worker {
             }
             Some(Parked::KeyGone) => {
                 if let Some(key) = &record.key {
-                    self.shared.quarantine.forget(key);
+                    self.shared.quarantine.forget(key, stamp);
                 }
                 self.pending.push_front(Taken { record, event });
             }
