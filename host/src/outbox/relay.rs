@@ -26,6 +26,7 @@
 //!   [`MIN_ROUND`] (any role may NOTIFY: wake-ups are coalesced, never
 //!   queued), and polls every [`POLL`] without one.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -198,6 +199,7 @@ impl Relay {
             self.count_pending().await?;
             return Ok(Round::Idle);
         }
+        let tried: HashSet<String> = rows.iter().map(|r| r.topic.clone()).collect();
         let (rows, misfits, waiting) = self.encoded(rows).await;
         let mut sent = send(&self.kafka, &rows).await;
         for (topic, why) in waiting {
@@ -207,7 +209,7 @@ impl Relay {
         fault_after_publish();
         self.mark(&sent).await?;
         self.fail(&misfits, "an event does not fit its topic's schema").await?;
-        self.hold_back(&sent, now);
+        self.hold_back(&tried, &sent, now);
         if sent.fatal {
             self.renew_producer();
         }
@@ -249,9 +251,9 @@ impl Relay {
 
     /// Holds the topics an outage hit back (their rows wait, the producer's
     /// other topics go on), each with its own backoff ([`Holds::hold_back`]).
-    fn hold_back(&mut self, sent: &Sent, read: Instant) {
+    fn hold_back(&mut self, tried: &HashSet<String>, sent: &Sent, read: Instant) {
         let held = if sent.outage.is_some() { &sent.held[..] } else { &[] };
-        for (topic, wait) in self.held.hold_back(held, read, Instant::now()) {
+        for (topic, wait) in self.held.hold_back(tried, held, read, Instant::now()) {
             let why = sent.outage.as_deref().unwrap_or_default();
             tracing::warn!(producer = %self.producer, topic, "outbox: {why}; its rows wait, retrying in {wait:?}");
         }

@@ -8,7 +8,8 @@
 //! longest), so that a replacement never feeds the next and a guest's
 //! many values cost one scan. Bytes the capture keeps as base64 (a body
 //! or header that is not UTF-8, a `db` `bytes` value) are scrubbed as the
-//! bytes they are: a secret inside a binary body is found there too.
+//! bytes they are: a value (as written or URL-encoded, not JSON-escaped)
+//! inside a binary body is found there too.
 
 use std::collections::HashSet;
 
@@ -124,13 +125,16 @@ impl Secrets {
     }
 
     /// Bytes kept as base64: decoded, scrubbed as bytes (whole, and inside
-    /// as a string is), encoded again; base64 that does not decode is
-    /// scrubbed as the text it is.
+    /// as a string is), encoded again. The base64 text is a value too (a
+    /// secret the handler decoded is its own base64): one found there makes
+    /// the bytes the mark. Base64 that does not decode is scrubbed as text.
     fn binary(&self, encoded: &mut String) {
         let Ok(bytes) = STANDARD.decode(encoded.as_bytes()) else { return self.text(encoded) };
-        let scrubbed = if std::str::from_utf8(&bytes).is_ok_and(|s| self.whole.contains(s)) {
+        let whole = |text: &str| self.whole.contains(text);
+        let inside = |text: &[u8]| self.inner.as_ref().is_some_and(|inner| inner.is_match(text));
+        let scrubbed = if std::str::from_utf8(&bytes).is_ok_and(whole) || whole(encoded) || inside(encoded.as_bytes()) {
             MARK.as_bytes().to_vec()
-        } else if let Some(inner) = self.inner.as_ref().filter(|inner| inner.is_match(&bytes[..])) {
+        } else if let Some(inner) = self.inner.as_ref().filter(|_| inside(&bytes)) {
             inner.replace_all_bytes(&bytes, &vec![MARK.as_bytes(); inner.patterns_len()])
         } else {
             return;

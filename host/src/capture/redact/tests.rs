@@ -157,3 +157,16 @@ fn a_redacted_value_inside_bytes_that_are_not_utf8_is_scrubbed_there_too() {
     let param = stored["statements"][0]["params"][0]["bytes"].as_str().expect("bytes");
     assert_eq!(STANDARD.decode(param).expect("base64"), binary(MARK));
 }
+
+#[test]
+fn a_redacted_value_that_is_base64_is_scrubbed_where_the_handler_bound_its_bytes() {
+    let secret = STANDARD.encode([0xde, 0xad, 0xbe, 0xef, 0x00, 0x01, 0x02, 0x03, 0xff]);
+    let mut c = capture();
+    c.event.payload = json!({ "token": secret }).to_string();
+    let decoded = STANDARD.decode(&secret).expect("base64");
+    c.recorded.statements[0].params = vec![json!({ "bytes": STANDARD.encode(&decoded) })];
+    let stored = redaction().apply(c).expect("kept");
+    assert!(!stored.to_string().contains(&secret), "the secret's own base64 was kept: {stored}");
+    let param = stored["statements"][0]["params"][0]["bytes"].as_str().expect("bytes");
+    assert_eq!(STANDARD.decode(param).expect("still base64"), MARK.as_bytes(), "the mark, as bytes");
+}

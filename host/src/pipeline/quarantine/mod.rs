@@ -148,9 +148,13 @@ impl Quarantine {
 impl Keys {
     /// The keys `read` after this host's `began`-th park, and the parks
     /// since then.
+    ///
+    /// `since` is not pruned here: another read begun earlier may still be
+    /// in flight and need the parks since its own start (partitions
+    /// assigned together read at once); it is emptied when none is.
     fn replace(&mut self, read: Vec<Vec<u8>>, began: u64) {
-        self.since.retain(|(n, _)| *n > began);
-        self.parked = read.into_iter().map(|k| (k, began)).chain(self.since.iter().map(|(n, k)| (k.clone(), *n))).collect();
+        let since = self.since.iter().filter(|(n, _)| *n > began).map(|(n, k)| (k.clone(), *n));
+        self.parked = read.into_iter().map(|k| (k, began)).chain(since).collect();
     }
 }
 
@@ -195,6 +199,21 @@ mod tests {
         let off = Quarantine::new(&crate::config::HandlerConfig::named("h".into()), "host".into());
         off.noted(b"k");
         assert!(!off.holds(Some(b"k")), "a handler that does not quarantine parks nothing");
+    }
+
+    #[test]
+    fn reads_in_flight_at_once_each_keep_the_parks_since_their_own_start() {
+        let q = quarantining();
+        q.keys().reading += 2;
+        let (_a, _b) = (Reading(&q), Reading(&q));
+        let a = q.stamp();
+        q.noted(b"k");
+        let b = q.stamp();
+        // B began after the park and saw it; A read the table before the
+        // park committed, and ends last.
+        q.keys().replace(vec![b"k".to_vec()], b);
+        q.keys().replace(Vec::new(), a);
+        assert!(q.holds(Some(b"k")), "the park survives the older read");
     }
 
     #[test]
