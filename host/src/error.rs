@@ -66,6 +66,12 @@ pub enum ExecError {
     HandlerPermanent(String),
     #[error("handler trapped: {0}")]
     Trapped(String),
+    /// The handler trapped on an instance kept from its earlier events
+    /// (`events_per_instance`): the trap may be theirs (memory they left),
+    /// so the event runs again on a fresh instance, where a trap is its own
+    /// (`executor`). Never final; were it to reach a caller, it is a trap.
+    #[error("handler trapped on an instance kept from earlier events: {0}")]
+    KeptTrapped(String),
     #[error("handler did not finish within {0:?}")]
     TimedOut(Duration),
     #[error("database error: {0}")]
@@ -116,9 +122,11 @@ impl ExecError {
     pub fn class(&self) -> ErrorClass {
         match self {
             Self::HandlerRetryable(_) | Self::TimedOut(_) => ErrorClass::Retryable,
-            Self::HandlerPermanent(_) | Self::Trapped(_) | Self::StaleEvent(_) | Self::FutureEvent(_) => {
-                ErrorClass::Permanent
-            }
+            Self::HandlerPermanent(_)
+            | Self::Trapped(_)
+            | Self::KeptTrapped(_)
+            | Self::StaleEvent(_)
+            | Self::FutureEvent(_) => ErrorClass::Permanent,
             Self::Database(e) => sql_class(e),
             Self::Infrastructure(_)
             | Self::Deadline(_)

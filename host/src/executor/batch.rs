@@ -158,7 +158,7 @@ impl Executor {
                 let lent = shared.lend(budget);
                 let span = self.event_span(event);
                 running.push(async move {
-                    let run = super::Run { attempt: 1, batched: true, guarded };
+                    let run = super::Run { batched: true, guarded, ..super::Run::alone(1) };
                     let (_, result, left) = self.invoke(lent, event, run).instrument(span).await;
                     (index, result, left)
                 });
@@ -278,6 +278,8 @@ impl Halt {
     /// budget while others' statements held the transaction (a guest's long
     /// statement would get innocent events blamed). It runs again alone, on
     /// committed state and with its time its own, before any final decision.
+    /// So does an event that trapped on a kept instance (`KeptTrapped`):
+    /// alone, a trap on a kept instance again sends it to a fresh one.
     fn at(index: usize, error: ExecError, in_use: bool, at_once: bool) -> Self {
         let unknown = matches!(error, ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_));
         let own = match error {

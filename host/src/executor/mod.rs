@@ -1,6 +1,7 @@
 //! Executes one event: claim, handler, commit, all in one transaction on a
 //! connection of the handler's own pool (logged in as its role).
 
+mod answer;
 mod batch;
 mod chains;
 mod rehearsal;
@@ -12,18 +13,16 @@ use std::sync::Arc;
 use sqlx::PgPool;
 
 use crate::capabilities::tape::Tape;
-use crate::capabilities::{Call, Capabilities, HostFault, Left, Shared, Verdict};
+use crate::capabilities::{Call, Capabilities, Left, Shared};
 use crate::config::StalePolicy;
 use crate::dedup::{self, Claim};
 use crate::error::ExecError;
 use crate::event::Event;
-use crate::runtime::{Handler, Invocation, Returned};
+use crate::runtime::{Handler, Returned};
 use crate::stats::Stats;
 use crate::traces::TARGET as TRACE;
+use answer::result;
 
-/// The most of a guest's own text (an error message, a trap, its stderr)
-/// an error carries.
-const GUEST_TEXT: usize = 2_000;
 use crate::transaction::Lent;
 pub use crate::transaction::{EventTx, GRACE, Pins};
 pub use batch::BatchFailure;
@@ -210,10 +209,22 @@ impl Executor {
     /// aborted state that would make PostgreSQL turn COMMIT into ROLLBACK.
     /// Whatever happens, this returns within the handler's timeout plus
     /// [`GRACE`] for each host statement after it.
+    ///
+    /// A trap on an instance kept from earlier events is not yet the
+    /// event's: it runs again, in a new transaction, on a fresh instance,
+    /// whose answer is the event's ([`ExecError::KeptTrapped`]).
     pub async fn execute(&self, event: &Event, attempt: u32) -> Result<Outcome, ExecError> {
+        match self.execute_on(event, attempt, false).await {
+            Err(ExecError::KeptTrapped(_)) => self.execute_on(event, attempt, true).await,
+            result => result,
+        }
+    }
+
+    /// [`Executor::execute`] once, on a `fresh` instance or a kept one.
+    async fn execute_on(&self, event: &Event, attempt: u32, fresh: bool) -> Result<Outcome, ExecError> {
         let began = std::time::Instant::now();
         let tx = self.begin().await?;
-        let (lent, result, left) = self.run_in(tx, event, attempt).await;
+        let (lent, result, left) = self.run_in(tx, event, Run { fresh, ..Run::alone(attempt) }).await;
         let mut tx = taken_back(lent)?;
         match result {
             Ok(Outcome::Processed) => {
@@ -312,17 +323,19 @@ impl Executor {
 
     /// Claims `event` and runs the handler inside `tx`, which the caller
     /// takes back ([`taken_back`]) and commits or rolls back.
-    async fn run_in(&self, mut tx: EventTx, event: &Event, attempt: u32) -> Invoked {
+    /// `run` says whether the event is guarded: it is, unless the claim
+    /// finds its dedup row unguarded.
+    async fn run_in(&self, mut tx: EventTx, event: &Event, run: Run) -> Invoked {
         let deadline = tx.statement_deadline();
         let claim = dedup::claim(tx.conn(), event, self.handler.version(), self.accept_stale());
         let span = tracing::trace_span!(target: TRACE, "idem.claim");
         let early = match crate::transaction::within(deadline, "claim", claim).instrument(span).await {
             Ok(Claim::Claimed) => {
-                return self.invoke(Lent::Whole(tx), event, Run { attempt, batched: false, guarded: true }).await;
+                return self.invoke(Lent::Whole(tx), event, run).await;
             }
             Ok(Claim::Unguarded) => {
                 self.unguarded(event);
-                return self.invoke(Lent::Whole(tx), event, Run { attempt, batched: false, guarded: false }).await;
+                return self.invoke(Lent::Whole(tx), event, Run { guarded: false, ..run }).await;
             }
             Ok(Claim::Duplicate) => Ok(Outcome::Duplicate),
             Ok(Claim::Conflict) => Err(ExecError::Conflict),
@@ -342,9 +355,11 @@ impl Executor {
         let tape = capturing.map(|_| Tape::recording());
         let invoked = self.invoke_on(tx, deadline, event, run, tape.clone()).await;
         // An attempt the infrastructure cut short (a batch's failed
-        // statement, the database, a throttle) says nothing of the handler:
-        // its next attempt is the one captured.
-        let cut_short = matches!(&invoked.1, Err(e) if e.class() == crate::error::ErrorClass::Unavailable);
+        // statement, the database, a throttle) says nothing of the handler,
+        // nor does a trap on a kept instance: the event's next run is the
+        // one captured.
+        let cut_short = matches!(&invoked.1,
+            Err(e) if e.class() == crate::error::ErrorClass::Unavailable || matches!(e, ExecError::KeptTrapped(_)));
         if let (Some(capturing), Some(tape)) = (capturing, tape.filter(|_| !cut_short)) {
             match tape.overflowed() {
                 true => capturing.too_large(),
@@ -363,7 +378,7 @@ impl Executor {
         run: Run,
         tape: Option<Arc<Tape>>,
     ) -> Invoked {
-        let Run { attempt, batched, guarded } = run;
+        let Run { attempt, batched, guarded, fresh } = run;
         // An event run without a dedup row emits nothing: its emits could
         // not name it as their cause (docs/outbox.md).
         let trust = self.handler.settings().trust_input_trace_headers;
@@ -372,14 +387,25 @@ impl Executor {
         let caps = self.capabilities(tx, deadline, &ids, batched, provenance, tape);
         let started = std::time::Instant::now();
         let span = tracing::trace_span!(target: TRACE, "idem.handler", event_id = %event.id, attempt);
-        let Returned { mut caps, invocation, stderr } =
-            self.handler.invoke(caps, &event.to_wit(attempt), deadline).instrument(span).await;
+        let Returned { mut caps, invocation, stderr, kept } =
+            self.handler.invoke(caps, &event.to_wit(attempt), deadline, fresh).instrument(span).await;
         let took = started.elapsed();
         if let Some(stats) = self.stats() {
             stats.execution.observe_duration(took);
         }
         let (verdict, left) = caps.finish(self.stats());
-        let result = result(invocation, verdict, &stderr);
+        let result = match result(invocation, verdict, &stderr) {
+            Err(ExecError::Trapped(trap)) if kept => {
+                let handler = &self.handler.settings().name;
+                tracing::warn!(
+                    handler = %handler, event_id = %event.id,
+                    "the handler trapped on an instance kept from earlier events; the event runs again on a fresh \
+                     instance: {trap}"
+                );
+                Err(ExecError::KeptTrapped(trap))
+            }
+            result => result,
+        };
         // The version's time is its successful executions' (a failure is
         // judged as one; a timeout's or an outage's time would say nothing
         // of how long the version takes).
@@ -404,51 +430,22 @@ impl Executor {
     }
 }
 
-/// What an invocation comes to. Whatever the guest made of it (a refused
-/// request, a failed statement), a capability's veto fails the event.
-fn result(invocation: Invocation, verdict: Verdict, stderr: &str) -> Result<Outcome, ExecError> {
-    match (invocation, verdict.veto) {
-        (Invocation::Ok | Invocation::Failed { .. }, Some(veto)) => Err(veto),
-        (Invocation::Ok, None) => Ok(Outcome::Processed),
-        // A destination asked to be left alone longer than the budget:
-        // the event waits, spending no attempt.
-        (Invocation::Failed { retryable: true, .. }, None) if verdict.excuse.is_some() => {
-            Err(verdict.excuse.unwrap_or(ExecError::Throttled(String::new())))
-        }
-        // The guest's words are data wherever they are shown (logs, DLQ
-        // headers, `idem dlq list`): escaped and capped here, once.
-        (Invocation::Failed { retryable: true, message }, None) => {
-            Err(ExecError::HandlerRetryable(crate::text::shown(&message, GUEST_TEXT)))
-        }
-        (Invocation::Failed { retryable: false, message }, None) => {
-            Err(ExecError::HandlerPermanent(crate::text::shown(&message, GUEST_TEXT)))
-        }
-        (Invocation::TimedOut(limit), _) => Err(ExecError::TimedOut(limit)),
-        // The host's own shortage, not the event's doing (see `runtime::pool`).
-        (Invocation::Trapped(trap), _) if trap.chain().any(|e| e.is::<wasmtime::PoolConcurrencyLimitError>()) => {
-            Err(ExecError::Infrastructure(format!("no instance slot free: {trap}")))
-        }
-        (Invocation::Trapped(trap), _) => Err(match trap.downcast::<HostFault>() {
-            Ok(HostFault::Database(e)) => ExecError::Database(e),
-            Ok(HostFault::InBatch(statement)) => ExecError::InBatch(statement),
-            // A trap's text names the guest's own functions: its words too.
-            Err(trap) if stderr.is_empty() => ExecError::Trapped(crate::text::shown(&format!("{trap:#}"), GUEST_TEXT)),
-            Err(trap) => ExecError::Trapped(format!(
-                "{}; guest stderr: {}",
-                crate::text::shown(&format!("{trap:#}"), GUEST_TEXT),
-                crate::text::shown(stderr, GUEST_TEXT)
-            )),
-        }),
-    }
-}
-
-/// How an event is invoked: its attempt, in a batch or alone, and whether
-/// it has a dedup row (claimed, not unguarded).
+/// How an event is invoked: its attempt, in a batch or alone, whether
+/// it has a dedup row (claimed, not unguarded), and whether on a fresh
+/// instance whatever the handler keeps (after a trap on a kept one).
 #[derive(Debug, Clone, Copy)]
 struct Run {
     attempt: u32,
     batched: bool,
     guarded: bool,
+    fresh: bool,
+}
+
+impl Run {
+    /// An event run alone, first on a kept instance if one is idle.
+    fn alone(attempt: u32) -> Self {
+        Self { attempt, batched: false, guarded: true, fresh: false }
+    }
 }
 
 /// What an invocation hands back: the transaction (or its share), its

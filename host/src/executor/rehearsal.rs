@@ -71,11 +71,24 @@ impl Executor {
             Ok(before) => before,
             Err(e) => return Rehearsal::lost(tx, &self.pool, Err(e)),
         };
-        let run = Run { attempt: 1, batched: false, guarded: true };
-        let (lent, result, left) = self.invoke(Lent::Whole(tx), event, run).await;
+        let run = Run::alone(1);
+        let (lent, mut result, mut left) = self.invoke(Lent::Whole(tx), event, run).await;
         let Ok(mut tx) = taken_back(lent) else {
             return Rehearsal::ended(None, Err(ExecError::Infrastructure("the transaction was lent out".into())));
         };
+        // A trap on a kept instance: again on a fresh one, from the
+        // savepoint, as a live run would (`Executor::execute`).
+        if matches!(result, Err(ExecError::KeptTrapped(_))) {
+            if let Err(e) = control(&mut tx, "ROLLBACK TO SAVEPOINT idem_shadow").await {
+                return Rehearsal::lost(tx, &self.pool, Err(e));
+            }
+            tx.renew(self.handler.settings().timeout.min(budget));
+            let again = self.invoke(Lent::Whole(tx), event, Run { fresh: true, ..run }).await;
+            let Ok(again_tx) = taken_back(again.0) else {
+                return Rehearsal::ended(None, Err(ExecError::Infrastructure("the transaction was lent out".into())));
+            };
+            (tx, result, left) = (again_tx, again.1, again.2);
+        }
         if matches!(result, Err(ExecError::TimedOut(_) | ExecError::Database(_) | ExecError::Deadline(_))) {
             // The connection may still be busy, or is broken.
             let cut_short = short && matches!(result, Err(ExecError::TimedOut(_)));

@@ -5,7 +5,7 @@
 
 use sqlx::Executor as _;
 
-use super::{Executor, Outcome, taken_back};
+use super::{Executor, Outcome, Run, taken_back};
 use crate::capabilities::Left;
 use crate::capabilities::emit::Emitted;
 use crate::error::ExecError;
@@ -39,11 +39,26 @@ impl Executor {
             tx.abandon(&self.pool);
             return Trial::ended(None, Err(e), Left::default());
         }
-        let (lent, mut result, left) = self.run_in(tx, event, 1).await;
+        let (lent, mut result, mut left) = self.run_in(tx, event, Run::alone(1)).await;
         let mut tx = match taken_back(lent) {
             Ok(tx) => tx,
             Err(e) => return Trial::ended(None, Err(e), left),
         };
+        // A trap on a kept instance: again on a fresh one, from the
+        // savepoint, as `execute` does in a new transaction.
+        if matches!(result, Err(ExecError::KeptTrapped(_))) {
+            if let Err(e) = control(&mut tx, "ROLLBACK TO SAVEPOINT idem_trial").await {
+                tx.abandon(&self.pool);
+                return Trial::ended(None, Err(e), left);
+            }
+            tx.renew(self.handler.settings().timeout);
+            let (lent, again, again_left) = self.run_in(tx, event, Run { fresh: true, ..Run::alone(1) }).await;
+            tx = match taken_back(lent) {
+                Ok(tx) => tx,
+                Err(e) => return Trial::ended(None, Err(e), again_left),
+            };
+            (result, left) = (again, again_left);
+        }
         if matches!(result, Ok(Outcome::Processed))
             && let Err(e) = crate::capabilities::before_commit(&mut tx, &[(event.id, &left)]).await
         {

@@ -110,7 +110,7 @@ impl Handler {
     fn new(runtime: &Runtime, body: Body, settings: HandlerSettings, sha256: Arc<str>) -> Self {
         let policies = settings.caps.shared();
         // 0 (not configured) reaches here only for a native handler.
-        let shelf = Arc::new(Shelf::new(settings.events_per_instance.max(1)));
+        let shelf = Shelf::shared(settings.events_per_instance.max(1));
         Self { runtime: runtime.clone(), body, settings: Arc::new(settings), policies, sha256, version: None, shelf }
     }
 
@@ -139,7 +139,7 @@ impl Handler {
     /// between a rehearsal and a live run.
     #[must_use]
     pub(crate) fn with_own_shelf(&self) -> Self {
-        let shelf = Arc::new(Shelf::new(self.settings.events_per_instance.max(1)));
+        let shelf = Shelf::shared(self.settings.events_per_instance.max(1));
         Self { shelf, ..self.clone() }
     }
 
@@ -154,21 +154,24 @@ impl Handler {
     }
 
     /// Calls `handle(event)` with `caps` lent to the store: on a kept
-    /// instance if one is idle, or on a fresh one. Hands the capabilities
-    /// (and the transaction with them) back whatever happened, with the
-    /// guest's answer or the trap. The call ends at `deadline` (the event's
+    /// instance if one is idle (unless `fresh`), or on a fresh one. Hands the
+    /// capabilities (and the transaction with them) back whatever happened,
+    /// with the guest's answer or the trap, and whether the instance had
+    /// served earlier events. The call ends at `deadline` (the event's
     /// transaction's budget), not a full timeout after the claim.
     pub(crate) async fn invoke(
         &self,
         caps: Capabilities,
         event: &types::Event,
         deadline: tokio::time::Instant,
+        fresh: bool,
     ) -> Returned {
         let pre = match &self.body {
             Body::Component(pre) => pre,
             Body::Native(native) => return self.invoke_native(native, caps, event, deadline).await,
         };
-        let (mut store, instance, served, husk) = match self.shelf.take() {
+        let kept = if fresh { None } else { self.shelf.take() };
+        let (mut store, instance, served, husk) = match kept {
             Some(Kept { mut store, instance, served, .. }) => {
                 let husk = store.data_mut().lend(caps);
                 (store, Some(instance), served, Some(husk))
@@ -192,12 +195,12 @@ impl Handler {
                 let husk = husk.unwrap_or_else(|| store.data().caps.husk());
                 let caps = store.data_mut().lend(husk);
                 self.shelf.put(Kept { store, instance, served: served + 1, since: std::time::Instant::now() });
-                Returned { caps, invocation: self.answer(Ok(Ok(answer))), stderr }
+                Returned { caps, invocation: self.answer(Ok(Ok(answer))), stderr, kept: served > 0 }
             }
             // A trap or an overrun leaves the instance in no state to reuse.
             called => {
                 let invocation = self.answer(called.map(|r| r.map(|(_, answer)| answer)));
-                Returned { caps: store.into_data().caps, invocation, stderr }
+                Returned { caps: store.into_data().caps, invocation, stderr, kept: served > 0 }
             }
         }
     }
@@ -211,7 +214,7 @@ impl Handler {
     ) -> Returned {
         let mut cx = NativeContext { caps: &mut caps };
         let invocation = self.answer(tokio::time::timeout_at(deadline, native.handle(event, &mut cx)).await);
-        Returned { caps, invocation, stderr: String::new() }
+        Returned { caps, invocation, stderr: String::new(), kept: false }
     }
 
     fn answer(&self, call: Result<NativeResult, tokio::time::error::Elapsed>) -> Invocation {
@@ -270,12 +273,15 @@ impl Handler {
 }
 
 /// What an invocation hands back: the capabilities it was lent (the
-/// transaction with them), what came of the call, and the tail of what the
-/// guest wrote to stderr meanwhile (its output is already logged).
+/// transaction with them), what came of the call, the tail of what the
+/// guest wrote to stderr meanwhile (its output is already logged), and
+/// whether the instance had served earlier events (`kept`: a trap there may
+/// be theirs, see `executor`).
 pub(crate) struct Returned {
     pub(crate) caps: Capabilities,
     pub(crate) invocation: Invocation,
     pub(crate) stderr: String,
+    pub(crate) kept: bool,
 }
 
 /// What one call of `handle` came to.

@@ -17,12 +17,16 @@
 //! is retired (dropped, never shelved again) once it has served its
 //! quota, when an invocation trapped, overran its budget or failed in the
 //! host, and when its output pipes hold a whole invocation's worth, so
-//! that the next invocation can still write as much as on a fresh one.
-//! An instance serves one event at a time; the shelf holds the idle ones,
-//! for a minute at most. Host memory a guest holds through WASI handles is
-//! bounded per store (`state.rs`), kept instance or not.
+//! that the next invocation can still write as much as on a fresh one. An
+//! event that trapped on a kept instance runs again on a fresh one
+//! (`Returned::kept`, `ExecError::KeptTrapped`). An instance serves one
+//! event at a time; the shelf holds the idle ones, for a minute at most: a
+//! sweep every half minute drops those idle longer, so a handler that goes
+//! quiet gives its instances' memory back. Host memory a guest holds
+//! through WASI handles is bounded per store (`state.rs`), kept instance or
+//! not.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wasmtime::Store;
@@ -38,6 +42,9 @@ const MOST_IDLE: usize = 32;
 /// How long an idle instance is kept: after a burst, the instances it
 /// needed give back their memory and pool slots once the load is gone.
 const IDLE_FOR: Duration = Duration::from_secs(60);
+
+/// How often a shelf that keeps instances drops those idle past [`IDLE_FOR`].
+const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
 /// An instance between two of its events.
 pub(super) struct Kept {
@@ -61,6 +68,35 @@ impl Shelf {
         Self { quota: quota.max(1), idle: Mutex::new(Vec::new()) }
     }
 
+    /// A shelf for a handler version; one that keeps instances is swept
+    /// every [`SWEEP_EVERY`] for as long as the version is in use (outside
+    /// a runtime, as in `idem check`, only its own use expires them).
+    pub(super) fn shared(quota: u32) -> Arc<Self> {
+        let shelf = Arc::new(Self::new(quota));
+        if shelf.keeps()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let swept = Arc::downgrade(&shelf);
+            runtime.spawn(async move {
+                let mut every = tokio::time::interval_at(tokio::time::Instant::now() + SWEEP_EVERY, SWEEP_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let Some(shelf) = swept.upgrade() else { break };
+                    // Dropped here, outside the lock: a store's drop unmaps.
+                    drop(shelf.expired());
+                }
+            });
+        }
+        shelf
+    }
+
+    /// Takes the instances idle past [`IDLE_FOR`] off the shelf.
+    fn expired(&self) -> Vec<Kept> {
+        let Ok(mut idle) = self.idle.lock() else { return Vec::new() };
+        expire(&mut idle, |kept| kept.since, Instant::now())
+    }
+
     /// Whether instances are kept at all.
     pub(super) fn keeps(&self) -> bool {
         self.quota > 1
@@ -70,7 +106,8 @@ impl Shelf {
     /// likely still cached).
     pub(super) fn take(&self) -> Option<Kept> {
         let mut idle = self.idle.lock().ok()?;
-        idle.retain(|kept| kept.since.elapsed() < IDLE_FOR);
+        let now = Instant::now();
+        idle.retain(|kept| now.saturating_duration_since(kept.since) < IDLE_FOR);
         idle.pop()
     }
 
@@ -87,5 +124,30 @@ impl Shelf {
                 idle.push(Kept { since: Instant::now(), ..kept });
             }
         }
+    }
+}
+
+/// The items of `idle` shelved (`since`) [`IDLE_FOR`] or more before `now`,
+/// taken out; the others stay, in their order.
+fn expire<T>(idle: &mut Vec<T>, since: impl Fn(&T) -> Instant, now: Instant) -> Vec<T> {
+    let (old, young): (Vec<T>, Vec<T>) =
+        std::mem::take(idle).into_iter().partition(|item| now.saturating_duration_since(since(item)) >= IDLE_FOR);
+    *idle = young;
+    old
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sweep_takes_out_what_idled_a_minute_and_keeps_the_rest_in_order() {
+        let now = Instant::now() + Duration::from_secs(600);
+        let ago = |s: u64| now - Duration::from_secs(s);
+        let mut idle = vec![ago(90), ago(5), ago(60), ago(59), ago(0)];
+        let old = expire(&mut idle, |at| *at, now);
+        assert_eq!(old, [ago(90), ago(60)]);
+        assert_eq!(idle, [ago(5), ago(59), ago(0)], "the most recent stays last: take() pops it");
+        assert!(expire(&mut idle, |at| *at, now).is_empty(), "nothing more to take");
     }
 }

@@ -85,7 +85,7 @@ fn failure(e: &ExecError) -> Option<&'static str> {
     Some(match e {
         ExecError::HandlerRetryable(_) => "retryable error",
         ExecError::HandlerPermanent(_) => "permanent error",
-        ExecError::Trapped(_) => "trap",
+        ExecError::Trapped(_) | ExecError::KeptTrapped(_) => "trap",
         ExecError::TimedOut(_) => "timeout",
         ExecError::RequestChanged(_) | ExecError::Conflict => "conflicting",
         e => match e.class() {

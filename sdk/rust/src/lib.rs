@@ -60,9 +60,10 @@ pub use event::{Event, EventId};
 /// may then run many events on one instance (1000 unless the handler's
 /// `events_per_instance` says otherwise) instead of instantiating the
 /// component afresh for each: the billing example costs the host about
-/// 30% less CPU per event so (docs/handlers/rust.md). A trap is final
-/// on a kept instance as on a fresh one, so memory that grows from event
-/// to event is a reason not to declare it. Without `reusable` every event gets a fresh
+/// 30% less CPU per event so (docs/handlers/rust.md). An event that traps
+/// on a kept instance runs again on a fresh one, where only a trap is its
+/// own; memory that grows from event to event is still a reason not to
+/// declare it (each such trap costs a re-run). Without `reusable` every event gets a fresh
 /// instance, so that nothing of one event's run, not even one whose
 /// transaction rolled back, reaches the next. The declaration is a custom
 /// section of the component (`idem:instances`), read when it is loaded; an

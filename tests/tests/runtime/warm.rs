@@ -65,6 +65,43 @@ async fn a_trap_or_an_overrun_retires_the_instance_and_a_handler_error_does_not(
     s.finish().await;
 }
 
+/// Its `start` rows: one per run of the event that committed.
+async fn starts(s: &Setup, event: &idem::Event) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM scenario.effect WHERE event_id = $1 AND note = 'start'")
+        .bind(event.id)
+        .fetch_one(&s.db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("its rows: {e}"))
+}
+
+/// A trap on a kept instance may be the earlier events' doing (memory
+/// they left): the event runs again on a fresh instance, in a new
+/// transaction, and only a trap there is its own. Nothing of the trapped
+/// run remains.
+#[tokio::test]
+async fn an_event_trapping_on_a_kept_instance_runs_again_on_a_fresh_one_and_commits_once() {
+    let s = Setup::new().await;
+    let exec = s.scenarios_with(|settings| settings.events_per_instance = 100);
+    assert_eq!((count(&s, &exec).await, count(&s, &exec).await), (1, 2));
+    let e = scenario("trap-if-kept");
+    assert_eq!(exec.execute(&e, 1).await.expect("passes on a fresh instance"), Outcome::Processed);
+    assert_eq!(starts(&s, &e).await, 1, "the trapped run's write was rolled back, the fresh run's committed");
+    assert_eq!(count(&s, &exec).await, 1, "the fresh instance is the one kept; the trapped one was retired");
+
+    // In a batch, the trap is not the event's own yet: the batch rolls
+    // back, and the event runs again alone.
+    let batch = [scenario("count"), scenario("trap-if-kept")];
+    let failure = exec.execute_batch(&batch, |_| false).await.expect_err("the kept instance traps");
+    assert!(matches!(failure, idem::executor::BatchFailure::At { index: 1, own: None }), "{failure:?}");
+    assert_eq!(exec.execute(&batch[1], 1).await.expect("alone, on a fresh instance"), Outcome::Processed);
+    assert_eq!(starts(&s, &batch[1]).await, 1);
+
+    // A trap on a fresh instance is the event's own: final, as before.
+    let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("traps");
+    assert!(matches!(err, ExecError::Trapped(ref m) if m.contains("trapping on purpose")), "{err}");
+    s.finish().await;
+}
+
 #[tokio::test]
 async fn each_event_on_a_kept_instance_has_its_own_key_and_its_own_output() {
     let s = Setup::new().await;

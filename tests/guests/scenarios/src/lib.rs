@@ -67,6 +67,9 @@ fn base() -> idem_guest::Result<String> {
     config::require("provider_base_url")
 }
 
+/// The `count` scenario's invocations of this instance.
+static INVOCATIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 fn handle(event: &Event, db: &Db) -> idem_guest::Result {
     let p: Payload = event.payload()?;
     record(db, event, "start")?;
@@ -285,10 +288,16 @@ fn handle(event: &Event, db: &Db) -> idem_guest::Result {
         }
         "count" => {
             // Which invocation of this instance this is: 1 on a fresh one.
-            static INVOCATIONS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
             let n = INVOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             record(db, event, &format!("count:{n}"))
         }
+        // Traps on an instance that counted earlier events (what a guest
+        // whose memory grows from event to event comes to), after a write;
+        // passes on a fresh one.
+        "trap-if-kept" => match INVOCATIONS.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Ok(()),
+            n => panic!("trapping on purpose: this instance served {n} events before"),
+        },
         "get" => {
             let url = p.url.ok_or_else(|| Error::permanent("no url in payload"))?;
             http::get(url).send()?.error_for_status()?;
