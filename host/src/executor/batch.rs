@@ -1,6 +1,6 @@
 //! Executes a batch of events of one handler in one transaction: one BEGIN,
-//! one set-based claim, the handler once per claimed event (each in a fresh
-//! store), one COMMIT.
+//! one set-based claim, the handler once per claimed event (each with its
+//! own capabilities, on a fresh instance or a kept one), one COMMIT.
 //!
 //! The scheme is optimistic and uses no savepoints at all. If anything goes
 //! wrong with event `k` (its handler fails, one of its statements fails, its

@@ -208,7 +208,9 @@ impl Executor {
     /// statement ran under a savepoint, so the transaction cannot be in the
     /// aborted state that would make PostgreSQL turn COMMIT into ROLLBACK.
     /// Whatever happens, this returns within the handler's timeout plus
-    /// [`GRACE`] for each host statement after it.
+    /// [`GRACE`] for each host statement after it (twice that after a trap
+    /// on a kept instance, which a version meets a few times at most:
+    /// `runtime::warm::MOST_KEPT_TRAPS`).
     ///
     /// A trap on an instance kept from earlier events is not yet the
     /// event's: it runs again, in a new transaction, on a fresh instance,
@@ -396,6 +398,7 @@ impl Executor {
         let (verdict, left) = caps.finish(self.stats());
         let result = match result(invocation, verdict, &stderr) {
             Err(ExecError::Trapped(trap)) if kept => {
+                self.handler.kept_trapped();
                 let handler = &self.handler.settings().name;
                 tracing::warn!(
                     handler = %handler, event_id = %event.id,

@@ -66,8 +66,9 @@ impl Executor {
     pub async fn rehearse(&self, mut tx: EventTx, event: &Event, budget: std::time::Duration) -> Rehearsal {
         debug_assert!(self.shared.recording, "a rehearsal sends nothing");
         let short = budget < self.handler.settings().timeout;
+        let end = tokio::time::Instant::now() + self.handler.settings().timeout.min(budget);
         tx.renew(self.handler.settings().timeout.min(budget));
-        let before = match begin(&mut tx).await {
+        let mut before = match begin(&mut tx).await {
             Ok(before) => before,
             Err(e) => return Rehearsal::lost(tx, &self.pool, Err(e)),
         };
@@ -77,12 +78,18 @@ impl Executor {
             return Rehearsal::ended(None, Err(ExecError::Infrastructure("the transaction was lent out".into())));
         };
         // A trap on a kept instance: again on a fresh one, from the
-        // savepoint, as a live run would (`Executor::execute`).
+        // savepoint, as a live run would (`Executor::execute`), within the
+        // same budget; the writes counted from there (the counts keep a
+        // rolled-back savepoint's rows).
         if matches!(result, Err(ExecError::KeptTrapped(_))) {
             if let Err(e) = control(&mut tx, "ROLLBACK TO SAVEPOINT idem_shadow").await {
                 return Rehearsal::lost(tx, &self.pool, Err(e));
             }
-            tx.renew(self.handler.settings().timeout.min(budget));
+            before = match writes(&mut tx).await {
+                Ok(before) => before,
+                Err(e) => return Rehearsal::lost(tx, &self.pool, Err(e)),
+            };
+            tx.renew(end.saturating_duration_since(tokio::time::Instant::now()));
             let again = self.invoke(Lent::Whole(tx), event, Run { fresh: true, ..run }).await;
             let Ok(again_tx) = taken_back(again.0) else {
                 return Rehearsal::ended(None, Err(ExecError::Infrastructure("the transaction was lent out".into())));

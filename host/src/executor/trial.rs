@@ -52,7 +52,11 @@ impl Executor {
                 return Trial::ended(None, Err(e), left);
             }
             tx.renew(self.handler.settings().timeout);
-            let (lent, again, again_left) = self.run_in(tx, event, Run { fresh: true, ..Run::alone(1) }).await;
+            let (lent, again, mut again_left) = self.run_in(tx, event, Run { fresh: true, ..Run::alone(1) }).await;
+            // The trapped run's requests were sent: they are listed too.
+            let mut sent = std::mem::take(&mut left.http);
+            sent.append(&mut again_left.http);
+            again_left.http = sent;
             tx = match taken_back(lent) {
                 Ok(tx) => tx,
                 Err(e) => return Trial::ended(None, Err(e), again_left),

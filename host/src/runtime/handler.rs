@@ -139,8 +139,24 @@ impl Handler {
     /// between a rehearsal and a live run.
     #[must_use]
     pub(crate) fn with_own_shelf(&self) -> Self {
-        let shelf = Shelf::shared(self.settings.events_per_instance.max(1));
+        // Short-lived (a shadow offer, a start-up check): not swept.
+        let shelf = Arc::new(Shelf::new(self.settings.events_per_instance.max(1)));
         Self { shelf, ..self.clone() }
+    }
+
+    /// An event trapped on an instance kept from earlier events (the
+    /// executor's `KeptTrapped`): the version's idle instances go too, and
+    /// after [`super::warm::MOST_KEPT_TRAPS`] it keeps none (said once).
+    pub(crate) fn kept_trapped(&self) {
+        if self.shelf.kept_trapped() {
+            tracing::error!(
+                handler = %self.settings.name, version = ?self.version,
+                "{} events trapped on instances kept from earlier events: this version now runs every event on a \
+                 fresh instance (its memory does not stay the same from event to event; fix it, or set \
+                 events_per_instance = 1)",
+                super::warm::MOST_KEPT_TRAPS
+            );
+        }
     }
 
     /// Its version in the module store (see [`Handler::with_version`]).

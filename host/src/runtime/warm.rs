@@ -26,6 +26,7 @@
 //! through WASI handles is bounded per store (`state.rs`), kept instance or
 //! not.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,12 @@ const IDLE_FOR: Duration = Duration::from_secs(60);
 /// How often a shelf that keeps instances drops those idle past [`IDLE_FOR`].
 const SWEEP_EVERY: Duration = Duration::from_secs(30);
 
+/// Traps on kept instances after which a version keeps no more: each costs
+/// its event a second run (on a fresh instance), so a handler whose memory
+/// does not stay the same from event to event, or one trapping there on
+/// purpose, gets a fresh instance per event from then on.
+pub(super) const MOST_KEPT_TRAPS: u32 = 3;
+
 /// An instance between two of its events.
 pub(super) struct Kept {
     pub(super) store: Store<HostState>,
@@ -61,11 +68,13 @@ pub(super) struct Shelf {
     /// Events one instance may serve (`events_per_instance`); 1: none is kept.
     quota: u32,
     idle: Mutex<Vec<Kept>>,
+    /// Events that trapped on a kept instance (see [`MOST_KEPT_TRAPS`]).
+    kept_traps: AtomicU32,
 }
 
 impl Shelf {
     pub(super) fn new(quota: u32) -> Self {
-        Self { quota: quota.max(1), idle: Mutex::new(Vec::new()) }
+        Self { quota: quota.max(1), idle: Mutex::new(Vec::new()), kept_traps: AtomicU32::new(0) }
     }
 
     /// A shelf for a handler version; one that keeps instances is swept
@@ -97,9 +106,19 @@ impl Shelf {
         expire(&mut idle, |kept| kept.since, Instant::now())
     }
 
-    /// Whether instances are kept at all.
+    /// Whether instances are kept: a quota above 1, and fewer than
+    /// [`MOST_KEPT_TRAPS`] traps on kept instances so far.
     pub(super) fn keeps(&self) -> bool {
-        self.quota > 1
+        self.quota > 1 && self.kept_traps.load(Ordering::Relaxed) < MOST_KEPT_TRAPS
+    }
+
+    /// An event trapped on a kept instance: the idle ones, which served the
+    /// same kind of events, are dropped too. Whether the version stops
+    /// keeping instances with this trap.
+    pub(super) fn kept_trapped(&self) -> bool {
+        let idle = self.idle.lock().map(|mut idle| std::mem::take(&mut *idle)).unwrap_or_default();
+        drop(idle);
+        self.kept_traps.fetch_add(1, Ordering::Relaxed) + 1 == MOST_KEPT_TRAPS
     }
 
     /// An idle instance, the most recently used (its pages are the most
@@ -149,5 +168,17 @@ mod tests {
         assert_eq!(old, [ago(90), ago(60)]);
         assert_eq!(idle, [ago(5), ago(59), ago(0)], "the most recent stays last: take() pops it");
         assert!(expire(&mut idle, |at| *at, now).is_empty(), "nothing more to take");
+    }
+
+    #[test]
+    fn a_version_keeps_no_more_instances_after_its_third_trap_on_a_kept_one() {
+        let shelf = Shelf::new(1000);
+        assert!(shelf.keeps());
+        assert_eq!((shelf.kept_trapped(), shelf.kept_trapped()), (false, false));
+        assert!(shelf.keeps(), "two traps: still kept");
+        assert!(shelf.kept_trapped(), "the third stops it, said once");
+        assert!(!shelf.keeps());
+        assert!(!shelf.kept_trapped());
+        assert!(!Shelf::new(1).keeps(), "a quota of 1 keeps none");
     }
 }

@@ -77,7 +77,7 @@ async fn starts(s: &Setup, event: &idem::Event) -> i64 {
 /// A trap on a kept instance may be the earlier events' doing (memory
 /// they left): the event runs again on a fresh instance, in a new
 /// transaction, and only a trap there is its own. Nothing of the trapped
-/// run remains.
+/// run remains; after three such traps the version keeps no instance.
 #[tokio::test]
 async fn an_event_trapping_on_a_kept_instance_runs_again_on_a_fresh_one_and_commits_once() {
     let s = Setup::new().await;
@@ -95,6 +95,12 @@ async fn an_event_trapping_on_a_kept_instance_runs_again_on_a_fresh_one_and_comm
     assert!(matches!(failure, idem::executor::BatchFailure::At { index: 1, own: None }), "{failure:?}");
     assert_eq!(exec.execute(&batch[1], 1).await.expect("alone, on a fresh instance"), Outcome::Processed);
     assert_eq!(starts(&s, &batch[1]).await, 1);
+
+    // The third trap on a kept instance: the version keeps none from then on.
+    assert_eq!(count(&s, &exec).await, 1, "the batch's kept instance went with its trap");
+    let third = scenario("trap-if-kept");
+    assert_eq!(exec.execute(&third, 1).await.expect("on a fresh instance"), Outcome::Processed);
+    assert_eq!((count(&s, &exec).await, count(&s, &exec).await), (1, 1), "a fresh instance per event now");
 
     // A trap on a fresh instance is the event's own: final, as before.
     let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("traps");
