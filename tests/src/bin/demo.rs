@@ -52,7 +52,13 @@ async fn main() -> anyhow::Result<()> {
     let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
     admin.execute("DROP DATABASE IF EXISTS idem_demo WITH (FORCE)").await?;
     admin.execute("CREATE DATABASE idem_demo").await?;
-    let migrate = Command::new(idem_tests::idem_bin()).arg("migrate").arg("--config").arg(&config).status()?;
+    let migrate = Command::new(idem_tests::idem_bin())
+        .arg("migrate")
+        .arg("--database-url")
+        .arg(&db_url)
+        .arg("--config")
+        .arg(&config)
+        .status()?;
     if !migrate.success() {
         bail!("idem migrate failed");
     }

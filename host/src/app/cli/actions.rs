@@ -214,6 +214,9 @@ pub(super) async fn migrate(database_url: Option<String>, config: Option<std::pa
         .or_else(|| crate::env::get(crate::env::FALLBACK_DATABASE_URL))
         .or_else(|| config.as_ref().map(|c| c.database.url.clone()))
         .context("no database: pass --database-url or --config, or set IDEM_DATABASE_URL")?;
+    if let Some(config) = &config {
+        same_database(&url, &config.database_name()?)?;
+    }
     let shown = crate::app::startup::redact(&url);
     let pool = sqlx::PgPool::connect(&url).await.with_context(|| format!("failed to connect to {shown}"))?;
     let mode = config.as_ref().map_or(crate::config::RetentionMode::Partition, |c| c.retention.mode);
@@ -237,4 +240,35 @@ pub(super) async fn migrate(database_url: Option<String>, config: Option<std::pa
         outln!("idem: dedup retentions recorded")?;
     }
     Ok(())
+}
+
+/// Refuses an administrator's URL naming another database than the
+/// config's: `idem migrate --config` would provision handlers where `idem
+/// run` never looks (a `DATABASE_URL` left in a shell for another project,
+/// say), and `run` would then find idem's migrations missing.
+fn same_database(admin_url: &str, configured: &str) -> anyhow::Result<()> {
+    let admin: sqlx::postgres::PgConnectOptions =
+        admin_url.parse().context("the administrator's database URL is not a PostgreSQL URL")?;
+    let admin = admin.get_database().unwrap_or(admin.get_username());
+    anyhow::ensure!(
+        admin == configured,
+        "the administrator's URL (--database-url, IDEM_DATABASE_URL or DATABASE_URL) names database `{admin}`, \
+         the config's [database] url names `{configured}`: idem migrate --config would provision a database \
+         idem run does not use; pass --database-url for `{configured}`"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_database;
+
+    #[test]
+    fn an_administrators_url_for_another_database_is_refused_naming_both() {
+        assert!(same_database("postgres://postgres@localhost/shop?sslmode=disable", "shop").is_ok());
+        assert!(same_database("postgres://postgres@%2Fvar%2Frun%2Fpostgresql/shop", "shop").is_ok(), "a socket");
+        let e = same_database("postgres://postgres@127.0.0.1:5432/postgres", "shop").expect_err("another database");
+        let text = format!("{e:#}");
+        assert!(text.contains("`postgres`") && text.contains("`shop`"), "{text}");
+    }
 }

@@ -211,7 +211,8 @@ pub(super) enum Command {
     /// migrations and grants. Needs an administrator's URL.
     Migrate {
         /// PostgreSQL URL of an administrator; defaults to IDEM_DATABASE_URL,
-        /// then DATABASE_URL, then (with --config) the database url in the config.
+        /// then DATABASE_URL, then (with --config) the database url in the
+        /// config. With --config it must name the config's database.
         #[arg(long)]
         database_url: Option<String>,
         /// The handlers to provision.

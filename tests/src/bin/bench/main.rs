@@ -318,7 +318,16 @@ async fn fresh_database(name: &str, config: &Path) -> anyhow::Result<PgConnectio
     let mut admin = PgConnection::connect(&server).await.context("failed to connect to PostgreSQL")?;
     admin.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str()).await?;
     admin.execute(format!("CREATE DATABASE {name}").as_str()).await?;
-    let migrate = Command::new(idem_tests::idem_bin()).arg("migrate").arg("--config").arg(config).status()?;
+    // As an administrator of `name` itself: a DATABASE_URL in the
+    // environment names the server's database, which migrate refuses.
+    let admin_url = idem_tests::db::with_database(&server, name);
+    let migrate = Command::new(idem_tests::idem_bin())
+        .arg("migrate")
+        .arg("--database-url")
+        .arg(&admin_url)
+        .arg("--config")
+        .arg(config)
+        .status()?;
     if !migrate.success() {
         bail!("idem migrate failed");
     }
