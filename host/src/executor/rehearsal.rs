@@ -66,8 +66,9 @@ impl Executor {
     pub async fn rehearse(&self, mut tx: EventTx, event: &Event, budget: std::time::Duration) -> Rehearsal {
         debug_assert!(self.shared.recording, "a rehearsal sends nothing");
         let short = budget < self.handler.settings().timeout;
-        let end = tokio::time::Instant::now() + self.handler.settings().timeout.min(budget);
-        tx.renew(self.handler.settings().timeout.min(budget));
+        let limit = self.handler.settings().timeout.min(budget);
+        let end = tokio::time::Instant::now() + limit;
+        tx.renew(limit);
         let mut before = match begin(&mut tx).await {
             Ok(before) => before,
             Err(e) => return Rehearsal::lost(tx, &self.pool, Err(e)),
