@@ -124,6 +124,10 @@ fn engine_config() -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
+    // For `perf`: guest functions named in /tmp/perf-<pid>.map (docs/perf).
+    if std::env::var_os("IDEM_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

@@ -6,7 +6,7 @@ import json
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._payload import build, exact
+from ._payload import load
 from ._wit import origin
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class Event:
         unbounded), and a ``float`` field refuses an integer beyond 2^53 that
         a float would round.
         """
-        return build(cls, exact(self.payload_text))
+        return load(cls, self.payload_text)
 
     @property
     def value_bytes(self) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 
@@ -48,6 +49,14 @@ def handler(fn: Handler) -> Handler:
             run(fn, event)
 
     setattr(module, "WitWorld", WitWorld)
+    # componentize-py snapshots the interpreter after importing the entry
+    # module, and every instance starts from that snapshot, mapped
+    # copy-on-write. The cyclic collector writes into every object it
+    # tracks, so its first full pass in an instance would copy the whole
+    # snapshot's heap (megabytes of page faults per instance): objects that
+    # exist by now are moved out of its reach (they live as long as the
+    # module anyway).
+    gc.freeze()
     return fn
 
 

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar, cast
@@ -46,7 +47,40 @@ def exact(text: str) -> Any:
 def build(cls: type[T], data: object) -> T:
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"payload_as needs a dataclass, not {cls!r}")
-    return cast(T, _convert(cls, data, ""))
+    return cast(T, _reader(cls)(data, ""))
+
+
+def load(cls: type[T], text: str) -> T:
+    """``cls`` from the payload's JSON text: read with its decimals as
+    ``Decimal`` only where ``cls`` has a ``Decimal`` to fill (a ``float``
+    read from a ``Decimal`` is the same double as one read from the text)."""
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"payload_as needs a dataclass, not {cls!r}")
+    exact_needed = _EXACT.get(cls)
+    if exact_needed is None:
+        exact_needed = _EXACT[cls] = _holds_decimal(cls, set())
+    return build(cls, exact(text) if exact_needed else json.loads(text))
+
+
+_EXACT: dict[type[Any], bool] = {}
+
+
+def _holds_decimal(tp: Any, seen: set[Any]) -> bool:
+    """Whether a value of type ``tp`` may hold a ``Decimal`` (a type this
+    module does not know counts as one: the exact reading is the safe one)."""
+    if tp is Decimal:
+        return True
+    if tp in (Any, object, int, float, str, bool, UUID, datetime, type(None)):
+        return False
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if tp in seen:
+            return False
+        seen.add(tp)
+        hints = typing.get_type_hints(tp)
+        return any(_holds_decimal(hints[f.name], seen) for f in dataclasses.fields(tp) if f.init)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType, list, dict):
+        return any(_holds_decimal(arg, seen) for arg in typing.get_args(tp))
+    return True
 
 
 def camel(name: str) -> str:
@@ -60,50 +94,127 @@ def parse_timestamp(text: str) -> datetime:
     return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
 
 
-def _convert(tp: Any, value: object, path: str) -> Any:
+Reader = Callable[[object, str], Any]
+"""Converts one payload value (at ``path``, for errors) to a field's type."""
+
+# One reader per type, built on first use: resolving a dataclass's type hints
+# and walking its fields costs far more than the conversion itself, and a
+# handler converts the same class on every event.
+_READERS: dict[Any, Reader] = {}
+
+
+def _reader(tp: Any) -> Reader:
+    try:
+        return _READERS[tp]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable annotation: built again each time
+        return _compile(tp)
+    reader = _READERS[tp] = _compile(tp)
+    return reader
+
+
+def _compile(tp: Any) -> Reader:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any or tp is object:
-        return _plain(value)
+        return lambda value, path: _plain(value)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
+        return _union(args)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass(tp)
+    if origin is list:
+        return _list(args[0] if args else Any)
+    if origin is dict:
+        return _dict(args[1] if len(args) == 2 else Any)
+    return lambda value, path: _scalar(tp, value, path)
+
+
+def _union(args: tuple[Any, ...]) -> Reader:
+    nullable = type(None) in args
+    options = [a for a in args if a is not type(None)]
+    expected = " or ".join(_NAMES.get(a, str(a)) for a in options)
+
+    def read(value: object, path: str) -> Any:
+        if value is None and nullable:
             return None
-        for option in (a for a in args if a is not type(None)):
+        for option in options:
             try:
-                return _convert(option, value, path)
+                return _reader(option)(value, path)
             except Permanent:
                 continue
-        raise _mismatch(" or ".join(_NAMES.get(a, str(a)) for a in args if a is not type(None)), value, path)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise _mismatch("an object", value, path)
-        return _dataclass(tp, value, path)
-    if origin is list:
+        raise _mismatch(expected, value, path)
+
+    return read
+
+
+def _list(item: Any) -> Reader:
+    def read(value: object, path: str) -> Any:
         if not isinstance(value, list):
             raise _mismatch("an array", value, path)
-        return [_convert(args[0] if args else Any, v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
+        convert = _reader(item)
+        return [convert(v, f"{path}[{i}]") for i, v in enumerate(value)]
+
+    return read
+
+
+def _dict(item: Any) -> Reader:
+    def read(value: object, path: str) -> Any:
         if not isinstance(value, dict):
             raise _mismatch("an object", value, path)
-        item = args[1] if len(args) == 2 else Any
-        return {k: _convert(item, v, f"{path}.{k}" if path else k) for k, v in value.items()}
-    return _scalar(tp, value, path)
+        convert = _reader(item)
+        return {k: convert(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+
+    return read
 
 
-def _dataclass(cls: type[Any], data: dict[str, Any], path: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(cls):
-        if not field.init:
-            continue
-        key = camel(field.name)
-        where = f"{path}.{key}" if path else key
-        if key in data:
-            kwargs[field.name] = _convert(hints[field.name], data[key], where)
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            if not _optional(hints[field.name]):
-                raise Permanent(f"payload field `{where}` is missing")
-            kwargs[field.name] = None
-    return cls(**kwargs)
+class _Field(typing.NamedTuple):
+    name: str
+    key: str
+    hint: Any
+    # Absent from the payload: ``None`` if optional, else a permanent error;
+    # a field with a default is left to its default.
+    required: bool
+    optional: bool
+
+
+def _dataclass(cls: type[Any]) -> Reader:
+    # Resolved on the first conversion, not here: a dataclass may name
+    # itself in a field (a tree), and a hint that does not resolve fails
+    # that conversion (and the next one again), as it did uncached.
+    plan: list[_Field] | None = None
+
+    def fields() -> list[_Field]:
+        hints = typing.get_type_hints(cls)
+        return [
+            _Field(
+                f.name,
+                camel(f.name),
+                hints[f.name],
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                _optional(hints[f.name]),
+            )
+            for f in dataclasses.fields(cls)
+            if f.init
+        ]
+
+    def read(value: object, path: str) -> Any:
+        nonlocal plan
+        if not isinstance(value, dict):
+            raise _mismatch("an object", value, path)
+        if plan is None:
+            plan = fields()
+        kwargs: dict[str, Any] = {}
+        for field in plan:
+            where = f"{path}.{field.key}" if path else field.key
+            if field.key in value:
+                kwargs[field.name] = _reader(field.hint)(value[field.key], where)
+            elif field.required:
+                if not field.optional:
+                    raise Permanent(f"payload field `{where}` is missing")
+                kwargs[field.name] = None
+        return cls(**kwargs)
+
+    return read
 
 
 def _scalar(tp: Any, value: object, path: str) -> Any:

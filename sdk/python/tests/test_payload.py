@@ -46,6 +46,17 @@ class Order:
     customer: UUID | None = None
 
 
+@dataclass
+class Node:
+    name: str
+    children: list[Node] = field(default_factory=list)
+
+
+@dataclass
+class Dangling:
+    missing: NoSuchType  # type: ignore[name-defined]  # noqa: F821
+
+
 ORDER = {"orderId": 42, "totalAmount": 10, "currency": "EUR", "unknownKey": [1]}
 
 
@@ -81,6 +92,26 @@ class PayloadAs(unittest.TestCase):
         self.assert_permanent({**ORDER, "price": "cheap"},
                               "payload field `price`: expected a decimal number, got string 'cheap'")
 
+    def test_each_conversion_checks_again(self) -> None:
+        # The field plan is built once per class; the checks are not.
+        self.assertEqual(event(ORDER).payload_as(Order).order_id, 42)
+        self.assert_permanent({**ORDER, "orderId": "42"}, "payload field `orderId`: expected an integer, got string '42'")
+        self.assertEqual(event({**ORDER, "orderId": 7}).payload_as(Order).order_id, 7)
+
+    def test_a_dataclass_may_contain_itself(self) -> None:
+        tree = {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}
+        built = event(tree).payload_as(Node)
+        self.assertEqual(built, Node("a", [Node("b", [Node("c")]), Node("d")]))
+        bad = {"name": "a", "children": [{"name": "b", "children": [{"name": 3}]}]}
+        with self.assertRaises(idem.Permanent) as caught:
+            event(bad).payload_as(Node)
+        self.assertEqual(str(caught.exception), "payload field `children[0].children[0].name`: expected a string, got number 3")
+
+    def test_a_hint_that_does_not_resolve_fails_every_time(self) -> None:
+        for _ in range(2):
+            with self.assertRaises(NameError):
+                event({"missing": 1}).payload_as(Dangling)
+
     def test_only_dataclasses_are_built(self) -> None:
         with self.assertRaises(TypeError):
             event(ORDER).payload_as(dict)
@@ -99,6 +130,25 @@ class Exact:
     amount: Decimal
     ratio: float
     extra: Any = None
+
+
+@dataclass
+class Priced:
+    sku: str
+    price: Decimal
+
+
+@dataclass
+class Basket:
+    ratio: float
+    items: list[Priced] = field(default_factory=list)
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Floats:
+    ratio: float
+    tags: dict[str, Any] = field(default_factory=dict)
 
 
 class Numbers(unittest.TestCase):
@@ -126,6 +176,21 @@ class Numbers(unittest.TestCase):
                       str(caught.exception))
         # One a float holds exactly is fine, even beyond 2^53.
         self.assertEqual(self.exact('{"orderId": 1, "amount": 1, "ratio": 9007199254740992}').ratio, 2.0**53)
+
+    def test_a_decimal_anywhere_in_the_class_keeps_its_digits(self) -> None:
+        # A class with no Decimal reads its numbers as floats directly; one
+        # reached through a list of dataclasses still gets the exact text.
+        text = '{"ratio": 0.1000000000000000055511151231257827, "items": [{"sku": "a", "price": 0.1000000000000000055511151231257827}]}'
+        e = event({})
+        e.payload_text = text
+        basket = e.payload_as(Basket)
+        self.assertEqual(basket.items[0].price, Decimal("0.1000000000000000055511151231257827"))
+        self.assertEqual(basket.ratio, 0.1)
+        e = event({})
+        e.payload_text = '{"ratio": 0.1000000000000000055511151231257827, "tags": {"x": 2.5, "n": 9007199254740993}}'
+        floats = e.payload_as(Floats)
+        self.assertEqual((floats.ratio, floats.tags), (0.1, {"x": 2.5, "n": 9007199254740993}))
+        self.assertIsInstance(floats.tags["x"], float)
 
 
 class Errors(unittest.TestCase):
