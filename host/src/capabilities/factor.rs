@@ -93,7 +93,8 @@ pub(crate) struct Call<'a> {
     pub deadline: tokio::time::Instant,
     /// The provenance headers every event this invocation emits carries
     /// (`idem.correlation-id`, `traceparent`); `None`: it may emit nothing
-    /// (its event runs without a dedup row).
+    /// (its event runs without a dedup row, or its handler has no emit
+    /// topic: every emit is refused by its topic first).
     pub provenance: Option<Vec<(String, String)>>,
     /// Keep what each call did, to show it (`idem test`).
     pub transcript: bool,

@@ -382,9 +382,11 @@ impl Executor {
     ) -> Invoked {
         let Run { attempt, batched, guarded, fresh } = run;
         // An event run without a dedup row emits nothing: its emits could
-        // not name it as their cause (docs/outbox.md).
-        let trust = self.handler.settings().trust_input_trace_headers;
-        let provenance = guarded.then(|| crate::capabilities::emit::write::provenance(event, trust));
+        // not name it as their cause (docs/outbox.md). A handler with no
+        // emit topic emits nothing either, so its events skip the headers.
+        let settings = self.handler.settings();
+        let (trust, emits) = (settings.trust_input_trace_headers, settings.caps.emit.policy.any());
+        let provenance = (guarded && emits).then(|| crate::capabilities::emit::write::provenance(event, trust));
         let ids = (event.id.hyphenated().to_string(), event.origin.as_ref());
         let caps = self.capabilities(tx, deadline, &ids, batched, provenance, tape);
         let started = std::time::Instant::now();
