@@ -5,11 +5,14 @@ Mirrors what serde does for the Rust SDK's ``#[serde(rename_all =
 fields may be absent, and any other mismatch is a permanent error that names
 the field (the payload will be the same on every retry).
 
-Numbers are never rounded silently: the payload is read with its decimals
-as ``Decimal`` (``exact``), so a ``Decimal`` field gets the exact text, an
-``int`` field any integer, and a ``float`` field refuses an integer that a
-float cannot hold (beyond 2^53, where ``float`` would round it). ``Any``
-fields get what ``Event.payload`` has (decimals as floats).
+Numbers are never rounded silently: for a class with a ``Decimal`` field
+anywhere in it the payload is read with its decimals as ``Decimal``
+(``exact``), so that field gets the exact text; other classes read them as
+floats directly, the same doubles (an error message then shows ``1.5`` for
+a payload's ``1.50``). An ``int`` field gets any integer, and a ``float``
+field refuses an integer that a float cannot hold (beyond 2^53, where
+``float`` would round it). ``Any`` fields get what ``Event.payload`` has
+(decimals as floats).
 """
 
 from __future__ import annotations
@@ -76,7 +79,12 @@ def _holds_decimal(tp: Any, seen: set[Any]) -> bool:
         if tp in seen:
             return False
         seen.add(tp)
-        hints = typing.get_type_hints(tp)
+        try:
+            hints = typing.get_type_hints(tp)
+        except Exception:
+            # A hint that does not resolve fails only the conversion that
+            # reaches its field (as it always did), never this question.
+            return True
         return any(_holds_decimal(hints[f.name], seen) for f in dataclasses.fields(tp) if f.init)
     if typing.get_origin(tp) in (typing.Union, types.UnionType, list, dict):
         return any(_holds_decimal(arg, seen) for arg in typing.get_args(tp))
@@ -97,21 +105,23 @@ def parse_timestamp(text: str) -> datetime:
 Reader = Callable[[object, str], Any]
 """Converts one payload value (at ``path``, for errors) to a field's type."""
 
-# One reader per type, built on first use: resolving a dataclass's type hints
-# and walking its fields costs far more than the conversion itself, and a
-# handler converts the same class on every event.
-_READERS: dict[Any, Reader] = {}
+# One reader per dataclass, built on first use: resolving a dataclass's type
+# hints and walking its fields costs far more than the conversion itself, and
+# a handler converts the same class on every event. Keyed by the class alone
+# (a class is equal only to itself); the readers of its fields' types are
+# built with its plan and kept in it, never shared through a key: Python
+# holds `int | float` equal to `float | int`, whose readers try their options
+# in another order.
+_READERS: dict[type[Any], Reader] = {}
 
 
 def _reader(tp: Any) -> Reader:
-    try:
-        return _READERS[tp]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable annotation: built again each time
-        return _compile(tp)
-    reader = _READERS[tp] = _compile(tp)
-    return reader
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        found = _READERS.get(tp)
+        if found is None:
+            found = _READERS[tp] = _dataclass(tp)
+        return found
+    return _compile(tp)
 
 
 def _compile(tp: Any) -> Reader:
@@ -120,8 +130,6 @@ def _compile(tp: Any) -> Reader:
         return lambda value, path: _plain(value)
     if origin in (typing.Union, types.UnionType):
         return _union(args)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _dataclass(tp)
     if origin is list:
         return _list(args[0] if args else Any)
     if origin is dict:
@@ -134,12 +142,14 @@ def _union(args: tuple[Any, ...]) -> Reader:
     options = [a for a in args if a is not type(None)]
     expected = " or ".join(_NAMES.get(a, str(a)) for a in options)
 
+    readers = [_reader(option) for option in options]
+
     def read(value: object, path: str) -> Any:
         if value is None and nullable:
             return None
-        for option in options:
+        for convert in readers:
             try:
-                return _reader(option)(value, path)
+                return convert(value, path)
             except Permanent:
                 continue
         raise _mismatch(expected, value, path)
@@ -148,20 +158,22 @@ def _union(args: tuple[Any, ...]) -> Reader:
 
 
 def _list(item: Any) -> Reader:
+    convert = _reader(item)
+
     def read(value: object, path: str) -> Any:
         if not isinstance(value, list):
             raise _mismatch("an array", value, path)
-        convert = _reader(item)
         return [convert(v, f"{path}[{i}]") for i, v in enumerate(value)]
 
     return read
 
 
 def _dict(item: Any) -> Reader:
+    convert = _reader(item)
+
     def read(value: object, path: str) -> Any:
         if not isinstance(value, dict):
             raise _mismatch("an object", value, path)
-        convert = _reader(item)
         return {k: convert(v, f"{path}.{k}" if path else k) for k, v in value.items()}
 
     return read
@@ -170,7 +182,7 @@ def _dict(item: Any) -> Reader:
 class _Field(typing.NamedTuple):
     name: str
     key: str
-    hint: Any
+    read: Reader
     # Absent from the payload: ``None`` if optional, else a permanent error;
     # a field with a default is left to its default.
     required: bool
@@ -179,8 +191,9 @@ class _Field(typing.NamedTuple):
 
 def _dataclass(cls: type[Any]) -> Reader:
     # Resolved on the first conversion, not here: a dataclass may name
-    # itself in a field (a tree), and a hint that does not resolve fails
-    # that conversion (and the next one again), as it did uncached.
+    # itself in a field (a tree: its reader is cached before its plan asks
+    # for it), and a hint that does not resolve fails that conversion (and
+    # the next one again), as it did uncached.
     plan: list[_Field] | None = None
 
     def fields() -> list[_Field]:
@@ -189,7 +202,7 @@ def _dataclass(cls: type[Any]) -> Reader:
             _Field(
                 f.name,
                 camel(f.name),
-                hints[f.name],
+                _reader(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
                 _optional(hints[f.name]),
             )
@@ -207,7 +220,7 @@ def _dataclass(cls: type[Any]) -> Reader:
         for field in plan:
             where = f"{path}.{field.key}" if path else field.key
             if field.key in value:
-                kwargs[field.name] = _reader(field.hint)(value[field.key], where)
+                kwargs[field.name] = field.read(value[field.key], where)
             elif field.required:
                 if not field.optional:
                     raise Permanent(f"payload field `{where}` is missing")

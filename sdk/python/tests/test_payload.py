@@ -53,6 +53,22 @@ class Node:
 
 
 @dataclass
+class IntFirst:
+    v: int | float
+
+
+@dataclass
+class FloatFirst:
+    v: float | int
+
+
+@dataclass
+class MaybeDangling:
+    order_id: int
+    dangling: Dangling | None = None
+
+
+@dataclass
 class Dangling:
     missing: NoSuchType  # type: ignore[name-defined]  # noqa: F821
 
@@ -106,6 +122,18 @@ class PayloadAs(unittest.TestCase):
         with self.assertRaises(idem.Permanent) as caught:
             event(bad).payload_as(Node)
         self.assertEqual(str(caught.exception), "payload field `children[0].children[0].name`: expected a string, got number 3")
+
+    def test_a_union_tries_its_options_in_its_own_order(self) -> None:
+        # Python holds `int | float` equal to `float | int`: neither may take
+        # the other's reader.
+        self.assertIsInstance(event({"v": 3}).payload_as(IntFirst).v, int)
+        self.assertIsInstance(event({"v": 3}).payload_as(FloatFirst).v, float)
+        self.assertIsInstance(event({"v": 3}).payload_as(IntFirst).v, int)
+
+    def test_a_hint_that_does_not_resolve_fails_only_where_it_is_reached(self) -> None:
+        self.assertEqual(event({"orderId": 1}).payload_as(MaybeDangling), MaybeDangling(1))
+        with self.assertRaises(NameError):
+            event({"orderId": 1, "dangling": {"missing": 1}}).payload_as(MaybeDangling)
 
     def test_a_hint_that_does_not_resolve_fails_every_time(self) -> None:
         for _ in range(2):
