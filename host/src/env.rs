@@ -12,6 +12,8 @@ pub const DATABASE_URL: &str = "IDEM_DATABASE_URL";
 pub const FALLBACK_DATABASE_URL: &str = "DATABASE_URL";
 /// `[kafka] instance_id`, overriding the file (`identity`).
 pub const INSTANCE_ID: &str = "IDEM_INSTANCE_ID";
+/// The async runtime's worker threads (one per core when unset).
+pub const WORKER_THREADS: &str = "IDEM_WORKER_THREADS";
 /// `json`: one JSON object per log line.
 pub const LOG_FORMAT: &str = "IDEM_LOG_FORMAT";
 /// The machine's name when `/proc` does not say (an automatic identity).

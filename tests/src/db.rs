@@ -28,6 +28,33 @@ pub fn server_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// Waits until the database server's clock is at least `margin` from a
+/// UTC midnight on either side. Dedup windows are UTC days: a test that
+/// reckons which windows exist (or in which one a row lands) from a clock
+/// it reads more than once must not see the day change in between, at
+/// whatever hour CI runs it. Costs nothing away from midnight; at most
+/// twice `margin` next to one.
+pub async fn away_from_midnight(margin: std::time::Duration) {
+    const DAY_MS: i64 = 86_400_000;
+    let server = server_url();
+    let mut conn = PgConnection::connect(&server).await.unwrap_or_else(|e| panic!("connect to {server}: {e}"));
+    let now: i64 = sqlx::query_scalar("SELECT floor(extract(epoch FROM now()) * 1000)::bigint")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("the database's clock: {e}"));
+    let margin_ms = i64::try_from(margin.as_millis()).unwrap_or(DAY_MS / 4);
+    let since = now.rem_euclid(DAY_MS);
+    let wait = if since < margin_ms {
+        margin_ms - since
+    } else if DAY_MS - since < margin_ms {
+        DAY_MS - since + margin_ms
+    } else {
+        0
+    };
+    let _ = conn.close().await;
+    tokio::time::sleep(std::time::Duration::from_millis(u64::try_from(wait).unwrap_or(0))).await;
+}
+
 /// A database of its own, migrated, with the examples' and test guests'
 /// tables. Dropped by [`TestDb::drop_database`] (or by `.ci/run` next time).
 #[derive(Debug)]

@@ -276,6 +276,9 @@ async fn maintenance_runs_one_pass_and_migrate_follows_the_retention_mode() {
     let mut spec = HandlerSpec::billing(&topic, "http://127.0.0.1:9");
     spec.extra = "dedup_retention = \"2d\"\n".into();
     for mode in ["partition", "delete"] {
+        // It counts the windows the migration and two passes leave: one
+        // UTC day throughout.
+        idem_tests::db::away_from_midnight(std::time::Duration::from_secs(120)).await;
         let db = TestDb::empty().await.expect("empty database");
         let config = host::write_config(&db.url, std::slice::from_ref(&spec));
         let text = std::fs::read_to_string(&config).expect("config");
@@ -560,6 +563,35 @@ fn a_time_that_is_not_one_is_a_usage_error_naming_the_accepted_forms() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("/nonexistent/idem.toml"), "{err}");
+}
+
+/// `IDEM_WORKER_THREADS` sizes the async runtime before anything else
+/// runs: a number of threads is taken, anything else is refused naming the
+/// variable and what it held.
+#[test]
+fn a_worker_thread_count_that_is_not_one_is_refused_naming_it() {
+    let run = |workers: &str| {
+        let out = std::process::Command::new(idem_tests::idem_bin())
+            .args(["check", "--config", "/nonexistent/idem.toml"])
+            .env("IDEM_WORKER_THREADS", workers)
+            .output()
+            .expect("idem check");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    for bad in ["0", "two", "-1", "100000"] {
+        let (code, err) = run(bad);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(&format!("IDEM_WORKER_THREADS must be a whole number of threads from 1 to 1024: got `{bad}`")),
+            "{err}"
+        );
+        assert!(!err.contains("/nonexistent/idem.toml"), "refused before anything else ran: {err}");
+    }
+    for good in ["1", " 3 "] {
+        let (code, err) = run(good);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("/nonexistent/idem.toml") && !err.contains("IDEM_WORKER_THREADS"), "{err}");
+    }
 }
 
 /// `idem test` runs in a scratch database made on the config's server for

@@ -39,7 +39,9 @@ async fn now_ms(pool: &PgPool) -> anyhow::Result<i64> {
 /// UTC day 29 days ago to now: 30 windows.
 async fn fill(db: &TestDb, rows: i64) -> anyhow::Result<()> {
     let now = now_ms(&db.pool).await? - 60_000;
-    let start = (now.div_euclid(DAY_MS) - 29) * DAY_MS;
+    // From today's day (the migration made its windows from it), not the
+    // day of a minute ago, which is yesterday's in the first minute.
+    let start = ((now + 60_000).div_euclid(DAY_MS) - 29) * DAY_MS;
     sqlx::query(
         "INSERT INTO idem.processed_event (event_id, consumer, topic, \"partition\", \"offset\", payload_sha256) \
          SELECT (lpad(to_hex($1::bigint - (g * $2::bigint / $3::bigint)), 12, '0') || '7' \

@@ -45,6 +45,17 @@ async fn a_rewind_an_hour_back_on_two_hosts_runs_again_only_what_had_not_taken_e
     let mut spec = env.billing();
     // Events two hours old are past this retention (and still processed).
     spec.extra.push_str("dedup_retention = \"90m\"\nstale_events = \"process\"\n");
+    // Dedup windows are UTC days kept for the longest retention recorded:
+    // with 90 minutes alone, yesterday's window is gone from 01:30 UTC on
+    // and the two-hour-old events would run with no dedup row (so never
+    // count as applied) at some hours and not others. Another consumer's
+    // day-long retention keeps yesterday's window whatever the hour.
+    env.db
+        .execute(
+            "INSERT INTO idem.consumer_retention (consumer, retention, future_skew, recorded_by) \
+             VALUES ('archive', interval '1 day', interval '1 hour', 'the rewind test')",
+        )
+        .await;
     let a = named(&host::write_config(&env.db.url, std::slice::from_ref(&spec)), "rewind-a");
     let b = named(&host::write_config(&env.db.url, std::slice::from_ref(&spec)), "rewind-b");
     let admin = host::admin_url(&a);

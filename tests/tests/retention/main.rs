@@ -26,6 +26,8 @@ struct Setup {
 
 impl Setup {
     async fn new() -> Self {
+        // The windows tests count windows by the day: one day throughout.
+        idem_tests::db::away_from_midnight(std::time::Duration::from_secs(180)).await;
         Self::on(TestDb::new().await.unwrap_or_else(|e| panic!("test database: {e:#}"))).await
     }
 

@@ -33,6 +33,33 @@ struct Cli {
     command: Command,
 }
 
+/// Most worker threads `IDEM_WORKER_THREADS` may ask for.
+const MAX_WORKER_THREADS: usize = 1024;
+
+/// The async runtime every command runs on: one worker thread per core
+/// (tokio's default), or `IDEM_WORKER_THREADS` of them. Fewer workers than
+/// cores cost a light handler less CPU per event: tokio wakes an idle
+/// worker to steal each task woken while another runs, and on two cores
+/// shared with PostgreSQL those wake-ups were a tenth of the host's CPU
+/// (docs/operating.md has the figures); a handler whose guest does much
+/// work per event (Python, TypeScript) needs a worker per core. Kafka's
+/// polls and compiles run on blocking threads either way.
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(text) = crate::env::non_blank(crate::env::WORKER_THREADS) {
+        let workers = text.trim().parse::<usize>().ok().filter(|n| (1..=MAX_WORKER_THREADS).contains(n));
+        let workers = workers.with_context(|| {
+            format!(
+                "{} must be a whole number of threads from 1 to {MAX_WORKER_THREADS}: got `{text}`",
+                crate::env::WORKER_THREADS
+            )
+        })?;
+        builder.worker_threads(workers);
+    }
+    builder.build().context("tokio refused to build it")
+}
+
 /// Parses the arguments, runs the command, and returns the exit code.
 pub fn main() -> ExitCode {
     main_with(NativeHandlers::default())
@@ -57,10 +84,10 @@ pub fn main_with(natives: NativeHandlers) -> ExitCode {
         }
     };
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match async_runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("idem: failed to start the async runtime: {e}");
+            eprintln!("idem: failed to start the async runtime: {e:#}");
             return ExitCode::FAILURE;
         }
     };

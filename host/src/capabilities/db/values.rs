@@ -86,7 +86,8 @@ impl sqlx::Encode<'_, Postgres> for UntypedNull {
 /// a trailing comment that PostgreSQL ignores.
 pub(super) fn bind(statement: &str, params: Vec<Value>) -> Result<Bound, String> {
     let mut args = PgArguments::default();
-    let mut signature = String::new();
+    sqlx::Arguments::reserve(&mut args, params.len(), 16 * params.len());
+    let mut signature = String::with_capacity(8 * params.len());
     for (i, value) in params.into_iter().enumerate() {
         let n = i + 1;
         let (tag, added) = match value {

@@ -110,6 +110,10 @@ const VARIANTS: &[Variant] = &[
         name: "n: a, a fresh instance per event (events_per_instance = 1)",
         kind: Kind::Idem(Shape { events_per_instance: 1, ..BATCHED }),
     },
+    Variant {
+        name: "l: a, the host on one worker thread (IDEM_WORKER_THREADS = 1)",
+        kind: Kind::Idem(Shape { one_worker: true, ..BATCHED }),
+    },
     Variant { name: "d: SQL ceiling", kind: Kind::Ceiling { concurrent: 1 } },
     Variant { name: "e: a, beside a hostile handler", kind: Kind::Idem(Shape { noisy: true, ..BATCHED }) },
     Variant { name: "f: a, provider dropping 4% of connections", kind: Kind::Idem(Shape { drops: true, ..BATCHED }) },
@@ -157,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
     let out = PathBuf::from(args.next().unwrap_or_else(|| "bench-out".into()));
     std::fs::create_dir_all(&out)?;
     // `BENCH_VARIANTS=afg` runs only those (by letter); all by default.
-    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghinoptksvrqwx".into());
+    let only = std::env::var("BENCH_VARIANTS").unwrap_or_else(|_| "abcdefghilnoptksvrqwx".into());
     let chosen = |name: &str| name.chars().next().is_some_and(|c| only.contains(c));
     // `BENCH_ROUNDS=4`: the chosen variants four times, in turn and every
     // other round backwards (a v v a a v v a, so that a drift of the
@@ -206,10 +210,15 @@ async fn main() -> anyhow::Result<()> {
     if let Some(r) = &relayed {
         let a = rows.iter().find(|r| !r.http && r.variant.starts_with('a')).map_or(f64::NAN, |r| r.events_per_s);
         let o = rows.iter().find(|r| r.variant.starts_with('o')).map_or(f64::NAN, |r| r.events_per_s);
+        // o/a only when this run measured a.
+        let o_a = if a.is_nan() {
+            String::new()
+        } else {
+            format!("o/a = {:.2} (goal ≥ 0.5: two handlers' work per order); ", o / a)
+        };
         report.push_str(&format!(
-            "\no: o/a = {:.2} (goal ≥ 0.5: two handlers' work per order); the relay published {:.0} rows/s against {:.0} emitted/s (goal ≥ 1: {:.2}); \
+            "\no: {o_a}the relay published {:.0} rows/s against {:.0} emitted/s (goal ≥ 1: {:.2}); \
              charge to request at half o's throughput: p50 {:.0} ms, p99 {:.0} ms (goal ≤ 250)\n",
-            o / a,
             r.relay_per_s,
             r.emit_per_s,
             r.relay_per_s / r.emit_per_s,
@@ -462,6 +471,9 @@ struct Shape {
     /// The ledger audit sweeping every second (`[handler.audit] every`,
     /// 10 minutes by default): its cost to the handler.
     audited: bool,
+    /// The host on one worker thread (`IDEM_WORKER_THREADS=1`) rather
+    /// than one per core.
+    one_worker: bool,
 }
 
 /// The plain batched shape the variants vary.
@@ -477,6 +489,7 @@ const BATCHED: Shape = Shape {
     viewers: false,
     shadow: false,
     audited: false,
+    one_worker: false,
 };
 
 /// Events of one batch at once in variants h and i.
@@ -516,9 +529,14 @@ async fn idem_variant(name: &'static str, shape: Shape, http: bool, orders: i64)
     }
     kafka::produce_all_keyed(&kafka::producer(), &topic, &records).await;
 
-    let env: &[(&str, &str)] =
-        if viewers { &[("IDEM_LOG", "error"), ("IDEM_ADMIN_TOKEN", viewers::TOKEN)] } else { &[("IDEM_LOG", "error")] };
-    let child = host::spawn(&config, true, env);
+    let mut env = vec![("IDEM_LOG", "error")];
+    if viewers {
+        env.push(("IDEM_ADMIN_TOKEN", viewers::TOKEN));
+    }
+    if shape.one_worker {
+        env.push(("IDEM_WORKER_THREADS", "1"));
+    }
+    let child = host::spawn(&config, true, &env);
     let watching = viewers.then(|| viewers::Viewers::start(&config));
     let cost = measure::watch(&child).await;
     let (status, reports) = tokio::task::spawn_blocking(move || host::wait_report(child)).await?;
@@ -773,6 +791,8 @@ fn ratios(rows: &[Row], http: bool) -> Vec<String> {
         cpu("n")
     );
     ratio("a", "n", "a/n", 2, kept);
+    let one = format!("the host on one worker thread: {} µs of its CPU per event against {} for a", cpu("l"), cpu("a"));
+    ratio("l", "d", "l/d", 2, one);
     if no_http {
         ratio("p", "s", "p/s", 1, "Python against the seed's stack, goal ≥ 2".into());
         ratio("t", "s", "t/s", 1, "TypeScript against the seed's stack, goal ≥ 2".into());
