@@ -203,8 +203,7 @@ impl Handler {
             Ok((instance, answer))
         };
         let called = tokio::time::timeout_at(deadline, call).await;
-        store.data().log_output();
-        let stderr = store.data().stderr_tail();
+        let stderr = store.data_mut().settle_output();
         match called {
             // It returned: it may serve another event.
             Ok(Ok((instance, answer))) if self.shelf.keeps() => {
@@ -260,6 +259,8 @@ impl Handler {
         };
         match instantiated {
             Ok(instance) if self.shelf.keeps() => {
+                // What its start wrote is no event's output.
+                store.data_mut().mark_output();
                 let husk = store.data().caps.husk();
                 let caps = store.data_mut().lend(husk);
                 self.shelf.put(Kept { store, instance, served: 0, since: std::time::Instant::now() });

@@ -30,7 +30,8 @@ pub(crate) struct HostState {
     table: ResourceTable,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
-    /// Where the running invocation's output starts in each pipe.
+    /// What each pipe held when the last invocation (or the instance's
+    /// start) ended: where the next invocation's output starts.
     marks: (usize, usize),
     pub(crate) limits: GuestLimits,
     pub(crate) caps: Capabilities,
@@ -61,31 +62,42 @@ impl HostState {
 
     /// Lends `caps` to the store for an invocation; hands back what it held.
     pub(crate) fn lend(&mut self, caps: Capabilities) -> Capabilities {
-        self.marks = (self.stdout.contents().len(), self.stderr.contents().len());
         std::mem::replace(&mut self.caps, caps)
     }
 
-    /// Output bytes the store's pipes hold, the larger of the two.
+    /// Output bytes the store's pipes held when the last invocation ended,
+    /// the larger of the two.
     pub(crate) fn output_used(&self) -> usize {
-        self.stdout.contents().len().max(self.stderr.contents().len())
+        self.marks.0.max(self.marks.1)
     }
 
-    /// The tail of what the guest wrote to stderr in this invocation, for
-    /// error messages.
-    pub(crate) fn stderr_tail(&self) -> String {
-        let bytes = self.stderr.contents();
-        let text = String::from_utf8_lossy(bytes.get(self.marks.1..).unwrap_or_default());
+    /// Marks what the pipes hold now (an instance's start wrote it) as
+    /// before the next invocation.
+    pub(crate) fn mark_output(&mut self) {
+        self.marks = (self.stdout.contents().len(), self.stderr.contents().len());
+    }
+
+    /// Ends an invocation's output: logs what the guest wrote to stdout and
+    /// stderr in it, marks where the next one's starts, and returns the
+    /// tail of its stderr for error messages. Each pipe is read once
+    /// (reading one copies all it holds: a kept instance's pipes hold
+    /// every invocation's output since it started).
+    pub(crate) fn settle_output(&mut self) -> String {
+        let (stdout, stderr) = (self.stdout.contents(), self.stderr.contents());
+        let new_out = stdout.get(self.marks.0..).unwrap_or_default();
+        let new_err = stderr.get(self.marks.1..).unwrap_or_default();
+        self.log_output(new_out, new_err);
+        let text = String::from_utf8_lossy(new_err);
         let text = text.trim();
         let start = text.char_indices().rev().nth(1999).map_or(0, |(i, _)| i);
+        self.marks = (stdout.len(), stderr.len());
         text[start..].to_owned()
     }
 
-    /// Logs what the guest wrote to stdout and stderr, under its handler's
-    /// name, at most [`LOGGED_OUTPUT`] bytes of each.
-    pub(crate) fn log_output(&self) {
-        for (stream, pipe, mark) in [("stdout", &self.stdout, self.marks.0), ("stderr", &self.stderr, self.marks.1)] {
-            let all = pipe.contents();
-            let bytes = all.get(mark..).unwrap_or_default();
+    /// Logs an invocation's output under its handler's name, at most
+    /// [`LOGGED_OUTPUT`] bytes of each stream.
+    fn log_output(&self, stdout: &[u8], stderr: &[u8]) {
+        for (stream, bytes) in [("stdout", stdout), ("stderr", stderr)] {
             if bytes.is_empty() {
                 continue;
             }

@@ -135,6 +135,26 @@ async fn each_event_on_a_kept_instance_has_its_own_key_and_its_own_output() {
     s.finish().await;
 }
 
+/// A kept instance's pipes hold two invocations' output: once one
+/// invocation's worth (64 KiB) is used it retires, so the next event on it
+/// always has a whole invocation's worth, and no instance's output grows
+/// without bound. What each invocation wrote is counted, whichever
+/// instance and however many events before it.
+#[tokio::test]
+async fn a_kept_instance_retires_once_its_output_fills_an_invocations_worth() {
+    let s = Setup::new().await;
+    let exec = s.scenarios_with(|settings| settings.events_per_instance = 100);
+    assert_eq!(count(&s, &exec).await, 1);
+    // 40 KiB to stdout and to stderr: under one invocation's worth.
+    let loud = || scenario_with("forge-logs", serde_json::json!({ "text": "x".repeat(40 << 10) }));
+    exec.execute(&loud(), 1).await.expect_err("forge-logs fails on purpose");
+    assert_eq!(count(&s, &exec).await, 2, "40 KiB written: the instance is kept");
+    // 80 KiB in its pipes now: it goes after this event.
+    exec.execute(&loud(), 1).await.expect_err("forge-logs fails on purpose");
+    assert_eq!(count(&s, &exec).await, 1, "the instance that wrote 80 KiB was retired");
+    s.finish().await;
+}
+
 #[tokio::test]
 async fn kept_instances_serve_events_that_run_at_once_and_are_reused() {
     let s = Setup::new().await;
