@@ -263,7 +263,17 @@ impl Relay {
     fn renew_producer(&mut self) {
         tracing::error!(producer = %self.producer, "outbox: the Kafka producer failed for good; making another");
         match kafka_producer(&self.config, &self.producer) {
-            Ok(kafka) => self.kafka = kafka,
+            Ok(kafka) => {
+                // Dropping a producer joins its polling thread, flushes and
+                // destroys it, which may hang after a fatal error: on a
+                // thread of its own, never on an async worker (with one
+                // worker, that would stop every handler meanwhile).
+                let failed = std::mem::replace(&mut self.kafka, kafka);
+                let dropped = std::thread::Builder::new().name("idem-producer-drop".into()).spawn(move || drop(failed));
+                if let Err(e) = dropped {
+                    tracing::warn!(producer = %self.producer, "outbox: cannot start a thread to drop the failed producer: {e}");
+                }
+            }
             Err(e) => tracing::error!(producer = %self.producer, "outbox: cannot make another producer: {e:#}"),
         }
     }
