@@ -5,6 +5,8 @@
 //! `idem_api.claim_events`, a SECURITY DEFINER function that takes the handler's
 //! namespace from the login role (`session_user`), never from an argument.
 
+use std::borrow::Borrow;
+
 use sqlx::PgConnection;
 
 use crate::event::Event;
@@ -51,12 +53,13 @@ pub async fn claim(
 /// when an event's dedup window was not created yet. `accept_stale`: a
 /// stale event is claimed where its window still exists and answered
 /// [`Claim::Unguarded`] where it does not, instead of [`Claim::Stale`].
-pub async fn claim_many(
+pub async fn claim_many<E: Borrow<Event>>(
     conn: &mut PgConnection,
-    events: &[Event],
+    events: &[E],
     version: Option<i32>,
     accept_stale: bool,
 ) -> Result<Vec<Claim>, sqlx::Error> {
+    let events: Vec<&Event> = events.iter().map(Borrow::borrow).collect();
     let ids: Vec<uuid::Uuid> = events.iter().map(|e| e.id).collect();
     let topics: Vec<&str> = events.iter().map(|e| e.topic.as_str()).collect();
     let partitions: Vec<i32> = events.iter().map(|e| e.partition).collect();

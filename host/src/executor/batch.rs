@@ -23,6 +23,8 @@
 //! The price: a failure re-runs the events before it. Failures are rare
 //! next to successes, and a batch is bounded (`max_events`).
 
+use std::borrow::Borrow;
+
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use tracing::Instrument as _;
@@ -85,9 +87,9 @@ impl Executor {
     /// (`chains`): each holds a share of the transaction, and their
     /// statements take it in turn. A failure ends the batch as soon as it
     /// is seen, whatever else is running.
-    pub async fn execute_batch(
+    pub async fn execute_batch<E: Borrow<Event> + Sync>(
         &self,
-        events: &[Event],
+        events: &[E],
         stop: impl Fn(usize) -> bool,
     ) -> Result<Vec<Outcome>, BatchFailure> {
         let began = std::time::Instant::now();
@@ -106,7 +108,8 @@ impl Executor {
         // What the events left (their emits), each with its cause. A
         // failure names no one event: the batch's events then run alone,
         // each sealing its own.
-        let lefts: Vec<(uuid::Uuid, &Left)> = lefts.iter().map(|(index, left)| (events[*index].id, left)).collect();
+        let lefts: Vec<(uuid::Uuid, &Left)> =
+            lefts.iter().map(|(index, left)| (events[*index].borrow().id, left)).collect();
         if let Err(error) = crate::capabilities::before_commit(&mut tx, &lefts).await {
             tx.abandon(&self.pool);
             return Err(BatchFailure::whole(error));
@@ -124,10 +127,10 @@ impl Executor {
 
     /// Runs the claimed events, as many at once as the handler allows and
     /// its ordering lets; the outcomes in the events' order.
-    async fn run_claimed(
+    async fn run_claimed<E: Borrow<Event> + Sync>(
         &self,
         shared: &SharedTx,
-        events: &[Event],
+        events: &[E],
         claims: &[Claim],
         stop: impl Fn(usize) -> bool,
     ) -> Result<(Vec<Outcome>, Lefts), Halt> {
@@ -141,7 +144,7 @@ impl Executor {
         loop {
             while running.len() < max {
                 let Some(index) = schedule.take_ready() else { break };
-                let (event, claim) = (&events[index], claims[index]);
+                let (event, claim) = (events[index].borrow(), claims[index]);
                 let guarded = match self.claimed(event, claim, index) {
                     Claimed::Skip(outcome) => {
                         outcomes[index] = Some(outcome);
@@ -215,7 +218,10 @@ impl Executor {
 
     /// Begins the batch's transaction and claims its events in one
     /// statement.
-    async fn begin_and_claim(&self, events: &[Event]) -> Result<(EventTx, Vec<Claim>), BatchFailure> {
+    async fn begin_and_claim<E: Borrow<Event> + Sync>(
+        &self,
+        events: &[E],
+    ) -> Result<(EventTx, Vec<Claim>), BatchFailure> {
         let mut tx = self.begin().await.map_err(BatchFailure::whole)?;
         let deadline = tx.statement_deadline();
         let claim = dedup::claim_many(tx.conn(), events, self.handler.version(), self.accept_stale());

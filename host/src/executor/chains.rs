@@ -5,6 +5,7 @@
 //! one, as they share a lane); under `"none"` every event is a chain of
 //! its own.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::config::Ordering;
@@ -21,11 +22,11 @@ pub(super) struct Schedule {
 }
 
 impl Schedule {
-    pub(super) fn new(events: &[Event], ordering: Ordering) -> Self {
+    pub(super) fn new<E: Borrow<Event>>(events: &[E], ordering: Ordering) -> Self {
         let mut next = vec![None; events.len()];
         let mut ready = BTreeSet::new();
         let mut last: HashMap<(&str, i32, Option<&[u8]>), usize> = HashMap::new();
-        for (i, event) in events.iter().enumerate() {
+        for (i, event) in events.iter().map(Borrow::borrow).enumerate() {
             let chain = match ordering {
                 Ordering::Partition => (event.topic.as_str(), event.partition, None),
                 Ordering::Key => {

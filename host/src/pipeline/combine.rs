@@ -47,7 +47,7 @@ pub(crate) enum BatchEnd {
 /// A lane's batch waiting for a connection.
 struct Submission {
     id: u64,
-    events: Vec<Event>,
+    events: Vec<Arc<Event>>,
     /// Its events run on the canary (`modules::canary`): merged only with
     /// others that do.
     canary: bool,
@@ -71,7 +71,7 @@ impl Combiner {
     /// batches; returns the module version it ran on and what became of it.
     pub(crate) async fn submit(
         shared: &Arc<HandlerContext>,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         state: &Arc<PartitionState>,
         canary: bool,
     ) -> (Option<i32>, BatchEnd) {
@@ -173,7 +173,7 @@ async fn execute(shared: &HandlerContext, mut taken: Vec<Submission>) {
     let version = executor.handler().version();
     let sizes: Vec<usize> = taken.iter().map(|s| s.events.len()).collect();
     // Moved out, not copied: a submission is answered by its sizes alone.
-    let events: Vec<Event> = taken.iter_mut().flat_map(|s| std::mem::take(&mut s.events)).collect();
+    let events: Vec<Arc<Event>> = taken.iter_mut().flat_map(|s| std::mem::take(&mut s.events)).collect();
     // Before each event after the first: the one started last ran (or runs).
     let between = |next: usize| {
         shared.mid_batch_point(&events[next - 1].payload);

@@ -4,6 +4,7 @@
 //! through the failure path (`process`), one record at a time, before any
 //! record after it runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Taken, Worker};
@@ -60,7 +61,7 @@ impl Worker {
     /// The next batch of the pending records (`route::compose`), all on
     /// one version: under a canary, the first events on the same side of
     /// it as the first (`modules::canary`).
-    fn next_batch(&mut self) -> Vec<Event> {
+    fn next_batch(&mut self) -> Vec<Arc<Event>> {
         let (cap, shared) = (self.batch_cap(), &self.shared);
         let parked = |record: &crate::validate::Record| shared.quarantine.holds(record.key.as_deref());
         let events =
@@ -147,7 +148,7 @@ impl BatchLane for Lane<'_> {
     /// Runs `events` once the partition is not paused (a split's re-run
     /// too); a batch of a partition paused while it waited for a
     /// connection is answered `Again` by the combiner and waits here.
-    async fn submit(&mut self, events: Vec<Event>) -> (Option<i32>, BatchEnd) {
+    async fn submit(&mut self, events: Vec<Arc<Event>>) -> (Option<i32>, BatchEnd) {
         if !self.0.state.until_released().await {
             return (None, BatchEnd::Failed(crate::executor::BatchFailure::Stopped));
         }

@@ -40,7 +40,8 @@ use crate::validate::{Invalid, Record};
 /// `idem.event` span.
 struct Taken {
     record: Record,
-    event: Option<Result<Event, Invalid>>,
+    /// Shared with the batches it runs in, never copied (`Arc`).
+    event: Option<Result<Arc<Event>, Invalid>>,
 }
 
 impl Taken {
@@ -50,9 +51,9 @@ impl Taken {
 }
 
 /// `record` validated, in its own span.
-fn validated(shared: &HandlerContext, record: &Record) -> Result<Event, Invalid> {
+fn validated(shared: &HandlerContext, record: &Record) -> Result<Arc<Event>, Invalid> {
     let _span = tracing::trace_span!(target: crate::traces::TARGET, "idem.validate").entered();
-    shared.validator.validate(record)
+    shared.validator.validate(record).map(Arc::new)
 }
 
 /// One partition's worker, for one assignment.
@@ -201,9 +202,10 @@ impl Worker {
 
     /// Offers `events`, about to run, to the handler's shadow version if it
     /// has one (`crate::shadow`): those this lane has not offered before.
-    async fn shadow(&mut self, events: &[Event]) {
+    async fn shadow(&mut self, events: &[Arc<Event>]) {
         let Some(shadow) = self.shared.slot.shadow() else { return };
-        let fresh: Vec<Event> = events.iter().filter(|e| e.offset > self.shadowed_through).cloned().collect();
+        let fresh: Vec<Event> =
+            events.iter().filter(|e| e.offset > self.shadowed_through).map(|e| Event::clone(e)).collect();
         let Some(last) = fresh.last() else { return };
         self.shadowed_through = last.offset;
         let shared = &self.shared;

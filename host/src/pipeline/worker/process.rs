@@ -4,6 +4,7 @@
 //! permit, the count outside the process) and what a decision does (the
 //! log line, the counter, the probe) are here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Worker;
@@ -33,7 +34,7 @@ impl Worker {
     pub(super) async fn process(
         &mut self,
         record: &Record,
-        validated: Option<Result<Event, Invalid>>,
+        validated: Option<Result<Arc<Event>, Invalid>>,
         from_batch: Option<(Option<i32>, ExecError)>,
     ) -> bool {
         let shared = self.shared.clone();

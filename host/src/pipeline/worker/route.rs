@@ -5,6 +5,7 @@
 //! worker's (`mod.rs`, `batch.rs`, `parking.rs`, `process.rs`).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use super::Taken;
 use crate::event::Event;
@@ -62,8 +63,8 @@ pub(super) fn compose<'a>(
     pending: impl IntoIterator<Item = &'a mut Taken>,
     cap: usize,
     parked: impl Fn(&Record) -> bool,
-    check: impl Fn(&Record) -> Result<Event, Invalid>,
-) -> Vec<Event> {
+    check: impl Fn(&Record) -> Result<Arc<Event>, Invalid>,
+) -> Vec<Arc<Event>> {
     let (mut ids, mut events) = (HashSet::new(), Vec::new());
     for taken in pending {
         if events.len() >= cap || parked(&taken.record) {
@@ -126,10 +127,10 @@ mod tests {
     }
 
     /// The payload is the event id; "bad" is invalid.
-    fn check(record: &Record) -> Result<Event, Invalid> {
+    fn check(record: &Record) -> Result<Arc<Event>, Invalid> {
         let text = String::from_utf8(record.payload.clone().unwrap_or_default()).unwrap();
         let id = Uuid::parse_str(&text).map_err(|_| Invalid::NotObject)?;
-        Ok(Event {
+        Ok(Arc::new(Event {
             id,
             event_type: "t".into(),
             occurred_at: String::new(),
@@ -141,14 +142,14 @@ mod tests {
             payload: text,
             payload_sha256: [0; 32],
             origin: None,
-        })
+        }))
     }
 
     const A: &str = "0190a000-0000-7000-8000-000000000001";
     const B: &str = "0190a000-0000-7000-8000-000000000002";
     const C: &str = "0190a000-0000-7000-8000-000000000003";
 
-    fn offsets(events: &[Event]) -> Vec<i64> {
+    fn offsets(events: &[Arc<Event>]) -> Vec<i64> {
         events.iter().map(|e| e.offset).collect()
     }
 

@@ -28,7 +28,7 @@ impl Worker {
                 };
                 match checked {
                     Ok(result) => {
-                        taken.event = Some(result);
+                        taken.event = Some(result.map(std::sync::Arc::new));
                         break;
                     }
                     Err(outage) => {

@@ -6,6 +6,7 @@
 //! scripted lane, with no database and no broker.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::error::ExecError;
 use crate::event::Event;
@@ -16,7 +17,7 @@ use crate::pipeline::combine::BatchEnd;
 pub(super) trait BatchLane {
     /// Runs `events` in one transaction (alone, or with other lanes'
     /// batches): the module version it ran on and what became of it.
-    fn submit(&mut self, events: Vec<Event>) -> impl Future<Output = (Option<i32>, BatchEnd)> + Send;
+    fn submit(&mut self, events: Vec<Arc<Event>>) -> impl Future<Output = (Option<i32>, BatchEnd)> + Send;
     /// Switches to the module version now active, if another than
     /// `version` is: whether it did.
     fn switch_module(&mut self, version: Option<i32>) -> impl Future<Output = bool> + Send;
@@ -49,7 +50,7 @@ enum AfterBatch {
 /// or `None` when every event committed or the partition stopped.
 pub(super) async fn until_committed<L: BatchLane>(
     lane: &mut L,
-    events: &[Event],
+    events: &[Arc<Event>],
 ) -> Option<(Option<i32>, Option<ExecError>)> {
     // The events `..end` run; the one at `end` failed.
     let (mut end, mut failed) = (events.len(), None);
@@ -112,7 +113,7 @@ mod tests {
     }
 
     impl BatchLane for Scripted {
-        async fn submit(&mut self, events: Vec<Event>) -> (Option<i32>, BatchEnd) {
+        async fn submit(&mut self, events: Vec<Arc<Event>>) -> (Option<i32>, BatchEnd) {
             self.submitted.push(events.len());
             let end = self.ends.pop_front().unwrap_or_else(|| BatchEnd::Committed(vec![Outcome::Processed; 0]));
             let end = match end {
@@ -135,9 +136,10 @@ mod tests {
         }
     }
 
-    fn events(n: i64) -> Vec<Event> {
+    fn events(n: i64) -> Vec<Arc<Event>> {
         (0..n)
-            .map(|offset| Event {
+            .map(|offset| {
+                Arc::new(Event {
                 id: uuid::Uuid::now_v7(),
                 event_type: "order.created.v1".into(),
                 occurred_at: String::new(),
@@ -149,6 +151,7 @@ mod tests {
                 payload: "{}".into(),
                 payload_sha256: [0; 32],
                 origin: None,
+                })
             })
             .collect()
     }
