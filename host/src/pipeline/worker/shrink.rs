@@ -140,17 +140,17 @@ mod tests {
         (0..n)
             .map(|offset| {
                 Arc::new(Event {
-                id: uuid::Uuid::now_v7(),
-                event_type: "order.created.v1".into(),
-                occurred_at: String::new(),
-                topic: "orders".into(),
-                partition: 0,
-                offset: 100 + offset,
-                key: None,
-                headers: Vec::new(),
-                payload: "{}".into(),
-                payload_sha256: [0; 32],
-                origin: None,
+                    id: uuid::Uuid::now_v7(),
+                    event_type: "order.created.v1".into(),
+                    occurred_at: String::new(),
+                    topic: "orders".into(),
+                    partition: 0,
+                    offset: 100 + offset,
+                    key: None,
+                    headers: Vec::new(),
+                    payload: "{}".into(),
+                    payload_sha256: [0; 32],
+                    origin: None,
                 })
             })
             .collect()
