@@ -160,21 +160,22 @@ impl Executor {
                 last_started = Some(index);
                 let lent = shared.lend(budget);
                 let span = self.event_span(event);
-                running.push(async move {
+                let invoked = async move {
                     let run = super::Run { batched: true, guarded, ..super::Run::alone(1) };
                     let (_, result, left) = self.invoke(lent, event, run).instrument(span).await;
                     (index, result, left)
-                });
+                };
+                // One at a time (the default): awaited here, sparing a
+                // task node per event and a hop per wake-up.
+                if max == 1 {
+                    let (index, result, left) = invoked.await;
+                    settle(&mut schedule, (&mut outcomes, &mut lefts), index, (result, left), (shared, max))?;
+                } else {
+                    running.push(invoked);
+                }
             }
             let Some((index, result, left)) = running.next().await else { break };
-            match result {
-                Ok(outcome) => {
-                    outcomes[index] = Some(outcome);
-                    lefts.push((index, left));
-                    schedule.done(index);
-                }
-                Err(error) => return Err(Halt::at(index, error, shared.in_use(), max > 1)),
-            }
+            settle(&mut schedule, (&mut outcomes, &mut lefts), index, (result, left), (shared, max))?;
         }
         // Every event has its outcome, or the batch must not commit.
         let outcomes = outcomes
@@ -254,6 +255,23 @@ impl Executor {
 
 /// What each event of a batch that ran left, by its index in the batch.
 type Lefts = Vec<(usize, Left)>;
+
+/// Takes the result of the batch's `index`th event, run with up to `max`
+/// at once: its outcome kept and the next of its chain ready, or the halt
+/// its error means.
+fn settle(
+    schedule: &mut Schedule,
+    (outcomes, lefts): (&mut [Option<Outcome>], &mut Lefts),
+    index: usize,
+    (result, left): (Result<Outcome, ExecError>, Left),
+    (shared, max): (&SharedTx, usize),
+) -> Result<(), Halt> {
+    let outcome = result.map_err(|error| Halt::at(index, error, shared.in_use(), max > 1))?;
+    outcomes[index] = Some(outcome);
+    lefts.push((index, left));
+    schedule.done(index);
+    Ok(())
+}
 
 /// What a claim means for its event in a batch.
 enum Claimed {

@@ -10,7 +10,12 @@
 //! (the config, a start-up error) can carry the value. librdkafka redacts
 //! its sensitive properties in its own logs.
 
+mod aside;
+mod on_demand;
 pub mod refusal;
+
+pub(crate) use aside::{Aside, drop_aside};
+pub(crate) use on_demand::{IDLE, OnDemand};
 
 use std::sync::Mutex;
 

@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 use super::holds::{Holds, MIN_BACKOFF, next_backoff};
 use super::lease;
-use super::send::{Row, Sent, kafka_producer, send};
+use super::send::{Row, Sent, kafka_client, relay_producer, send};
 use crate::config::Config;
 pub use crate::stats::RelayStats;
 
@@ -58,11 +58,12 @@ const LEASE_RETRY: Duration = Duration::from_secs(2);
 
 /// One producer's relay on this host.
 pub struct Relay {
-    config: Config,
     pool: PgPool,
     pub producer: String,
     holder: String,
-    kafka: crate::kafka_client::Producer,
+    /// Made when rows are to be sent ([`crate::kafka_client::OnDemand`]):
+    /// a relay without the lease holds none after a minute.
+    kafka: crate::kafka_client::OnDemand,
     pub stats: Arc<RelayStats>,
     wake: Arc<Notify>,
     /// How long published rows are kept (`[outbox] retention`).
@@ -90,8 +91,11 @@ impl Relay {
     /// `producer`'s relay, as `holder` (this host, unique among hosts).
     pub fn new(config: &Config, pool: PgPool, producer: &str, holder: &str, wake: Arc<Notify>) -> anyhow::Result<Self> {
         Ok(Self {
-            config: config.clone(),
-            kafka: kafka_producer(config, producer)?,
+            kafka: crate::kafka_client::OnDemand::new(
+                kafka_client(config, producer)?,
+                relay_producer(producer),
+                crate::kafka_client::IDLE,
+            )?,
             pool,
             producer: producer.to_owned(),
             holder: holder.to_owned(),
@@ -201,7 +205,16 @@ impl Relay {
         }
         let tried: HashSet<String> = rows.iter().map(|r| r.topic.clone()).collect();
         let (rows, misfits, waiting) = self.encoded(rows).await;
-        let mut sent = send(&self.kafka, &rows).await;
+        let kafka = match self.kafka.get() {
+            Ok(kafka) => kafka,
+            Err(e) => {
+                // Made once at start-up from the same properties: only a
+                // host out of threads or memory gets here. The rows wait.
+                tracing::error!(producer = %self.producer, "outbox: {e:#}");
+                return Ok(Round::Idle);
+            }
+        };
+        let mut sent = send(&kafka, &rows).await;
         for (topic, why) in waiting {
             sent.outage.get_or_insert(why);
             sent.held.push(topic);
@@ -211,6 +224,9 @@ impl Relay {
         self.fail(&misfits, "an event does not fit its topic's schema").await?;
         self.hold_back(&tried, &sent, now);
         if sent.fatal {
+            // This round's clone too, or it would be the last reference,
+            // its destroy (which may hang after a fatal error) on this worker.
+            crate::kafka_client::drop_aside(kafka, "a failed outbox producer");
             self.renew_producer();
         }
         // While rows flow, counted at most once a second (it reads every
@@ -259,23 +275,11 @@ impl Relay {
         }
     }
 
-    /// A fatal error of the idempotent producer ends it for good: another.
+    /// A fatal error of the idempotent producer ends it for good: the next
+    /// round makes another.
     fn renew_producer(&mut self) {
         tracing::error!(producer = %self.producer, "outbox: the Kafka producer failed for good; making another");
-        match kafka_producer(&self.config, &self.producer) {
-            Ok(kafka) => {
-                // Dropping a producer joins its polling thread, flushes and
-                // destroys it, which may hang after a fatal error: on a
-                // thread of its own, never on an async worker (with one
-                // worker, that would stop every handler meanwhile).
-                let failed = std::mem::replace(&mut self.kafka, kafka);
-                let dropped = std::thread::Builder::new().name("idem-producer-drop".into()).spawn(move || drop(failed));
-                if let Err(e) = dropped {
-                    tracing::warn!(producer = %self.producer, "outbox: cannot start a thread to drop the failed producer: {e}");
-                }
-            }
-            Err(e) => tracing::error!(producer = %self.producer, "outbox: cannot make another producer: {e:#}"),
-        }
+        self.kafka.renew();
     }
 
     /// Deletes published rows older than the retention, at most once a

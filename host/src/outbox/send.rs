@@ -19,6 +19,12 @@ pub(super) const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// The relay's Kafka producer: `[kafka]`'s properties, idempotent, every
 /// replica's acknowledgement awaited.
 pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<Producer> {
+    let client = kafka_client(config, producer)?;
+    crate::kafka_client::create(&client, crate::kafka_client::Quiet::default(), &relay_producer(producer))
+}
+
+/// The properties of [`kafka_producer`].
+pub(super) fn kafka_client(config: &Config, producer: &str) -> anyhow::Result<rdkafka::ClientConfig> {
     let mut client = crate::kafka_client::client_config(config, None, crate::kafka_client::ClientKind::Producer)?;
     client
         .set("enable.idempotence", "true")
@@ -26,11 +32,12 @@ pub(super) fn kafka_producer(config: &Config, producer: &str) -> anyhow::Result<
         .set("client.id", format!("idem-outbox-{producer}"))
         .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
         .set("linger.ms", "5");
-    crate::kafka_client::create(
-        &client,
-        crate::kafka_client::Quiet::default(),
-        &format!("the outbox relay of `{producer}`"),
-    )
+    Ok(client)
+}
+
+/// What [`kafka_producer`] is, in its errors.
+pub(super) fn relay_producer(producer: &str) -> String {
+    format!("the outbox relay of `{producer}`")
 }
 
 /// One row as the relay reads it.

@@ -301,10 +301,7 @@ fn remake(
         // A fenced or failed client refuses the close (and `close` would
         // leak it): destroyed on a thread of its own, so that a destroy
         // that hangs holds no handler up.
-        let dropped = std::thread::Builder::new().name("idem-consumer-drop".into()).spawn(move || drop(consumer));
-        if let Err(e) = dropped {
-            tracing::warn!(handler = %handler, "cannot start a thread to drop the failed consumer: {e}");
-        }
+        crate::kafka_client::drop_aside(consumer, "a failed consumer");
     } else {
         shutdown::close(consumer, Instant::now() + REJOIN_EVERY);
     }

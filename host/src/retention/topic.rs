@@ -63,6 +63,8 @@ async fn topic_retention_ms(config: &Config, h: &crate::config::HandlerConfig) -
         DefaultClientContext,
         "a Kafka admin client",
     )?;
+    // Dropped aside: an admin client's drop joins its polling thread.
+    let admin = crate::kafka_client::Aside::new(admin, "a Kafka admin client");
     let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(2)));
     let results = admin.describe_configs([&ResourceSpecifier::Topic(&h.topic)], &options).await?;
     let Some(result) = results.into_iter().next() else { return Ok(None) };

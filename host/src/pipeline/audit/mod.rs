@@ -120,11 +120,10 @@ async fn sweep(
     let bounds = tokio::task::spawn_blocking(move || bounds(&base, &group, &partitions, since_ms))
         .await
         .context("the audit's planner panicked")??;
-    let reader = Arc::new(crate::pipeline::replay::small_reader_with(
-        client.clone(),
-        "read_committed",
-        "the ledger audit's reader",
-    )?);
+    let reader = crate::pipeline::replay::small_reader_with(client.clone(), "read_committed", "the ledger audit's reader")?;
+    // Dropped aside, whichever way the sweep ends: a consumer's destroy
+    // waits for its broker threads.
+    let reader = crate::kafka_client::Aside::new(Arc::new(reader), "the ledger audit's reader");
     let per_second = usize::try_from(shared.config.audit.records_per_second).unwrap_or(CHUNK);
     let chunk = per_second.clamp(1, CHUNK);
     let mut found = 0;
@@ -137,7 +136,7 @@ async fn sweep(
                 return Ok(None);
             }
             let started = Instant::now();
-            let (r, s, t) = (reader.clone(), shared.clone(), topic.clone());
+            let (r, s, t) = (Arc::clone(&reader), shared.clone(), topic.clone());
             let read = tokio::task::spawn_blocking(move || {
                 crate::pipeline::window::read(&r, &s.validator, (&t, partition), (at, end), chunk)
             })

@@ -54,7 +54,8 @@ impl Failure {
 }
 
 pub(crate) struct DeadLetters {
-    producer: crate::kafka_client::Producer,
+    /// Made when a record is to be written ([`crate::kafka_client::OnDemand`]).
+    producer: crate::kafka_client::OnDemand,
     pub topic: String,
     partitions: i32,
     handler: String,
@@ -91,11 +92,8 @@ impl DeadLetters {
             .set("client.id", format!("idem-{}-dlq", handler.name))
             .set("message.timeout.ms", "30000")
             .set("linger.ms", "5");
-        let producer: crate::kafka_client::Producer = crate::kafka_client::create(
-            &client,
-            crate::kafka_client::Quiet::default(),
-            &format!("the DLQ producer of handler `{}`", handler.name),
-        )?;
+        let what = format!("the DLQ producer of handler `{}`", handler.name);
+        let producer = crate::kafka_client::OnDemand::new(client, what, crate::kafka_client::IDLE)?;
         let (handler, group) = (handler.name.clone(), handler.group_id.clone());
         Ok(Self { producer, topic, partitions, handler, group, keys })
     }
@@ -188,7 +186,8 @@ impl DeadLetters {
         // No original timestamp on the copy (it is in idem.original.timestamp):
         // with time-based retention an old event's copy would be deleted
         // soon after its source offset is committed.
-        let (e, _) = match self.producer.send(record, Duration::from_secs(30)).await {
+        let producer = self.producer.get().map_err(|e| Refusal::Outage(format!("{e:#}")))?;
+        let (e, _) = match producer.send(record, Duration::from_secs(30)).await {
             Ok(delivery) => {
                 let at = index::Position { topic: self.topic.clone(), partition: delivery.partition, offset: delivery.offset };
                 let headers = out.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
@@ -211,7 +210,8 @@ impl DeadLetters {
 
     /// Whether the broker answers that the DLQ topic does not exist.
     async fn is_gone(&self) -> bool {
-        let (producer, topic) = (self.producer.clone(), self.topic.clone());
+        let Ok(producer) = self.producer.get() else { return false };
+        let topic = self.topic.clone();
         let looked = tokio::task::spawn_blocking(move || {
             producer.client().fetch_metadata(Some(&topic), Duration::from_secs(5)).map(|m| {
                 m.topics().first().is_none_or(|t| {

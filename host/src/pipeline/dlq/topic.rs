@@ -73,6 +73,8 @@ async fn create(config: &Config, handler: &HandlerConfig, topic: &str, source: i
         DefaultClientContext,
         "a Kafka admin client",
     )?;
+    // Dropped aside: an admin client's drop joins its polling thread.
+    let admin = crate::kafka_client::Aside::new(admin, "a Kafka admin client");
     let new = NewTopic::new(topic, source, TopicReplication::Fixed(-1));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let created = admin.create_topics([&new], &options).await;
