@@ -205,11 +205,12 @@ impl Relay {
         }
         let tried: HashSet<String> = rows.iter().map(|r| r.topic.clone()).collect();
         let (rows, misfits, waiting) = self.encoded(rows).await;
-        let kafka = match self.kafka.get() {
+        let kafka = match self.kafka.get().await {
             Ok(kafka) => kafka,
             Err(e) => {
-                // Made once at start-up from the same properties: only a
-                // host out of threads or memory gets here. The rows wait.
+                // Made at start-up from the same properties: a file they
+                // name that is gone since (a TLS certificate), say. The
+                // rows wait, as in an outage.
                 tracing::error!(producer = %self.producer, "outbox: {e:#}");
                 return Ok(Round::Idle);
             }
@@ -224,9 +225,6 @@ impl Relay {
         self.fail(&misfits, "an event does not fit its topic's schema").await?;
         self.hold_back(&tried, &sent, now);
         if sent.fatal {
-            // This round's clone too, or it would be the last reference,
-            // its destroy (which may hang after a fatal error) on this worker.
-            crate::kafka_client::drop_aside(kafka, "a failed outbox producer");
             self.renew_producer();
         }
         // While rows flow, counted at most once a second (it reads every

@@ -186,7 +186,7 @@ impl DeadLetters {
         // No original timestamp on the copy (it is in idem.original.timestamp):
         // with time-based retention an old event's copy would be deleted
         // soon after its source offset is committed.
-        let producer = self.producer.get().map_err(|e| Refusal::Outage(format!("{e:#}")))?;
+        let producer = self.producer.get().await.map_err(|e| Refusal::Outage(format!("{e:#}")))?;
         let (e, _) = match producer.send(record, Duration::from_secs(30)).await {
             Ok(delivery) => {
                 let at = index::Position { topic: self.topic.clone(), partition: delivery.partition, offset: delivery.offset };
@@ -196,6 +196,12 @@ impl DeadLetters {
             }
             Err(failed) => failed,
         };
+        // A producer failed for good (fenced, say) refuses every write:
+        // the next attempt gets another.
+        if let Some((code, why)) = producer.client().fatal_error() {
+            tracing::error!(handler = %self.handler, "the DLQ producer failed for good ({code}: {why}); making another");
+            self.producer.renew();
+        }
         let timed_out = e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::MessageTimedOut);
         Err(match refusal::classify(&self.topic, &e) {
             // A write that timed out to a topic that no longer exists is
@@ -210,7 +216,7 @@ impl DeadLetters {
 
     /// Whether the broker answers that the DLQ topic does not exist.
     async fn is_gone(&self) -> bool {
-        let Ok(producer) = self.producer.get() else { return false };
+        let Ok(producer) = self.producer.get().await else { return false };
         let topic = self.topic.clone();
         let looked = tokio::task::spawn_blocking(move || {
             producer.client().fetch_metadata(Some(&topic), Duration::from_secs(5)).map(|m| {
