@@ -15,7 +15,7 @@ mod on_demand;
 pub mod refusal;
 
 pub(crate) use aside::{Aside, drop_aside};
-pub(crate) use on_demand::{IDLE, OnDemand};
+pub(crate) use on_demand::{IDLE, OnDemand, Shared};
 
 use std::sync::Mutex;
 

@@ -11,8 +11,8 @@
 //! relay sends only on the host holding its lease: a host of many handlers
 //! would burn a core for producers with nothing to send.
 //!
-//! So a producer lives while it is used and [`IDLE`] after its last use
-//! began and ended; the next use makes another (a connection and a producer
+//! So a producer lives while it is used and about [`IDLE`] after; the next
+//! use makes another (a connection and a producer
 //! id: milliseconds, more with TLS). One is made and dropped at once, so a
 //! config librdkafka refuses stops the start, not the first send.
 
@@ -24,7 +24,8 @@ use tokio::time::Instant;
 
 use crate::kafka_client::{Aside, Producer, Quiet};
 
-/// How long a producer is kept after its last use ends.
+/// How long a producer is kept unused (up to a quarter more: the watch
+/// looks again at a quarter of it while a use goes on).
 pub(crate) const IDLE: Duration = Duration::from_secs(60);
 
 /// A producer shared by its users: whichever reference goes last drops it,
@@ -37,6 +38,8 @@ pub(crate) struct OnDemand {
     what: String,
     idle: Duration,
     held: Arc<Mutex<Held>>,
+    /// One maker at a time: callers that find none wait for its producer.
+    making: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -59,7 +62,7 @@ impl OnDemand {
     pub(crate) fn new(client: ClientConfig, what: String, idle: Duration) -> anyhow::Result<Self> {
         let made: Producer = crate::kafka_client::create(&client, Quiet::default(), &what)?;
         drop(Aside::new(made, "a Kafka producer"));
-        Ok(Self { client, what, idle, held: Arc::default() })
+        Ok(Self { client, what, idle, held: Arc::default(), making: tokio::sync::Mutex::new(()) })
     }
 
     /// The producer, made if there is none (on a blocking thread: librdkafka
@@ -69,21 +72,28 @@ impl OnDemand {
         if let Some(producer) = self.held() {
             return Ok(producer);
         }
+        let _making = self.making.lock().await;
+        // Made by the caller this one waited for.
+        if let Some(producer) = self.held() {
+            return Ok(producer);
+        }
         let (client, what) = (self.client.clone(), self.what.clone());
+        // In an Aside from the start: a caller that goes away before taking
+        // it leaves its drop to a thread of its own too.
         let made = tokio::task::spawn_blocking(move || {
-            crate::kafka_client::create::<Producer, _>(&client, Quiet::default(), &what)
+            let made: Producer = crate::kafka_client::create(&client, Quiet::default(), &what)?;
+            anyhow::Ok(Arc::new(Aside::new(made, "a Kafka producer")))
         })
         .await
         .map_err(|e| anyhow::anyhow!("{}: making it panicked: {e}", self.what))??;
         let mut held = lock(&self.held);
         held.last_use = Some(Instant::now());
-        // Another caller may have made one meanwhile: that one is kept.
-        let producer = held.producer.get_or_insert_with(|| Arc::new(Aside::new(made, "a Kafka producer"))).clone();
+        held.producer = Some(made.clone());
         if !held.watched {
             held.watched = true;
             tokio::spawn(watch(Arc::downgrade(&self.held), self.idle));
         }
-        Ok(producer)
+        Ok(made)
     }
 
     /// The producer held, its use noted.
@@ -93,10 +103,17 @@ impl OnDemand {
         held.producer.clone()
     }
 
-    /// Drops the producer: one that failed for good. Its users keep it
-    /// until they are done; the next [`get`](Self::get) makes another.
-    pub(crate) fn renew(&self) {
-        lock(&self.held).producer = None;
+    /// Drops `failed`, a producer that failed for good, if it is still the
+    /// one held (not when another user renewed it already); whether it was.
+    /// Its users keep it until they are done; the next [`get`](Self::get)
+    /// makes another.
+    pub(crate) fn renew(&self, failed: &Shared) -> bool {
+        let mut held = lock(&self.held);
+        let current = held.producer.as_ref().is_some_and(|p| Arc::ptr_eq(p, failed));
+        if current {
+            held.producer = None;
+        }
+        current
     }
 
     #[cfg(test)]
@@ -106,7 +123,8 @@ impl OnDemand {
 }
 
 /// Drops the producer once no one uses it and it has gone `idle` since its
-/// last use began; ends then, or when its [`OnDemand`] is gone.
+/// last use began (looking again at a quarter of `idle` while a use goes
+/// on); ends then, or when its [`OnDemand`] is gone.
 async fn watch(watched: Weak<Mutex<Held>>, idle: Duration) {
     let mut wait = idle;
     loop {
@@ -121,7 +139,7 @@ async fn watch(watched: Weak<Mutex<Held>>, idle: Duration) {
             held.watched = false;
             return;
         }
-        wait = if in_use { idle } else { idle.saturating_sub(since) };
+        wait = if in_use { idle / 4 } else { idle.saturating_sub(since) };
     }
 }
 
@@ -148,10 +166,25 @@ mod tests {
         assert!(demand.is_held(), "a use restarts the idle time");
         tokio::time::sleep(idle).await;
         assert!(!demand.is_held(), "dropped after its idle time without a use");
-        drop(demand.get().await.expect("made again"));
+        let again = demand.get().await.expect("made again");
+        tokio::time::sleep(idle * 2).await;
+        assert!(demand.is_held(), "kept while in use");
+        drop(again);
+        tokio::time::sleep(idle / 2).await;
+        assert!(!demand.is_held(), "the watch of the second goes on like the first's");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_producer_held_is_renewed_and_one_is_made_for_callers_at_once() {
+        let demand = OnDemand::new(client(), "a test producer".into(), IDLE).expect("made");
+        let (first, second) = tokio::join!(demand.get(), demand.get());
+        let (first, second) = (first.expect("made"), second.expect("made"));
+        assert!(Arc::ptr_eq(&first, &second), "callers at once share one producer");
+        assert!(demand.renew(&first), "the failed one is held: dropped");
+        let replacement = demand.get().await.expect("made again");
+        assert!(!Arc::ptr_eq(&first, &replacement));
+        assert!(!demand.renew(&second), "a late renewal of the failed one keeps its replacement");
         assert!(demand.is_held());
-        demand.renew();
-        assert!(!demand.is_held(), "renewing drops the failed one");
     }
 
     #[tokio::test(start_paused = true)]

@@ -225,7 +225,7 @@ impl Relay {
         self.fail(&misfits, "an event does not fit its topic's schema").await?;
         self.hold_back(&tried, &sent, now);
         if sent.fatal {
-            self.renew_producer();
+            self.renew_producer(&kafka);
         }
         // While rows flow, counted at most once a second (it reads every
         // pending row); an idle round counts each time.
@@ -275,9 +275,10 @@ impl Relay {
 
     /// A fatal error of the idempotent producer ends it for good: the next
     /// round makes another.
-    fn renew_producer(&mut self) {
-        tracing::error!(producer = %self.producer, "outbox: the Kafka producer failed for good; making another");
-        self.kafka.renew();
+    fn renew_producer(&mut self, failed: &crate::kafka_client::Shared) {
+        if self.kafka.renew(failed) {
+            tracing::error!(producer = %self.producer, "outbox: the Kafka producer failed for good; making another");
+        }
     }
 
     /// Deletes published rows older than the retention, at most once a

@@ -198,9 +198,10 @@ impl DeadLetters {
         };
         // A producer failed for good (fenced, say) refuses every write:
         // the next attempt gets another.
-        if let Some((code, why)) = producer.client().fatal_error() {
+        if let Some((code, why)) = producer.client().fatal_error()
+            && self.producer.renew(&producer)
+        {
             tracing::error!(handler = %self.handler, "the DLQ producer failed for good ({code}: {why}); making another");
-            self.producer.renew();
         }
         let timed_out = e.rdkafka_error_code() == Some(rdkafka::error::RDKafkaErrorCode::MessageTimedOut);
         Err(match refusal::classify(&self.topic, &e) {
