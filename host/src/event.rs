@@ -76,21 +76,13 @@ impl Hashing {
 fn canonical(value: &serde_json::Value, out: &mut Hashing) {
     use serde_json::Value;
     match value {
+        // serde_json's map is a BTreeMap here, its keys in order already;
+        // sorted again only if a feature (`preserve_order`) changed that.
+        Value::Object(map) if map.keys().is_sorted() => members(map.iter(), out),
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.update(b"{");
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.update(b",");
-                }
-                out.serialised(key.as_str());
-                out.update(b":");
-                if let Some(v) = map.get(key) {
-                    canonical(v, out);
-                }
-            }
-            out.update(b"}");
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by_key(|(key, _)| *key);
+            members(entries.into_iter(), out);
         }
         Value::Array(items) => {
             out.update(b"[");
@@ -104,6 +96,20 @@ fn canonical(value: &serde_json::Value, out: &mut Hashing) {
         }
         scalar => out.serialised(scalar),
     }
+}
+
+/// An object's `members`, in the order given, as `{"k":v,...}`.
+fn members<'a>(members: impl Iterator<Item = (&'a String, &'a serde_json::Value)>, out: &mut Hashing) {
+    out.update(b"{");
+    for (i, (key, value)) in members.enumerate() {
+        if i > 0 {
+            out.update(b",");
+        }
+        out.serialised(key.as_str());
+        out.update(b":");
+        canonical(value, out);
+    }
+    out.update(b"}");
 }
 
 impl Event {

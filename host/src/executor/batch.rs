@@ -136,7 +136,8 @@ impl Executor {
     ) -> Result<(Vec<Outcome>, Lefts), Halt> {
         let settings = self.handler.settings();
         let (budget, max) = (settings.timeout, settings.max_concurrent.max(1));
-        let mut schedule = Schedule::new(events, settings.ordering);
+        let mut schedule =
+            if max == 1 { Schedule::in_order(events.len()) } else { Schedule::new(events, settings.ordering) };
         let mut outcomes = vec![None; events.len()];
         let mut running = FuturesUnordered::new();
         let mut last_started = None;

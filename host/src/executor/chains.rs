@@ -47,6 +47,14 @@ impl Schedule {
         Self { next, ready }
     }
 
+    /// One event after another in the batch's order: what every ordering
+    /// allows when one runs at a time (no chain to work out).
+    pub(super) fn in_order(len: usize) -> Self {
+        let next = (1..=len).map(|i| (i < len).then_some(i)).collect();
+        let ready = (0..len.min(1)).collect();
+        Self { next, ready }
+    }
+
     /// The lowest-indexed event ready to start, taken.
     pub(super) fn take_ready(&mut self) -> Option<usize> {
         self.ready.pop_first()
@@ -117,6 +125,17 @@ mod tests {
     fn the_same_key_on_two_partitions_is_two_chains() {
         let events = [event(0, Some("a")), event(1, Some("a"))];
         assert_eq!(drain(&mut Schedule::new(&events, Ordering::Key)), vec![0, 1]);
+    }
+
+    #[test]
+    fn in_order_runs_each_event_after_the_one_before() {
+        let mut s = Schedule::in_order(3);
+        for i in 0..3 {
+            assert_eq!(drain(&mut s), vec![i]);
+            s.done(i);
+        }
+        assert_eq!(drain(&mut s), Vec::<usize>::new());
+        assert_eq!(drain(&mut Schedule::in_order(0)), Vec::<usize>::new(), "an empty batch has nothing to run");
     }
 
     #[test]

@@ -100,7 +100,8 @@ pub(crate) async fn forget(pool: &PgPool, handler: &str, record: &Record, resolv
 /// without waiting for the WAL flush (see above); connected when first used.
 pub(crate) fn marks_pool(idem: &PgPool) -> PgPool {
     let options = (*idem.connect_options()).clone().options([("synchronous_commit", "off")]);
-    PgPoolOptions::new().max_connections(2).connect_lazy_with(options)
+    // sqlx pings every connection on release already, as in the handlers' pools.
+    PgPoolOptions::new().max_connections(2).test_before_acquire(false).connect_lazy_with(options)
 }
 
 /// Where a batch runs: a handler's partition, and the lane in it.

@@ -124,11 +124,13 @@ pub(super) fn bind(statement: &str, params: Vec<Value>) -> Result<Bound, String>
         signature.push_str(if signature.is_empty() { "" } else { "," });
         signature.push_str(tag);
     }
-    let sql = if signature.is_empty() {
-        statement.to_owned()
-    } else {
-        format!("{statement}\n/* idem params: {signature} */")
-    };
+    // Sized once: `format!` grew it from nothing, a copy each time.
+    const NOTE: [&str; 2] = ["\n/* idem params: ", " */"];
+    let mut sql = String::with_capacity(statement.len() + NOTE[0].len() + signature.len() + NOTE[1].len());
+    sql.push_str(statement);
+    if !signature.is_empty() {
+        sql.extend([NOTE[0], &signature, NOTE[1]]);
+    }
     Ok(Bound { sql, args })
 }
 
