@@ -12,9 +12,31 @@
 //! crashed host's marks go once every record they cover is resolved.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::pipeline::attempts::{self, BatchPlace};
 use crate::pipeline::partition::PartitionState;
+
+/// How long a mark's statement may take. The marks pool does not ping a
+/// connection before using it (`attempts::marks_pool`): one whose peer
+/// vanished without a word (a failover, a dropped NAT entry) would hold the
+/// lane until the kernel gave the socket up, many minutes later.
+const MARK_WAIT: Duration = Duration::from_secs(10);
+
+/// `statement`, failed as an I/O error past [`MARK_WAIT`].
+async fn bounded<T>(what: &str, statement: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T, sqlx::Error> {
+    tokio::time::timeout(MARK_WAIT, statement).await.unwrap_or_else(|_| {
+        let why = format!("{what}: no answer from PostgreSQL in {} s", MARK_WAIT.as_secs());
+        Err(sqlx::Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, why)))
+    })
+}
+
+/// `cleanup` (which logs its own failure), given up past [`MARK_WAIT`].
+async fn bounded_cleanup(what: &str, cleanup: impl Future<Output = ()>) {
+    if tokio::time::timeout(MARK_WAIT, cleanup).await.is_err() {
+        tracing::warn!("{what}: no answer from PostgreSQL in {} s; left for later", MARK_WAIT.as_secs());
+    }
+}
 
 /// Where a lane's marks are kept.
 pub(super) trait Ledger {
@@ -86,16 +108,16 @@ impl Ledger for PgLedger<'_> {
     /// lane's mark recorded.
     async fn crashed(&self) -> Result<Option<i64>, sqlx::Error> {
         let (pool, at) = (self.pool, self.at);
-        let read = || attempts::crashed_batch(pool, at.handler, at.topic, at.partition);
+        let read = || bounded("reading the crash marks", attempts::crashed_batch(pool, at.handler, at.topic, at.partition));
         self.state.crash_mark.get_or_try_init(read).await.copied()
     }
 
     async fn start(&self, range: (i64, i64)) -> Result<(), sqlx::Error> {
-        attempts::batch_started(self.pool, self.at, range).await
+        bounded("marking a batch", attempts::batch_started(self.pool, self.at, range)).await
     }
 
     async fn end(&self, first: i64) {
-        attempts::batch_ended(self.pool, self.at, first).await;
+        bounded_cleanup("clearing a batch's mark", attempts::batch_ended(self.pool, self.at, first)).await;
     }
 
     /// A lane whose records all fall in the range a crash left to run
@@ -110,7 +132,7 @@ impl Ledger for PgLedger<'_> {
         if position <= last || self.state.crash_cleared.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        attempts::behind(self.pool, self.at, position).await;
+        bounded_cleanup("clearing a crashed batch's marks", attempts::behind(self.pool, self.at, position)).await;
     }
 }
 
@@ -119,6 +141,16 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_postgresql_never_answers_fails_after_its_wait() {
+        let started = tokio::time::Instant::now();
+        let failed = super::bounded("marking a batch", std::future::pending::<Result<(), sqlx::Error>>()).await;
+        let Err(sqlx::Error::Io(e)) = failed else { panic!("not an I/O error: {failed:?}") };
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(e.to_string().contains("marking a batch"), "{e}");
+        assert_eq!(started.elapsed(), super::MARK_WAIT);
+    }
 
     /// A ledger whose answers are scripted, recording what was asked.
     #[derive(Default)]
