@@ -121,14 +121,19 @@ async fn main() -> anyhow::Result<()> {
         bail!("idem deploy failed");
     }
     // Done when every order is charged and its request taken (the relay
-    // publishes requests as their charges commit).
+    // publishes requests as their charges commit), and every invalid record
+    // is in the dead-letter topic (the index's row follows the broker's
+    // acknowledgement; a handler's first dead letter makes its producer).
     let deadline = Instant::now() + std::time::Duration::from_secs(300);
     loop {
-        let (charged, taken): (i64, i64) =
-            sqlx::query_as("SELECT (SELECT count(*) FROM billing.charge), (SELECT count(*) FROM payments.request)")
-                .fetch_one(&mut conn)
-                .await?;
-        if (charged >= orders && taken >= orders) || Instant::now() > deadline || running.is_finished() {
+        let (charged, taken, dead): (i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM billing.charge), (SELECT count(*) FROM payments.request), \
+             (SELECT count(*) FROM idem.dead_letter WHERE handler = 'billing')",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        let all_dead = dead >= invalid_n as i64;
+        if (charged >= orders && taken >= orders && all_dead) || Instant::now() > deadline || running.is_finished() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
