@@ -58,7 +58,6 @@ pub(crate) mod telemetry;
 pub(crate) mod text;
 pub mod throttle;
 pub(crate) mod traces;
-pub(crate) mod transaction;
 pub mod wit;
 
 /// Modules the test harness (`tests/`) reaches inside: public with the
@@ -75,7 +74,7 @@ macro_rules! harness_visible {
     };
 }
 
-harness_visible!(dedup, migrate, modules, outbox, pipeline, retention, sandbox, scaffold, validate);
+harness_visible!(dedup, migrate, modules, outbox, pipeline, retention, sandbox, scaffold, transaction, validate);
 
 #[cfg(test)]
 mod structure_tests;

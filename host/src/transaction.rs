@@ -32,19 +32,23 @@ pub struct Pins {
     pub synchronous_commit: String,
 }
 
-/// An open transaction; closes its connection when dropped while open.
+/// An open transaction. Its connection goes back to the pool only once the
+/// transaction has ended and the session was reset in the same round trip
+/// ([`CLEANUP`]); dropped in any other state, it is closed.
 pub struct EventTx {
     conn: PoolConnection<Postgres>,
     /// The backend's process id, to end it when the connection is abandoned.
     pid: i32,
-    open: bool,
+    /// The transaction has ended and the session is reset: nothing a guest
+    /// did on it outlives the event.
+    clean: bool,
     deadline: Instant,
     synchronous_commit: String,
 }
 
 impl std::fmt::Debug for EventTx {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EventTx").field("open", &self.open).finish_non_exhaustive()
+        f.debug_struct("EventTx").field("clean", &self.clean).finish_non_exhaustive()
     }
 }
 
@@ -76,7 +80,7 @@ impl EventTx {
              SET LOCAL search_path = {}, pg_catalog; SELECT pg_backend_pid()",
             ident(&pins.schema)
         );
-        let mut tx = Self { conn, pid: 0, open: true, deadline, synchronous_commit: sc.clone() };
+        let mut tx = Self { conn, pid: 0, clean: false, deadline, synchronous_commit: sc.clone() };
         let rows = within(deadline + GRACE, "BEGIN", tx.conn.fetch_all(sqlx::raw_sql(&begin))).await?;
         tx.pid = rows.last().and_then(|row| sqlx::Row::try_get::<i32, _>(row, 0).ok()).unwrap_or(0);
         Ok(tx)
@@ -103,23 +107,45 @@ impl EventTx {
     }
 
     /// Commits. `synchronous_commit` is pinned again in the same round trip,
-    /// so nothing the guest did can make this commit asynchronous. An error
-    /// or an overrun leaves the outcome unknown: the connection is closed
-    /// and the caller retries (the claim tells whether it committed).
+    /// so nothing the guest did can make this commit asynchronous, and the
+    /// session is reset in it too ([`CLEANUP`]). An error or an overrun
+    /// before COMMIT's answer leaves the outcome unknown: the connection is
+    /// closed and the caller retries (the claim tells whether it
+    /// committed). One after it only closes the connection: the event
+    /// committed.
     pub async fn commit(mut self) -> Result<(), ExecError> {
+        use futures::TryStreamExt as _;
         let deadline = self.statement_deadline();
-        let commit = format!("SET LOCAL synchronous_commit = {}; COMMIT", self.synchronous_commit);
-        within(deadline, "COMMIT", self.conn.execute(commit.as_str())).await?;
-        self.open = false;
+        let commit = format!("SET LOCAL synchronous_commit = {}; COMMIT; {CLEANUP}", self.synchronous_commit);
+        // Statements answered (`SET LOCAL`, COMMIT, then the reset's), and
+        // the reset's count of prepared statements.
+        let (mut answered, mut prepared) = (0, None);
+        let run = async {
+            let mut results = self.conn.fetch_many(sqlx::raw_sql(&commit));
+            while let Some(result) = results.try_next().await? {
+                match result {
+                    sqlx::Either::Left(_) => answered += 1,
+                    sqlx::Either::Right(row) => prepared = sqlx::Row::try_get::<i64, _>(&row, 0).ok(),
+                }
+            }
+            Ok(())
+        };
+        let outcome = within(deadline, "COMMIT", run).await;
+        self.clean = committed(outcome, answered, prepared)?;
         Ok(())
     }
 
-    /// Rolls back within [`GRACE`]; otherwise closes the connection.
+    /// Rolls back and resets the session within [`GRACE`]; otherwise
+    /// closes the connection.
     pub async fn rollback(mut self) {
         let deadline = Instant::now() + GRACE;
-        match within(deadline, "ROLLBACK", self.conn.execute("ROLLBACK")).await {
-            Ok(_) => self.open = false,
-            Err(e) => tracing::warn!("rollback failed, closing the connection instead: {e}"),
+        let rollback = format!("ROLLBACK; {CLEANUP}");
+        match within(deadline, "ROLLBACK", self.conn.fetch_all(sqlx::raw_sql(&rollback))).await {
+            Ok(rows) => {
+                let prepared = rows.last().and_then(|row| sqlx::Row::try_get::<i64, _>(row, 0).ok());
+                self.clean = clean_after(prepared);
+            }
+            Err(e) => tracing::warn!("rollback or the reset after it failed, closing the connection instead: {e}"),
         }
     }
 
@@ -147,8 +173,52 @@ impl EventTx {
 
 impl Drop for EventTx {
     fn drop(&mut self) {
-        if self.open {
+        if !self.clean {
             self.conn.close_on_drop();
+        }
+    }
+}
+
+/// Run after the transaction ends, in the same round trip, on every
+/// connection a guest has used. `RESET ALL` does not reset the role, hence
+/// `RESET ROLE` (the role is a member of nothing, so only itself could
+/// have been set). Temporary objects cannot exist: the role has no
+/// TEMPORARY right. SQL-level prepared statements (`PREPARE`, which the
+/// guard refuses) cannot be dropped without dropping the driver's own
+/// (`DEALLOCATE ALL`), so a connection holding one is closed instead; the
+/// last statement counts them.
+pub const CLEANUP: &str = "RESET ALL; RESET ROLE; UNLISTEN *; CLOSE ALL; DISCARD SEQUENCES; \
+     SELECT (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)";
+
+/// What COMMIT's round trip came to, given the statements `answered`
+/// before it ended: the commit's error while COMMIT itself is unanswered
+/// (the outcome is unknown), else whether the connection is clean. The
+/// reset's failure after COMMIT's answer only closes the connection.
+fn committed(outcome: Result<(), ExecError>, answered: usize, prepared: Option<i64>) -> Result<bool, ExecError> {
+    // `SET LOCAL`'s answer, then COMMIT's.
+    const COMMIT_ANSWERED: usize = 2;
+    match outcome {
+        Ok(()) => Ok(clean_after(prepared)),
+        Err(e) if answered >= COMMIT_ANSWERED => {
+            tracing::warn!("closing a handler connection whose reset failed after COMMIT: {e}");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether [`CLEANUP`], whose last statement counted `prepared`
+/// statements, left the session clean; warns when it did not.
+fn clean_after(prepared: Option<i64>) -> bool {
+    match prepared {
+        Some(0) => true,
+        Some(_) => {
+            tracing::warn!("closing a handler connection that holds a prepared statement");
+            false
+        }
+        None => {
+            tracing::warn!("closing a handler connection whose reset returned no count");
+            false
         }
     }
 }
@@ -226,5 +296,25 @@ impl SharedTx {
     /// The transaction itself, if this is the last share.
     pub fn into_whole(self) -> Option<EventTx> {
         std::sync::Arc::try_unwrap(self.tx).ok().map(tokio::sync::Mutex::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_is_known_once_commit_is_answered_and_the_connection_kept_only_when_reset() {
+        let failed = || Err(ExecError::Deadline("COMMIT"));
+        // Unanswered COMMIT: the outcome is unknown, the caller checks.
+        assert!(matches!(committed(failed(), 0, None), Err(ExecError::Deadline(_))));
+        assert!(matches!(committed(failed(), 1, None), Err(ExecError::Deadline(_))));
+        // Answered, then the reset failed: committed, the connection closed.
+        assert!(matches!(committed(failed(), 2, None), Ok(false)));
+        assert!(matches!(committed(failed(), 5, None), Ok(false)));
+        // All answered: kept only with no prepared statement left.
+        assert!(matches!(committed(Ok(()), 8, Some(0)), Ok(true)));
+        assert!(matches!(committed(Ok(()), 8, Some(1)), Ok(false)));
+        assert!(matches!(committed(Ok(()), 8, None), Ok(false)));
     }
 }

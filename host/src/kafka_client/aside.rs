@@ -12,7 +12,7 @@
 //! carried is still owed (a DLQ record, an outbox row are acknowledged
 //! before they count), so a process that exits meanwhile loses nothing.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 
 /// A client that, when dropped, is dropped on a thread of its own.
 pub(crate) struct Aside<T: Send + 'static> {
@@ -33,13 +33,6 @@ impl<T: Send + 'static> Deref for Aside<T> {
     #[expect(clippy::expect_used, reason = "taken only by `drop`, after which nothing can deref")]
     fn deref(&self) -> &T {
         self.client.as_ref().expect("an Aside holds its client until it is dropped")
-    }
-}
-
-impl<T: Send + 'static> DerefMut for Aside<T> {
-    #[expect(clippy::expect_used, reason = "taken only by `drop`, after which nothing can deref")]
-    fn deref_mut(&mut self) -> &mut T {
-        self.client.as_mut().expect("an Aside holds its client until it is dropped")
     }
 }
 

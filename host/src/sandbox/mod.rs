@@ -6,7 +6,8 @@
 //! - [`rights`] (`idem check`, `idem run`): refuses a handler whose role can
 //!   do more than that;
 //! - [`pool`] (`idem run`): each handler's own pool, logged in as its role,
-//!   with everything a guest could leave on a connection removed on release.
+//!   with everything a guest could leave on a connection removed when its
+//!   event's transaction ends (`transaction::EventTx`).
 //!
 //! What a handler role may do: USAGE on its schema and SELECT, INSERT,
 //! UPDATE, DELETE on its tables (USAGE, SELECT, UPDATE on its sequences);

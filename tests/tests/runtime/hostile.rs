@@ -9,10 +9,11 @@
 //! Most attacks run twice: as a guest statement (the guard refuses it, or
 //! PostgreSQL does), and straight on a connection of the handler's pool,
 //! past the guard, as if the guard had a hole: PostgreSQL's privileges and
-//! the pool's reset must hold on their own.
+//! the reset at the end of the event's transaction must hold on their own.
 
 use std::time::Duration;
 
+use idem::transaction::EventTx;
 use idem::{ErrorClass, ExecError, Outcome};
 use serde_json::json;
 use sqlx::{Connection as _, Executor as _, PgPool};
@@ -67,7 +68,7 @@ const SESSION: &str = "SELECT
 
 async fn snapshot(s: &Setup, pool: &PgPool) -> Snapshot {
     // Every connection the pool holds, at once: none is left unchecked, and
-    // each is back from its release (and its reset) before anything is read.
+    // each is back from its release before anything is read.
     let mut conns = Vec::new();
     for _ in 0..pool.options().get_max_connections() {
         conns.push(pool.acquire().await.unwrap_or_else(|e| panic!("acquire: {e}")));
@@ -95,6 +96,24 @@ async fn snapshot(s: &Setup, pool: &PgPool) -> Snapshot {
         files: row.10,
         sessions,
     }
+}
+
+/// The backends of every connection `pool` holds (opening the rest).
+async fn pids(pool: &PgPool) -> Vec<i32> {
+    let mut conns = Vec::new();
+    for _ in 0..pool.options().get_max_connections() {
+        conns.push(pool.acquire().await.unwrap_or_else(|e| panic!("acquire: {e}")));
+    }
+    let mut pids = Vec::new();
+    for conn in &mut conns {
+        pids.push(
+            sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap_or_else(|e| panic!("pid: {e}")),
+        );
+    }
+    pids
 }
 
 /// Asserts `after` equals `before`, printing only what differs.
@@ -277,7 +296,10 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
     drop(conn);
 
     // Session state: PostgreSQL lets a role change its own settings, so the
-    // pool must reset them before the next event, of any handler, sees them.
+    // event's transaction, the only way a guest reaches a connection, must
+    // reset them before the connection serves the next event, whether the
+    // event commits or rolls back.
+    let pins = idem::executor::Pins { schema: "scenario".into(), synchronous_commit: "on".into() };
     let session_level = [
         "SELECT set_config('search_path', 'billing', false)",
         "SELECT set_config('synchronous_commit', 'off', false)",
@@ -288,10 +310,24 @@ async fn past_the_guard_postgresql_denies_every_attack_and_the_pool_forgets_the_
         "DECLARE attack CURSOR WITH HOLD FOR SELECT 1",
     ];
     for sql in session_level {
-        let mut conn = pool.acquire().await.expect("acquire");
-        conn.execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-        drop(conn);
-        assert_same(&before, &snapshot(&s, &pool).await, &format!("`{sql}` outlived its connection's lease"));
+        for commit in [true, false] {
+            let mut tx = EventTx::begin(&pool, &pins, Duration::from_secs(5)).await.expect("begin");
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(tx.conn()).await.expect("pid");
+            tx.conn().execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let end = if commit { "committed" } else { "rolled back" };
+            if commit {
+                tx.commit().await.unwrap_or_else(|e| panic!("{sql}: commit: {e}"));
+            } else {
+                tx.rollback().await;
+            }
+            let what = format!("`{sql}` in a transaction {end} outlived the event");
+            assert_same(&before, &snapshot(&s, &pool).await, &what);
+            // Reset, not closed: only a prepared statement, which cannot be
+            // dropped alone (and which a ROLLBACK keeps), costs the
+            // connection.
+            let kept = pids(&pool).await.contains(&pid);
+            assert_eq!(kept, !sql.starts_with("PREPARE"), "`{sql}` {end}: connection kept");
+        }
     }
 
     // Everything else: denied by PostgreSQL itself.
