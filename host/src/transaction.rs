@@ -114,24 +114,10 @@ impl EventTx {
     /// committed). One after it only closes the connection: the event
     /// committed.
     pub async fn commit(mut self) -> Result<(), ExecError> {
-        use futures::TryStreamExt as _;
         let deadline = self.statement_deadline();
         let commit = format!("SET LOCAL synchronous_commit = {}; COMMIT; {CLEANUP}", self.synchronous_commit);
-        // Statements answered (`SET LOCAL`, COMMIT, then the reset's), and
-        // the reset's count of prepared statements.
-        let (mut answered, mut prepared) = (0, None);
-        let run = async {
-            let mut results = self.conn.fetch_many(sqlx::raw_sql(&commit));
-            while let Some(result) = results.try_next().await? {
-                match result {
-                    sqlx::Either::Left(_) => answered += 1,
-                    sqlx::Either::Right(row) => prepared = sqlx::Row::try_get::<i64, _>(&row, 0).ok(),
-                }
-            }
-            Ok(())
-        };
-        let outcome = within(deadline, "COMMIT", run).await;
-        self.clean = committed(outcome, answered, prepared)?;
+        let (outcome, ended) = self.end(&commit, deadline, "COMMIT").await;
+        self.clean = committed(outcome, ended)?;
         Ok(())
     }
 
@@ -139,14 +125,28 @@ impl EventTx {
     /// closes the connection.
     pub async fn rollback(mut self) {
         let deadline = Instant::now() + GRACE;
-        let rollback = format!("ROLLBACK; {CLEANUP}");
-        match within(deadline, "ROLLBACK", self.conn.fetch_all(sqlx::raw_sql(&rollback))).await {
-            Ok(rows) => {
-                let prepared = rows.last().and_then(|row| sqlx::Row::try_get::<i64, _>(row, 0).ok());
-                self.clean = clean_after(prepared);
-            }
-            Err(e) => tracing::warn!("rollback or the reset after it failed, closing the connection instead: {e}"),
+        match self.end(ROLLBACK, deadline, "ROLLBACK").await {
+            (Ok(()), ended) => self.clean = clean_after(ended.prepared),
+            (Err(e), _) => tracing::warn!("rollback or the reset after it failed, closing the connection instead: {e}"),
         }
+    }
+
+    /// Sends `sql`, statements that end the transaction followed by
+    /// [`CLEANUP`], until `deadline`: how it went, and how far it got.
+    async fn end(&mut self, sql: &str, deadline: Instant, what: &'static str) -> (Result<(), ExecError>, Ended) {
+        use futures::TryStreamExt as _;
+        let mut ended = Ended::default();
+        let run = async {
+            let mut results = self.conn.fetch_many(sqlx::raw_sql(sql));
+            while let Some(result) = results.try_next().await? {
+                match result {
+                    sqlx::Either::Left(_) => ended.answered += 1,
+                    sqlx::Either::Right(row) => ended.prepared = sqlx::Row::try_get::<i64, _>(&row, 0).ok(),
+                }
+            }
+            Ok(())
+        };
+        (within(deadline, what, run).await, ended)
     }
 
     /// Closes the connection without waiting on it: for a connection with a
@@ -179,6 +179,14 @@ impl Drop for EventTx {
     }
 }
 
+/// The statements of [`CLEANUP`], as a literal to build others with.
+macro_rules! cleanup {
+    () => {
+        "RESET ALL; RESET ROLE; UNLISTEN *; CLOSE ALL; DISCARD SEQUENCES; \
+         SELECT (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)"
+    };
+}
+
 /// Run after the transaction ends, in the same round trip, on every
 /// connection a guest has used. `RESET ALL` does not reset the role, hence
 /// `RESET ROLE` (the role is a member of nothing, so only itself could
@@ -187,19 +195,29 @@ impl Drop for EventTx {
 /// guard refuses) cannot be dropped without dropping the driver's own
 /// (`DEALLOCATE ALL`), so a connection holding one is closed instead; the
 /// last statement counts them.
-pub const CLEANUP: &str = "RESET ALL; RESET ROLE; UNLISTEN *; CLOSE ALL; DISCARD SEQUENCES; \
-     SELECT (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)";
+pub const CLEANUP: &str = cleanup!();
 
-/// What COMMIT's round trip came to, given the statements `answered`
-/// before it ended: the commit's error while COMMIT itself is unanswered
-/// (the outcome is unknown), else whether the connection is clean. The
-/// reset's failure after COMMIT's answer only closes the connection.
-fn committed(outcome: Result<(), ExecError>, answered: usize, prepared: Option<i64>) -> Result<bool, ExecError> {
+/// A rollback and the session's reset, in one round trip.
+const ROLLBACK: &str = concat!("ROLLBACK; ", cleanup!());
+
+/// How far the round trip ending a transaction got: the statements
+/// answered, and [`CLEANUP`]'s count of prepared statements if it came.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ended {
+    answered: usize,
+    prepared: Option<i64>,
+}
+
+/// What COMMIT's round trip came to, given how far it got: the commit's
+/// error while COMMIT itself is unanswered (the outcome is unknown), else
+/// whether the connection is clean. The reset's failure after COMMIT's
+/// answer only closes the connection.
+fn committed(outcome: Result<(), ExecError>, ended: Ended) -> Result<bool, ExecError> {
     // `SET LOCAL`'s answer, then COMMIT's.
     const COMMIT_ANSWERED: usize = 2;
     match outcome {
-        Ok(()) => Ok(clean_after(prepared)),
-        Err(e) if answered >= COMMIT_ANSWERED => {
+        Ok(()) => Ok(clean_after(ended.prepared)),
+        Err(e) if ended.answered >= COMMIT_ANSWERED => {
             tracing::warn!("closing a handler connection whose reset failed after COMMIT: {e}");
             Ok(false)
         }
@@ -307,14 +325,14 @@ mod tests {
     fn a_commit_is_known_once_commit_is_answered_and_the_connection_kept_only_when_reset() {
         let failed = || Err(ExecError::Deadline("COMMIT"));
         // Unanswered COMMIT: the outcome is unknown, the caller checks.
-        assert!(matches!(committed(failed(), 0, None), Err(ExecError::Deadline(_))));
-        assert!(matches!(committed(failed(), 1, None), Err(ExecError::Deadline(_))));
+        assert!(matches!(committed(failed(), Ended { answered: 0, prepared: None }), Err(ExecError::Deadline(_))));
+        assert!(matches!(committed(failed(), Ended { answered: 1, prepared: None }), Err(ExecError::Deadline(_))));
         // Answered, then the reset failed: committed, the connection closed.
-        assert!(matches!(committed(failed(), 2, None), Ok(false)));
-        assert!(matches!(committed(failed(), 5, None), Ok(false)));
+        assert!(matches!(committed(failed(), Ended { answered: 2, prepared: None }), Ok(false)));
+        assert!(matches!(committed(failed(), Ended { answered: 5, prepared: None }), Ok(false)));
         // All answered: kept only with no prepared statement left.
-        assert!(matches!(committed(Ok(()), 8, Some(0)), Ok(true)));
-        assert!(matches!(committed(Ok(()), 8, Some(1)), Ok(false)));
-        assert!(matches!(committed(Ok(()), 8, None), Ok(false)));
+        assert!(matches!(committed(Ok(()), Ended { answered: 8, prepared: Some(0) }), Ok(true)));
+        assert!(matches!(committed(Ok(()), Ended { answered: 8, prepared: Some(1) }), Ok(false)));
+        assert!(matches!(committed(Ok(()), Ended { answered: 8, prepared: None }), Ok(false)));
     }
 }

@@ -12,8 +12,9 @@
 //! - **At least once.** A crash between the acknowledgement and the mark,
 //!   or a takeover while the old holder still sends, publishes a row again
 //!   with the same `eventId`; consumers deduplicate by it.
-//! - **One holder.** Each round first takes or renews the producer's lease
-//!   (`lease`); without it the relay only waits and tries again.
+//! - **One holder.** A round first takes the producer's lease (`lease`),
+//!   or renews it if the last renewal is [`RENEW_EVERY`] old; without it
+//!   the relay only waits and tries again.
 //! - **Failures.** A row the broker refuses for good (too large, the topic
 //!   gone or not authorised) is marked failed with the reason (`idem outbox`
 //!   shows and re-drives it) and holds nothing else back. An outage leaves
@@ -55,6 +56,14 @@ const CLEAN_EVERY: Duration = Duration::from_secs(60);
 const LOOKUP_BUDGET: Duration = Duration::from_secs(2);
 /// How often a relay without the lease tries to take it.
 const LEASE_RETRY: Duration = Duration::from_secs(2);
+/// How often the holder renews its lease: rounds in between trust the last
+/// renewal (a round trip fewer per round). A renewal, then a round that
+/// waits out its lookups and its deliveries, still ends inside the lease.
+const RENEW_EVERY: Duration = Duration::from_secs(1);
+const _: () = assert!(
+    RENEW_EVERY.as_millis() + LOOKUP_BUDGET.as_millis() + super::send::DELIVERY_TIMEOUT.as_millis()
+        < lease::TTL.as_millis()
+);
 
 /// One producer's relay on this host.
 pub struct Relay {
@@ -72,6 +81,8 @@ pub struct Relay {
     cleaned: Option<Instant>,
     /// When the pending rows were last counted (`RelayStats::pending`).
     counted: Option<Instant>,
+    /// When this relay last took or renewed the lease, while it holds it.
+    renewed: Option<Instant>,
     /// Topics an outage held rows of back, each waiting its backoff.
     held: Holds,
     /// The topics written in a registry format (`[[handler.emit]] format`).
@@ -104,6 +115,7 @@ impl Relay {
             retention: config.outbox.retention.0,
             cleaned: None,
             counted: None,
+            renewed: None,
             held: Holds::default(),
             emitting: emitting(config, producer)?,
         })
@@ -180,9 +192,7 @@ impl Relay {
     }
 
     async fn round(&mut self) -> Result<Round, sqlx::Error> {
-        let holding = lease::hold(&self.pool, &self.producer, &self.holder).await?;
-        self.stats.holding.store(holding, Ordering::Relaxed);
-        if !holding {
+        if !self.hold().await? {
             return Ok(Round::NotHolder);
         }
         self.clean().await?;
@@ -235,6 +245,18 @@ impl Relay {
         // Rows went out: more may wait. Only held back: wait for them.
         let settled = !(sent.published.is_empty() && sent.failed.is_empty() && misfits.is_empty());
         Ok(if settled { Round::Sent } else { Round::Idle })
+    }
+
+    /// Takes or renews the lease ([`RENEW_EVERY`] at most while held);
+    /// whether this relay holds it.
+    async fn hold(&mut self) -> Result<bool, sqlx::Error> {
+        if self.renewed.is_some_and(|at| at.elapsed() < RENEW_EVERY) {
+            return Ok(true);
+        }
+        let holding = lease::hold(&self.pool, &self.producer, &self.holder).await?;
+        self.renewed = holding.then(Instant::now);
+        self.stats.holding.store(holding, Ordering::Relaxed);
+        Ok(holding)
     }
 
     /// Marks what the broker acknowledged, and what it refused for good.

@@ -67,21 +67,11 @@ const SESSION: &str = "SELECT
   || ' prepared=' || (SELECT count(*) FROM pg_prepared_statements WHERE from_sql)";
 
 async fn snapshot(s: &Setup, pool: &PgPool) -> Snapshot {
-    // Every connection the pool holds, at once: none is left unchecked, and
-    // each is back from its release before anything is read.
-    let mut conns = Vec::new();
-    for _ in 0..pool.options().get_max_connections() {
-        conns.push(pool.acquire().await.unwrap_or_else(|e| panic!("acquire: {e}")));
-    }
-    let row: (String, String, String, String, String, i64, i64, i64, i64, i64, String) =
-        sqlx::query_as(SNAPSHOT).fetch_one(&s.db.pool).await.unwrap_or_else(|e| panic!("snapshot: {e}"));
-    let mut sessions = Vec::new();
-    for conn in &mut conns {
-        sessions.push(sqlx::query_scalar(SESSION).fetch_one(&mut **conn).await.unwrap_or_else(|e| panic!("{e}")));
-    }
-    drop(conns);
+    let mut sessions: Vec<String> = on_every_connection(pool, SESSION).await;
     // Which connection comes first is the pool's business.
     sessions.sort();
+    let row: (String, String, String, String, String, i64, i64, i64, i64, i64, String) =
+        sqlx::query_as(SNAPSHOT).fetch_one(&s.db.pool).await.unwrap_or_else(|e| panic!("snapshot: {e}"));
     Snapshot {
         roles: row.0,
         memberships: row.1,
@@ -100,20 +90,25 @@ async fn snapshot(s: &Setup, pool: &PgPool) -> Snapshot {
 
 /// The backends of every connection `pool` holds (opening the rest).
 async fn pids(pool: &PgPool) -> Vec<i32> {
+    on_every_connection(pool, "SELECT pg_backend_pid()").await
+}
+
+/// `query`'s one value on each connection `pool` may hold, all held at
+/// once: none is left unchecked, and each is back from its release (and
+/// the reset in its last round trip) before anything is read.
+async fn on_every_connection<T>(pool: &PgPool, query: &'static str) -> Vec<T>
+where
+    T: Send + Unpin + for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
     let mut conns = Vec::new();
     for _ in 0..pool.options().get_max_connections() {
         conns.push(pool.acquire().await.unwrap_or_else(|e| panic!("acquire: {e}")));
     }
-    let mut pids = Vec::new();
+    let mut values = Vec::new();
     for conn in &mut conns {
-        pids.push(
-            sqlx::query_scalar("SELECT pg_backend_pid()")
-                .fetch_one(&mut **conn)
-                .await
-                .unwrap_or_else(|e| panic!("pid: {e}")),
-        );
+        values.push(sqlx::query_scalar(query).fetch_one(&mut **conn).await.unwrap_or_else(|e| panic!("{query}: {e}")));
     }
-    pids
+    values
 }
 
 /// Asserts `after` equals `before`, printing only what differs.

@@ -184,18 +184,19 @@ impl EmitCapability {
             )));
         }
         let event_id = Uuid::now_v7();
-        let mut value = payload.clone();
-        value.insert("eventId".into(), event_id.hyphenated().to_string().into());
-        value.insert("eventType".into(), event_type.clone().into());
         // As the outbox writes it (the transaction's time, microseconds, Z).
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        value.insert("occurredAt".into(), now.into());
-        let value = serde_json::Value::Object(value);
+        let envelope = [event_id.hyphenated().to_string(), event_type.clone(), now];
+        let mut payload = payload;
         // Errors are collected only for an event that fails: building them
         // costs more than the check.
-        if !rules.schema.is_valid(&value) {
-            let errors: Vec<String> =
-                rules.schema.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+        let errors = as_sent(&mut payload, envelope, |event| {
+            (!rules.schema.is_valid(event)).then(|| {
+                let errors = rules.schema.iter_errors(event).take(5);
+                errors.map(|e| format!("at `{}`: {e}", e.instance_path())).collect::<Vec<_>>()
+            })
+        });
+        if let Some(errors) = errors {
             return Err(EmitError::Invalid(format!(
                 "the event violates topic `{topic}`'s schema: {}",
                 shown(&errors.join("; "))
@@ -207,6 +208,31 @@ impl EmitCapability {
 
 /// The fields the host adds to every payload.
 const ENVELOPE: [&str; 3] = ["eventId", "eventType", "occurredAt"];
+
+/// `check` of the event as it will be sent: `payload` with the envelope's
+/// fields (values in [`ENVELOPE`]'s order). The payload is lent, not
+/// copied, and handed back as it was (it has none of those fields:
+/// [`envelope_like`] refused them).
+fn as_sent<T>(
+    payload: &mut serde_json::Map<String, serde_json::Value>,
+    envelope: [String; 3],
+    check: impl FnOnce(&serde_json::Value) -> T,
+) -> T {
+    let mut event = serde_json::Map::new();
+    std::mem::swap(&mut event, payload);
+    for (name, value) in ENVELOPE.into_iter().zip(envelope) {
+        event.insert(name.into(), value.into());
+    }
+    let event = serde_json::Value::Object(event);
+    let checked = check(&event);
+    if let serde_json::Value::Object(mut event) = event {
+        for name in ENVELOPE {
+            event.remove(name);
+        }
+        *payload = event;
+    }
+    checked
+}
 
 /// `name` as compared with the host's names: look-alike letters mapped to
 /// the Latin ones they imitate ([`latin`]), lower case, only letters and
@@ -376,7 +402,7 @@ impl emit::Host for EmitCapability {
 mod tests {
     use std::sync::Arc;
 
-    use super::{EmitCapability, EmitPolicy, envelope_like, refused_header};
+    use super::{EmitCapability, EmitPolicy, as_sent, envelope_like, refused_header};
     use crate::wit::emit::{EmitError, Message};
 
     fn capability() -> EmitCapability {
@@ -402,6 +428,27 @@ mod tests {
         map.insert("amount".into(), 1.into());
         map.insert(key.into(), "x".into());
         map
+    }
+
+    #[test]
+    fn the_schema_sees_the_event_as_sent_and_the_payload_comes_back_as_it_was() {
+        let mut sent = payload("note");
+        let before = sent.clone();
+        let envelope = ["id".to_owned(), "t.v1".to_owned(), "2026-12-07T00:00:00.000000Z".to_owned()];
+        let seen = as_sent(&mut sent, envelope, serde_json::Value::clone);
+        assert_eq!(
+            seen,
+            serde_json::json!({ "amount": 1, "note": "x", "eventId": "id", "eventType": "t.v1",
+                                "occurredAt": "2026-12-07T00:00:00.000000Z" })
+        );
+        assert_eq!(sent, before);
+        // A schema that needs the envelope's fields sees them.
+        let schema = serde_json::json!({ "type": "object", "required": ["eventId", "occurredAt"] });
+        let policy = EmitPolicy::new([("out", ["t.v1".to_owned()].as_slice(), &schema)]).unwrap_or_default();
+        let provenance = vec![("idem.correlation-id".to_owned(), uuid::Uuid::now_v7().to_string())];
+        let emits = EmitCapability::new(Arc::new(policy), 16, 64 << 10, Some(provenance));
+        let accepted = emits.accept(message(r#"{"amount": 3}"#, &[])).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(serde_json::Value::Object(accepted.payload), serde_json::json!({ "amount": 3 }));
     }
 
     #[test]

@@ -44,14 +44,13 @@ pub struct Median {
 const THIS: &str = "this build";
 
 /// The idem variants whose letter is in `letters`, with and without HTTP
-/// (f with it only), `rounds` times per build.
+/// (f with it only, o without), `rounds` times per build.
 pub async fn run(base: &Base, letters: &str, orders: i64, rounds: usize) -> anyhow::Result<Comparison> {
-    let variants: Vec<_> = VARIANTS
+    let variants: Vec<(&'static str, Kind)> = VARIANTS
         .iter()
-        .filter_map(|v| match v.kind {
-            Kind::Idem(shape) if v.name.chars().next().is_some_and(|c| letters.contains(c)) => Some((v.name, shape)),
-            _ => None,
-        })
+        .filter(|v| matches!(v.kind, Kind::Idem(_) | Kind::Emit))
+        .filter(|v| v.name.chars().next().is_some_and(|c| letters.contains(c)))
+        .map(|v| (v.name, v.kind))
         .collect();
     anyhow::ensure!(!variants.is_empty(), "compare: no idem variant among {letters:?} (the ceiling d runs no idem)");
     let mut runs = Vec::new();
@@ -61,12 +60,12 @@ pub async fn run(base: &Base, letters: &str, orders: i64, rounds: usize) -> anyh
             let label = if is_base { base.label.clone() } else { THIS.to_owned() };
             idem_tests::use_idem_bin(is_base.then(|| base.bin.clone()), !is_base || base.sealed);
             for http in [false, true] {
-                for (name, shape) in variants.iter().filter(|(_, s)| http || !s.drops) {
+                for (name, kind) in variants.iter().filter(|(_, kind)| measured(*kind, http)) {
                     eprintln!(
                         "bench: round {round}: {name} on {label} ({})",
                         if http { "with HTTP" } else { "no HTTP" }
                     );
-                    let row = idem_variant(name, *shape, http, orders).await?;
+                    let row = variant(name, *kind, http, orders).await?;
                     eprintln!("bench:   {:.0} records/s", row.events_per_s);
                     runs.push((round, label.clone(), row));
                 }
@@ -91,12 +90,31 @@ pub async fn run(base: &Base, letters: &str, orders: i64, rounds: usize) -> anyh
     };
     let mut medians = Vec::new();
     for http in [false, true] {
-        for (variant, _) in variants.iter().filter(|(_, s)| http || !s.drops) {
+        for (variant, _) in variants.iter().filter(|(_, kind)| measured(*kind, http)) {
             let (old, new) = (median_of(&base.label, variant, http), median_of(THIS, variant, http));
             medians.push(Median { variant, http, base: old, this: new });
         }
     }
     Ok(Comparison { base: base.label.clone(), rounds: runs, medians })
+}
+
+/// Whether `kind` runs with HTTP (`http`) or without: f only with it (its
+/// provider's drops are the point), o only without (as in the benchmark).
+fn measured(kind: Kind, http: bool) -> bool {
+    match kind {
+        Kind::Idem(shape) => http || !shape.drops,
+        Kind::Emit => !http,
+        _ => false,
+    }
+}
+
+/// One round of the variant `name`.
+async fn variant(name: &'static str, kind: Kind, http: bool, orders: i64) -> anyhow::Result<Row> {
+    match kind {
+        Kind::Idem(shape) => idem_variant(name, shape, http, orders).await,
+        Kind::Emit => Ok(crate::emit::variant(name, orders).await?.0),
+        _ => anyhow::bail!("compare: {name} runs no idem"),
+    }
 }
 
 /// The rounds and the medians, in Markdown.
