@@ -58,11 +58,14 @@ const LOOKUP_BUDGET: Duration = Duration::from_secs(2);
 const LEASE_RETRY: Duration = Duration::from_secs(2);
 /// How often the holder renews its lease: rounds in between trust the last
 /// renewal (a round trip fewer per round). A renewal, then a round that
-/// waits out its lookups and its deliveries, still ends inside the lease.
+/// waits out its lookups and its deliveries (`send`, resends included),
+/// still ends inside the lease, with two seconds left for its statements.
+/// A round that overran it anyway publishes rows another holder may
+/// publish too: at least once, as after a crash.
 const RENEW_EVERY: Duration = Duration::from_secs(1);
 const _: () = assert!(
-    RENEW_EVERY.as_millis() + LOOKUP_BUDGET.as_millis() + super::send::DELIVERY_TIMEOUT.as_millis()
-        < lease::TTL.as_millis()
+    RENEW_EVERY.as_millis() + LOOKUP_BUDGET.as_millis() + super::send::DELIVERY_TIMEOUT.as_millis() + 2_000
+        <= lease::TTL.as_millis()
 );
 
 /// One producer's relay on this host.
@@ -253,8 +256,10 @@ impl Relay {
         if self.renewed.is_some_and(|at| at.elapsed() < RENEW_EVERY) {
             return Ok(true);
         }
+        // The lease runs from the statement's start, not its answer.
+        let asked = Instant::now();
         let holding = lease::hold(&self.pool, &self.producer, &self.holder).await?;
-        self.renewed = holding.then(Instant::now);
+        self.renewed = holding.then_some(asked);
         self.stats.holding.store(holding, Ordering::Relaxed);
         Ok(holding)
     }

@@ -75,11 +75,14 @@ pub(super) struct Sent {
 /// others of its topic went out in the same round is therefore sent again
 /// alone, and failed only if refused then, unless a later row of its key
 /// was published meanwhile (sent again, it would follow that row: it fails
-/// as before, its key's order kept). The rows sent again get at most
-/// [`DELIVERY_TIMEOUT`] in all, well inside the lease; those not sent by
-/// then stay pending for the next round, and so does the rest of a topic
-/// an outage hits meanwhile.
+/// as before, its key's order kept). The whole send, rows sent again
+/// included, ends within [`DELIVERY_TIMEOUT`], well inside the lease: a
+/// row not answered by then stays pending for the next round (if it went
+/// out after all, it is published again: at least once), and so does the
+/// rest of a topic an outage hits meanwhile.
 pub(super) async fn send(kafka: &Producer, rows: &[Row]) -> Sent {
+    // librdkafka ends each first delivery by then (`message.timeout.ms`).
+    let by = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
     let deliveries: Vec<_> = rows.iter().map(|row| produce(kafka, row)).collect();
     let mut sent = Sent::default();
     let mut again = Vec::new();
@@ -89,16 +92,18 @@ pub(super) async fn send(kafka: &Producer, rows: &[Row]) -> Sent {
             result => settle(&mut sent, row, result),
         }
     }
-    let by = std::time::Instant::now() + DELIVERY_TIMEOUT;
     for (row, first) in again {
         let overtaken = rows
             .iter()
             .any(|o| o.id > row.id && o.topic == row.topic && o.key == row.key && sent.published.contains(&o.id));
         if overtaken || sent.fatal_seen(kafka) {
             settle(&mut sent, row, Err(Some(first)));
-        } else if std::time::Instant::now() < by && !sent.held.contains(&row.topic) {
-            let result = delivered(produce(kafka, row)).await;
-            settle(&mut sent, row, result);
+        } else if !sent.held.contains(&row.topic) {
+            // Not answered by then: pending, sent again next round (it may
+            // have gone out: at least once).
+            if let Ok(result) = tokio::time::timeout_at(by, delivered(produce(kafka, row))).await {
+                settle(&mut sent, row, result);
+            }
         }
     }
     sent.fatal = kafka.client().fatal_error().is_some();

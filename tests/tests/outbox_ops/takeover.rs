@@ -10,20 +10,21 @@ use idem_tests::kafka;
 
 use super::{Env, add_producer, held_by, lease_holder, publish, published, value};
 
-/// The lease lasts 10 s from its last renewal, and a stopping holder
-/// renews it in its final rounds, after the signal: kept, no other host
-/// could take it before 10 s after the SIGTERM. Given up, the other takes
-/// it at its next try (every 2 s).
+/// The lease lasts 10 s from its last renewal, and a stopping holder may
+/// renew it in its final rounds, after the signal (it renews at the first
+/// round a second after the last): kept, no other host could take it
+/// before about 9 s after the SIGTERM. Given up, the other takes it at its
+/// next try (every 2 s).
 const TAKEN_OVER_WITHIN: Duration = Duration::from_secs(6);
 
-/// README, "The relay": one host "holds the producer's lease
-/// (`idem.outbox_lease`, 10 s, renewed every round) and publishes, the
-/// others wait and take over within about 12 s of the holder's death (a
-/// clean stop gives the lease up at once)". Two hosts relay an
-/// application's producer; the holder is sent SIGTERM: the other holds the
-/// lease within 6 s of the signal (kept, it could not before 10 s), goes
-/// on publishing, and every row reaches the topic exactly once; its own
-/// clean stop leaves no lease behind either.
+/// docs/outbox.md, "The relay": one host "holds the producer's lease
+/// (`idem.outbox_lease`, 10 s, renewed at the first round after a second)
+/// and publishes, the others wait and take over within about 12 s of the
+/// holder's death (a clean stop gives the lease up at once)". Two hosts
+/// relay an application's producer; the holder is sent SIGTERM: the other
+/// holds the lease within 6 s of the signal (kept, it could not before
+/// about 9 s), goes on publishing, and every row reaches the topic exactly
+/// once; its own clean stop leaves no lease behind either.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clean_stop_gives_the_relay_lease_up_at_once_and_another_host_relays_on_without_loss_or_repeat() {
     let env = Env::new(1).await;

@@ -218,19 +218,17 @@ fn as_sent<T>(
     envelope: [String; 3],
     check: impl FnOnce(&serde_json::Value) -> T,
 ) -> T {
-    let mut event = serde_json::Map::new();
-    std::mem::swap(&mut event, payload);
+    let mut event = std::mem::take(payload);
     for (name, value) in ENVELOPE.into_iter().zip(envelope) {
         event.insert(name.into(), value.into());
     }
     let event = serde_json::Value::Object(event);
     let checked = check(&event);
-    if let serde_json::Value::Object(mut event) = event {
-        for name in ENVELOPE {
-            event.remove(name);
-        }
-        *payload = event;
+    let serde_json::Value::Object(mut event) = event else { unreachable!("made an object above") };
+    for name in ENVELOPE {
+        event.remove(name);
     }
+    *payload = event;
     checked
 }
 
