@@ -150,7 +150,9 @@ try {
   const history = await page.evaluate(async (h) => (await fetch(`/console/api/handlers/${h}/history?range=10m`)).json(), handler);
   const lagPeak = Math.max(...history.points.map((p) => p.lag || 0));
   assert.ok(lagPeak > 0, "the drain of 6,000 orders is in the lag's history: " + JSON.stringify(history.points.slice(-5)));
-  const box = await lagChart.boundingBox();
+  // The history is drawn again as new points come: a chart replaced while
+  // it is measured has no box for that moment.
+  const box = await until("the lag chart laid out", () => lagChart.boundingBox(), 10);
   await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
   const read = await page.locator('[data-readout="lag"]').textContent();
   assert.match(read, /— lag \(records\): [0-9,]+$/, read);
