@@ -23,6 +23,7 @@ use idem_tests::provider::PaymentProvider;
 mod broker;
 mod scale_in;
 mod sigterm;
+mod startup;
 mod timeout;
 mod unconfirmed;
 mod watchdog;

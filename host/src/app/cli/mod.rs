@@ -17,10 +17,12 @@ mod args;
 mod commands;
 mod dlq;
 mod outbox;
+mod signals;
 mod when;
 
 use actions::{end_producer, maintenance, migrate};
 use commands::{Command, TokenCommand};
+use signals::{Stop, StopSignals};
 
 #[derive(Parser)]
 #[command(
@@ -382,13 +384,22 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
     }
 }
 
-/// `idem run`.
+/// `idem run`. The stop signals are listened for first (`signals`): one
+/// during start-up ends it there, before anything is consumed.
 async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &NativeHandlers) -> anyhow::Result<()> {
     crate::fd_limit::raise();
-    let prepared = crate::app::startup::prepare_with(config, natives).await?;
+    let mut signals = StopSignals::listen();
+    let prepared = tokio::select! {
+        prepared = crate::app::startup::prepare_with(config, natives) => prepared?,
+        stop = signals.next() => {
+            tracing::warn!("{stop} during start-up: exiting before any handler ran");
+            outln!("{}", serde_json::json!({ "handlers": [] }))?;
+            return Ok(());
+        }
+    };
     let options = crate::app::RunOptions { exit_when_drained, ..Default::default() };
     let bound = prepared.config.shutdown.timeout.0;
-    let stopping = shutdown_signal(options.leave.clone(), bound);
+    let stopping = shutdown_signal(signals, options.leave.clone(), bound);
     let reports = crate::app::run(prepared, options, stopping).await?;
     // One JSON line on stdout: what happened to every record.
     outln!("{}", serde_json::json!({ "handlers": reports }))?;
@@ -417,24 +428,14 @@ async fn check(config: &std::path::Path, natives: &NativeHandlers) -> anyhow::Re
 /// keep their partitions) or SIGUSR1 (scale-in: `leave` is set, the host
 /// leaves its groups). From then on a watchdog ends the process at `bound`
 /// whatever is still running: the shutdown itself ends a little before.
-async fn shutdown_signal(leave: std::sync::Arc<std::sync::atomic::AtomicBool>, bound: std::time::Duration) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (term, usr1) = (signal(SignalKind::terminate()), signal(SignalKind::user_defined1()));
-    let (mut term, mut usr1) = match (term, usr1) {
-        (Ok(term), Ok(usr1)) => (term, usr1),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!("cannot listen for SIGTERM or SIGUSR1 ({e}); only SIGINT stops idem");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-        _ = usr1.recv() => {
-            tracing::info!("SIGUSR1: leaving the consumer groups (scale-in)");
-            leave.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
+async fn shutdown_signal(
+    mut signals: StopSignals,
+    leave: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    bound: std::time::Duration,
+) {
+    if signals.next().await == Stop::Leave {
+        tracing::info!("SIGUSR1: leaving the consumer groups (scale-in)");
+        leave.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     let watchdog = std::thread::Builder::new().name("idem-shutdown-watchdog".into()).spawn(move || {
         std::thread::sleep(bound);
