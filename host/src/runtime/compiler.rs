@@ -65,6 +65,35 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], cpu: Duration) -> anyhow::R
     }
 }
 
+/// The compiler processes running now, by process id: a host stopped
+/// during start-up ends them as it exits ([`kill_running`]), rather than
+/// leaving them to compile for nobody until their CPU limit.
+static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Kills every compiler process still running: the host is exiting.
+pub fn kill_running() {
+    let running = RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for pid in running.iter().filter_map(|pid| rustix::process::Pid::from_raw(i32::try_from(*pid).ok()?)) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// A compiler process in [`RUNNING`] until this is dropped.
+struct Running(u32);
+
+impl Running {
+    fn new(pid: u32) -> Self {
+        RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(pid);
+        Self(pid)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|pid| *pid != self.0);
+    }
+}
+
 fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyhow::Result<Component> {
     let seconds = cpu.as_secs().max(1);
     let mut command = Command::new(exe);
@@ -78,6 +107,7 @@ fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyh
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("failed to start a compiler process ({})", exe.display()))?;
+    let running = Running::new(child.id());
     let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -109,6 +139,7 @@ fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyh
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    drop(running);
     let _ = writer.join();
     let artifact = reader.join().map_err(|_| anyhow::anyhow!("the compiler's output was lost"))??;
     let said = errors.join().unwrap_or_default();

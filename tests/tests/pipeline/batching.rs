@@ -73,9 +73,9 @@ async fn poll_offsets(consumer: &rdkafka::consumer::BaseConsumer, n: usize) -> V
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partition_paused_for_backpressure_resumes_inside_a_batch_and_drains() {
     let env = Env::new(6).await;
-    // More than the 10,000 records a partition of six queues before it is
+    // Well over the 10,000 records a partition of six queues before it is
     // paused (a handler's queues hold 60,000 in all).
-    let per_partition: i64 = 10_200;
+    let per_partition: i64 = 15_000;
     send_batched_orders(&env, 6 * per_partition).await;
     let mut spec = HandlerSpec::notification(&env.topic);
     spec.concurrency = 2;

@@ -11,9 +11,9 @@ use crate::{Env, Host};
 /// a stop during start-up ends it there (as a container's PID 1, a signal
 /// nobody listens for is ignored, and the pod would wait out its grace
 /// period). The host's start-up waits on a "PostgreSQL" that accepts
-/// connections and never answers (10 s before it gives up); SIGTERM, then
-/// SIGINT, sent while it waits, each end it at once, as a clean exit that
-/// says why. Were the signals not listened for yet, the process would die
+/// connections and never answers (10 s before it gives up); SIGTERM,
+/// SIGINT and SIGUSR1, sent while it waits, each end it at once, as a clean
+/// exit that says why. Were the signals not listened for yet, the process would die
 /// of the signal (a failed status here), or, as PID 1, not at all.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stop_signal_during_start_up_ends_the_host_there() {
@@ -24,7 +24,7 @@ async fn a_stop_signal_during_start_up_ends_the_host_there() {
     let config = host::write_config_for(&env.brokers, &url, &[env.billing()]);
     // The connections the host opened, held open (unanswered) until the end.
     let held = Mutex::new(Vec::new());
-    for signal in ["TERM", "INT"] {
+    for signal in ["TERM", "INT", "USR1"] {
         let host = Host::start(&config, &[], false);
         let connected = || match silent.accept() {
             Ok((stream, _)) => {

@@ -385,18 +385,13 @@ async fn token(command: TokenCommand) -> anyhow::Result<()> {
 }
 
 /// `idem run`. The stop signals are listened for first (`signals`): one
-/// during start-up ends it there, before anything is consumed.
+/// during start-up ends the process there, before anything is consumed.
 async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &NativeHandlers) -> anyhow::Result<()> {
     crate::fd_limit::raise();
-    let mut signals = StopSignals::listen();
-    let prepared = tokio::select! {
-        prepared = crate::app::startup::prepare_with(config, natives) => prepared?,
-        stop = signals.next() => {
-            tracing::warn!("{stop} during start-up: exiting before any handler ran");
-            outln!("{}", serde_json::json!({ "handlers": [] }))?;
-            return Ok(());
-        }
-    };
+    let starting = StopSignals::listen().guard_start_up();
+    let prepared = crate::app::startup::prepare_with(config, natives).await;
+    let signals = starting.over().await?;
+    let prepared = prepared?;
     let options = crate::app::RunOptions { exit_when_drained, ..Default::default() };
     let bound = prepared.config.shutdown.timeout.0;
     let stopping = shutdown_signal(signals, options.leave.clone(), bound);

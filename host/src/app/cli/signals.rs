@@ -6,9 +6,16 @@
 //! they listened for only once the handlers ran, a pod stopped during a
 //! long start-up (components compiling, PostgreSQL not answering) would
 //! wait out its whole grace period. So `idem run` listens before it
-//! prepares anything, and a stop during start-up ends it there.
+//! prepares anything, and a stop during start-up ends the process there
+//! ([`StopSignals::guard_start_up`]), from a task of its own: start-up
+//! blocks the thread it runs on while a component compiles.
 
+use anyhow::Context as _;
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::output::outln;
 
 /// What a stop signal asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +50,31 @@ impl StopSignals {
         }
     }
 
-    /// The next stop signal.
+    /// Until [`StartUp::over`], a stop signal ends the process at once,
+    /// with status 0, the compilers it started killed and an empty report
+    /// on stdout: nothing ran yet, and nothing is left half done that a
+    /// kill would not leave (the database's transactions roll back).
+    pub(super) fn guard_start_up(mut self) -> StartUp {
+        let (over, mut told) = oneshot::channel();
+        let guard = tokio::spawn(async move {
+            let stopped = tokio::select! {
+                biased;
+                stop = self.next() => Some(stop),
+                _ = &mut told => None,
+            };
+            if let Some(stop) = stopped {
+                tracing::warn!("{stop} during start-up: exiting before any handler ran");
+                crate::runtime::compiler::kill_running();
+                let _ = outln!("{}", serde_json::json!({ "handlers": [] }));
+                std::process::exit(0);
+            }
+            self
+        });
+        StartUp { over, guard }
+    }
+
+    /// The next stop signal. SIGUSR1 first: a scale-in's hook sends it just
+    /// before the SIGTERM that stops the pod, and it must not be lost.
     pub(super) async fn next(&mut self) -> Stop {
         /// A signal's next delivery; never, for one not listened for.
         async fn delivered(signal: &mut Option<Signal>) {
@@ -54,10 +85,25 @@ impl StopSignals {
             }
         }
         tokio::select! {
-            () = delivered(&mut self.int) => Stop::Restart("SIGINT"),
-            () = delivered(&mut self.term) => Stop::Restart("SIGTERM"),
+            biased;
             () = delivered(&mut self.usr1) => Stop::Leave,
+            () = delivered(&mut self.term) => Stop::Restart("SIGTERM"),
+            () = delivered(&mut self.int) => Stop::Restart("SIGINT"),
         }
+    }
+}
+
+/// Start-up under [`StopSignals::guard_start_up`].
+pub(super) struct StartUp {
+    over: oneshot::Sender<()>,
+    guard: JoinHandle<StopSignals>,
+}
+
+impl StartUp {
+    /// Start-up is over: the signals, for the shutdown to wait on.
+    pub(super) async fn over(self) -> anyhow::Result<StopSignals> {
+        let _ = self.over.send(());
+        self.guard.await.context("the start-up's signal guard failed")
     }
 }
 
