@@ -541,3 +541,32 @@ pub fn order_payload_with(order_id: i64, id: uuid::Uuid) -> (uuid::Uuid, Vec<u8>
     });
     (id, payload.to_string().into_bytes())
 }
+
+/// The processes descended from `root` (its children, theirs, …) whose
+/// command line contains `needle`, as (pid, command line).
+pub fn descendants_running(root: u32, needle: &str) -> Vec<(u32, String)> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap_or_else(|e| panic!("/proc: {e}")).flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parents.push((pid, ppid));
+        }
+    }
+    let mut tree = vec![root];
+    let mut next = 0;
+    while let Some(&parent) = tree.get(next) {
+        tree.extend(parents.iter().filter(|(_, p)| *p == parent).map(|(pid, _)| *pid));
+        next += 1;
+    }
+    tree.into_iter()
+        .skip(1)
+        .filter_map(|pid| {
+            let line = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let line = String::from_utf8_lossy(&line).replace('\0', " ");
+            line.contains(needle).then_some((pid, line))
+        })
+        .collect()
+}

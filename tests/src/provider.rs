@@ -1,6 +1,9 @@
 //! A local payment provider over real HTTP/1.1 on loopback. Like a real one
 //! it deduplicates by `Idempotency-Key`: the first request with a key
-//! performs the charge, later ones get the same answer and charge nothing.
+//! performs the charge, later ones get the same answer and charge nothing;
+//! and it keeps a connection open between requests, so a client's pool
+//! reuses it (one connection per request would have the benchmark's HTTP
+//! variants measure TCP set-up: a sixth of the host's CPU went to connect).
 //! It can misbehave on purpose: reset the connection after charging, or
 //! answer late.
 
@@ -54,7 +57,8 @@ pub enum Fault {
     /// called less.
     TooManyTimes(u32, &'static str),
     /// Charge, then reset the connection, for one POST in every `n`, until
-    /// the fault is changed: a provider dropping 1/n of its connections.
+    /// the fault is changed: a provider failing 1/n of its charges this way
+    /// (each connection, kept alive, serves until its reset).
     ResetEvery(u32),
     /// Answer `422 Unprocessable Entity` without charging, for the next `n`
     /// requests: a charge the provider will never accept.
@@ -78,7 +82,8 @@ struct State {
     most_in_flight: usize,
 }
 
-/// A running provider; it stops when dropped.
+/// A running provider. Dropped, it accepts no more connections; those open
+/// already are answered until their client closes them.
 pub struct PaymentProvider {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
@@ -154,8 +159,20 @@ impl PaymentProvider {
     }
 }
 
+/// Answers the requests of one connection, kept open between them as a
+/// real provider keeps it (a client's pool reuses it), until the client
+/// closes it or an answer ends it (a reset, a redirect, the big answer).
 async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
-    let Some(request) = read_request(&mut stream).await else { return };
+    let mut read = Vec::new();
+    while let Some((request, close)) = read_request(&mut stream, &mut read).await {
+        if !answer(&mut stream, request, &state).await || close {
+            return;
+        }
+    }
+}
+
+/// Answers `request`; whether the connection stays open for another.
+async fn answer(stream: &mut TcpStream, request: Seen, state: &Arc<Mutex<State>>) -> bool {
     let fault = {
         let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
         s.seen.push(request.clone());
@@ -204,11 +221,11 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
     if request.path.starts_with("/redirect") {
         let head = "HTTP/1.1 302 Found\r\nlocation: /v1/redirected\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
         let _ = stream.write_all(head.as_bytes()).await;
-        return;
+        return false;
     }
     if request.path.starts_with("/big") {
-        let _ = respond_big(&mut stream, 100 << 20).await;
-        return;
+        let _ = respond_big(stream, 100 << 20).await;
+        return false;
     }
     if request.body.contains(SLOW_MARKER) {
         latency += SLOW_LATENCY;
@@ -217,27 +234,29 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         tokio::time::sleep(latency).await;
     }
     drop(answering);
+    let head_only = request.method == "HEAD";
     let fault = (fault, status);
-    match fault {
+    let answered = match fault {
         (Fault::ResetAfterCharge(_) | Fault::ResetEvery(_), _) => {
             // Linger 0 makes the close an RST: the client sees a reset, not
             // an answer. (The deprecation warns of blocking on drop, which a
             // zero linger never does.)
             #[expect(deprecated, reason = "SO_LINGER 0 is how a test server resets a connection")]
             let _ = stream.set_linger(Some(Duration::ZERO));
-            drop(stream);
+            return false;
         }
         (Fault::DelayOnce(delay), status) => {
             tokio::time::sleep(delay).await;
-            let _ = respond(&mut stream, status, "").await;
+            respond(stream, head_only, status, "").await
         }
         (Fault::UnavailableTimes(_, Some(after)) | Fault::TooManyTimes(_, after), status) => {
-            let _ = respond(&mut stream, status, &format!("retry-after: {after}\r\n")).await;
+            respond(stream, head_only, status, &format!("retry-after: {after}\r\n")).await
         }
         (Fault::None | Fault::Unavailable | Fault::UnavailableTimes(..) | Fault::RejectTimes(_), status) => {
-            let _ = respond(&mut stream, status, "").await;
+            respond(stream, head_only, status, "").await
         }
-    }
+    };
+    answered.is_ok()
 }
 
 /// A request being answered (counted in `in_flight` until dropped).
@@ -249,15 +268,16 @@ impl Drop for Answering {
     }
 }
 
-async fn respond(stream: &mut TcpStream, status: &str, extra_headers: &str) -> std::io::Result<()> {
+/// Answers `status` with the provider's one body (its length only, to a
+/// HEAD), the connection kept open.
+async fn respond(stream: &mut TcpStream, head_only: bool, status: &str, extra_headers: &str) -> std::io::Result<()> {
     let body = r#"{"status":"charged"}"#;
+    let shown = if head_only { "" } else { body };
     let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra_headers}connection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra_headers}\r\n{shown}",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await?;
-    stream.shutdown().await
+    stream.write_all(head.as_bytes()).await
 }
 
 /// Answers `len` bytes of JSON-ish filler, until the client hangs up.
@@ -276,18 +296,21 @@ async fn respond_big(stream: &mut TcpStream, len: usize) -> std::io::Result<()> 
     stream.shutdown().await
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
-    let mut buf = Vec::new();
+/// The next request on `stream`, and whether its client asked to close
+/// the connection after it; `buf` carries what was read past the previous
+/// one. `None` once the client closed the connection, or after refusing a
+/// chunked body (`501`: no client of this stub sends one).
+async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(Seen, bool)> {
     let mut chunk = [0u8; 4096];
     let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
         let n = stream.read(&mut chunk).await.ok()?;
         if n == 0 {
             return None;
         }
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let mut lines = head.split("\r\n");
@@ -298,21 +321,29 @@ async fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         let (name, value) = line.split_once(':')?;
         headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
     }
+    if headers.contains_key("transfer-encoding") {
+        let refusal = "HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        let _ = stream.write_all(refusal.as_bytes()).await;
+        return None;
+    }
+    let close = headers.get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
     let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
     while buf.len() < head_end + length {
         let n = stream.read(&mut chunk).await.ok()?;
         if n == 0 {
-            break;
+            return None;
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let body = String::from_utf8_lossy(&buf[head_end..]).into_owned();
-    Some(Seen {
+    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
+    buf.drain(..head_end + length);
+    let seen = Seen {
         method,
         path,
         idempotency_key: headers.remove("idempotency-key"),
         authorization: headers.remove("authorization"),
         traceparent: headers.remove("traceparent"),
         body,
-    })
+    };
+    Some((seen, close))
 }

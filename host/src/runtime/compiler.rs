@@ -19,7 +19,7 @@
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -68,12 +68,24 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], cpu: Duration) -> anyhow::R
 /// The compiler processes running now, by process id: a host stopped
 /// during start-up ends them as it exits ([`kill_running`]), rather than
 /// leaving them to compile for nobody until their CPU limit.
-static RUNNING: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+static RUNNING: std::sync::Mutex<Compilers> = std::sync::Mutex::new(Compilers { exiting: false, pids: Vec::new() });
 
-/// Kills every compiler process still running: the host is exiting.
+struct Compilers {
+    /// Set by [`kill_running`]: no compiler starts after it.
+    exiting: bool,
+    pids: Vec<u32>,
+}
+
+fn compilers() -> std::sync::MutexGuard<'static, Compilers> {
+    RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Kills every compiler process still running, and refuses to start any
+/// more: the host is exiting.
 pub fn kill_running() {
-    let running = RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    for pid in running.iter().filter_map(|pid| rustix::process::Pid::from_raw(i32::try_from(*pid).ok()?)) {
+    let mut compilers = compilers();
+    compilers.exiting = true;
+    for pid in compilers.pids.iter().filter_map(|pid| rustix::process::Pid::from_raw(i32::try_from(*pid).ok()?)) {
         let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
 }
@@ -82,15 +94,24 @@ pub fn kill_running() {
 struct Running(u32);
 
 impl Running {
-    fn new(pid: u32) -> Self {
-        RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(pid);
-        Self(pid)
+    /// Starts `command`, registered before the lock is let go: a
+    /// [`kill_running`] either comes first (and nothing starts) or finds
+    /// it, never in between.
+    fn spawn(command: &mut Command) -> anyhow::Result<(Child, Self)> {
+        let mut compilers = compilers();
+        if compilers.exiting {
+            bail!("the host is exiting: no compiler process is started");
+        }
+        let child = command.spawn()?;
+        compilers.pids.push(child.id());
+        let id = child.id();
+        Ok((child, Self(id)))
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|pid| *pid != self.0);
+        compilers().pids.retain(|pid| *pid != self.0);
     }
 }
 
@@ -101,13 +122,9 @@ fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyh
     if let Some(dir) = FUNCTIONS.get() {
         command.env(FUNCTIONS_ENV, dir);
     }
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let (mut child, running) = Running::spawn(&mut command)
         .with_context(|| format!("failed to start a compiler process ({})", exe.display()))?;
-    let running = Running::new(child.id());
     let (Some(mut stdin), Some(mut stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -145,6 +162,9 @@ fn in_child(engine: &Engine, exe: &PathBuf, bytes: &[u8], cpu: Duration) -> anyh
     let said = errors.join().unwrap_or_default();
     if !status.success() {
         use std::os::unix::process::ExitStatusExt as _;
+        if compilers().exiting {
+            bail!("the host is exiting: the compile was stopped");
+        }
         if matches!(status.signal(), Some(libc::SIGXCPU | libc::SIGKILL)) {
             return Err(
                 OverLimit(format!("compiling it took more than {seconds} CPU seconds (max_compile_seconds)")).into()

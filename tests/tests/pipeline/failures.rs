@@ -123,7 +123,7 @@ async fn permanent_failures_and_invalid_records_reach_the_dlq_once_byte_for_byte
     env.finish().await;
 }
 
-/// The design notes' charge-then-reset, on 4% of connections: the host
+/// The design notes' charge-then-reset, on 1 charge in 25: the host
 /// re-sends each with its key, so no event fails, no batch rolls back,
 /// nothing is charged twice. (Re-sends off, each would cost an attempt.)
 #[tokio::test(flavor = "multi_thread")]

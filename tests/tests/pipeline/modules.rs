@@ -675,38 +675,9 @@ async fn an_upload_that_needs_more_compile_cpu_than_its_cap_is_refused_and_event
     assert!(message.contains("more than 1 CPU seconds (max_compile_seconds)"), "{message}");
     // This host's compilers only (its process tree): another test's or
     // checkout's compile elsewhere on the machine is none of this test's.
-    let compilers = descendants_running(child.id(), idem::runtime::compiler::CHILD_COMMAND);
+    let compilers = host::descendants_running(child.id(), idem::runtime::compiler::CHILD_COMMAND);
     assert!(compilers.is_empty(), "a compiler process of this host outlived its cap: {compilers:?}");
     assert_eq!(api.show("billing").await["active_version"], 1, "nothing was activated");
     stop(child).await;
     env.finish().await;
-}
-
-/// The processes descended from `root` (its children, theirs, …) whose
-/// command line contains `needle`, as (pid, command line).
-fn descendants_running(root: u32, needle: &str) -> Vec<(u32, String)> {
-    let mut parents = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
-        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            parents.push((pid, ppid));
-        }
-    }
-    let mut tree = vec![root];
-    let mut next = 0;
-    while let Some(&parent) = tree.get(next) {
-        tree.extend(parents.iter().filter(|(_, p)| *p == parent).map(|(pid, _)| *pid));
-        next += 1;
-    }
-    tree.into_iter()
-        .skip(1)
-        .filter_map(|pid| {
-            let line = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-            let line = String::from_utf8_lossy(&line).replace('\0', " ");
-            line.contains(needle).then_some((pid, line))
-        })
-        .collect()
 }

@@ -396,7 +396,12 @@ async fn serve(config: &std::path::Path, exit_when_drained: bool, natives: &Nati
     let bound = prepared.config.shutdown.timeout.0;
     let stopping = shutdown_signal(signals, options.leave.clone(), bound);
     let reports = crate::app::run(prepared, options, stopping).await?;
-    // One JSON line on stdout: what happened to every record.
+    report(&reports)
+}
+
+/// `idem run`'s last word on stdout, one JSON line: what happened to every
+/// handler's records (none, when stopped during start-up).
+fn report(reports: &[crate::stats::HandlerReport]) -> anyhow::Result<()> {
     outln!("{}", serde_json::json!({ "handlers": reports }))?;
     Ok(())
 }

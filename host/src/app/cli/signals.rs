@@ -15,8 +15,6 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::output::outln;
-
 /// What a stop signal asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stop {
@@ -65,7 +63,7 @@ impl StopSignals {
             if let Some(stop) = stopped {
                 tracing::warn!("{stop} during start-up: exiting before any handler ran");
                 crate::runtime::compiler::kill_running();
-                let _ = outln!("{}", serde_json::json!({ "handlers": [] }));
+                let _ = super::report(&[]);
                 std::process::exit(0);
             }
             self

@@ -4,17 +4,21 @@
 use super::*;
 
 /// Records one handler's queues may hold in all before its partitions'
-/// fetching pauses, shared among its assigned partitions: a partition's
-/// queue pauses at its share, 2,000 to 10,000 records, and resumes at half
-/// of it. Resuming early is what keeps a busy partition's worker fed:
+/// fetching pauses, shared among its busy partitions (those holding
+/// records, or paused full): a partition's queue pauses at its share,
+/// 2,000 to 10,000 records, and resumes at half of it. Resuming early is what keeps a busy partition's worker fed:
 /// librdkafka's fetcher notices a resume only when its broker thread next
 /// wakes on its own (a resume does not wake it: up to a second, 0.35 to
 /// 0.45 s measured here), and a pause drops what it had fetched ahead. With
 /// 2,000 and 500 the benchmark's workers waited for records a third of
 /// their time; with 10,000 and 5,000 they did not, and the drain ran 1.5
-/// times as fast. The share shrinks as partitions are added: up to 30
-/// partitions a handler holds 60,000 records at most, past that 2,000 per
-/// partition (or 16 MiB each, whichever comes first).
+/// times as fast. The share shrinks as partitions get busy: up to 30 busy
+/// partitions a handler holds about 60,000 records, past that 2,000 per
+/// busy partition (or 16 MiB each, whichever comes first). Shared among
+/// the busy ones, not the assigned ones, so one hot partition among a
+/// hundred quiet ones gets 10,000, not 2,000, and is not starved the same
+/// way. (A partition filled while few were busy holds more than its new
+/// share until its worker drains it: at most 60,000 records more in all.)
 const HANDLER_RECORDS: usize = 60_000;
 const PAUSE_AT_LEAST: usize = 2_000;
 const PAUSE_AT_MOST: usize = 10_000;
@@ -23,10 +27,16 @@ const PAUSE_AT_MOST: usize = 10_000;
 const PAUSE_AT_BYTES: usize = 16 << 20;
 const RESUME_AT_BYTES: usize = 8 << 20;
 
-/// The queue length at which each of `partitions` assigned partitions
-/// pauses (see [`HANDLER_RECORDS`]).
+/// The queue length at which each of `partitions` busy partitions pauses
+/// (see [`HANDLER_RECORDS`]).
 fn pause_at(partitions: usize) -> usize {
     (HANDLER_RECORDS / partitions.max(1)).clamp(PAUSE_AT_LEAST, PAUSE_AT_MOST)
+}
+
+/// The queue length at which partitions pause, given each one's queue
+/// length and whether it is paused full: a share among the busy ones.
+fn pause_at_among(queues: impl Iterator<Item = (usize, bool)>) -> usize {
+    pause_at(queues.filter(|&(queued, full)| queued > 0 || full).count())
 }
 
 /// The topic and partition of librdkafka's "offset reset" log line.
@@ -144,7 +154,9 @@ impl IdemContext {
     /// operator paused ([`crate::pipeline::pauses`]), resumes the others.
     pub(crate) fn flow_control(&self, consumer: &HandlerConsumer) {
         let states = self.states();
-        let pause_at = pause_at(states.len());
+        let pause_at = pause_at_among(
+            states.iter().map(|s| (s.queued.load(Ordering::SeqCst), s.full.load(Ordering::SeqCst))),
+        );
         for state in states {
             let held = self.shared.pauses.holds(&self.shared.name, &state.topic, state.partition);
             state.hold(held);
@@ -203,7 +215,7 @@ impl IdemContext {
 
 #[cfg(test)]
 mod tests {
-    use super::{PAUSE_AT_BYTES, RESUME_AT_BYTES, pause_at, pause_change, reset_partition};
+    use super::{PAUSE_AT_BYTES, RESUME_AT_BYTES, pause_at, pause_at_among, pause_change, reset_partition};
 
     #[test]
     fn librdkafkas_offset_reset_line_names_its_partition() {
@@ -235,6 +247,11 @@ mod tests {
         assert_eq!(pause_at(60), 2_000, "many: the least each");
         assert_eq!(pause_at(12), 5_000, "a share of 60,000 in between");
         assert_eq!(pause_at(0), 10_000);
+        let one_hot = (0..100).map(|p| (if p == 7 { 4_000 } else { 0 }, false));
+        assert_eq!(pause_at_among(one_hot), 10_000, "one busy partition among 100: the most");
+        let all_busy = (0..100).map(|p| (if p == 7 { 0 } else { 10 }, p == 7));
+        assert_eq!(pause_at_among(all_busy), 2_000, "100 busy (one of them paused full, empty): the least");
+        assert_eq!(pause_at_among((0..12).map(|_| (1, false))), 5_000);
         let at = pause_at(6);
         assert_eq!(pause_change(true, (at / 2 + 1, 0), at), None, "still more than half full");
         assert_eq!(pause_change(true, (at / 2, 0), at), Some(false), "resumed while half its records remain");

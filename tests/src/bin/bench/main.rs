@@ -116,7 +116,7 @@ const VARIANTS: &[Variant] = &[
     },
     Variant { name: "d: SQL ceiling", kind: Kind::Ceiling { concurrent: 1 } },
     Variant { name: "e: a, beside a hostile handler", kind: Kind::Idem(Shape { noisy: true, ..BATCHED }) },
-    Variant { name: "f: a, provider dropping 4% of connections", kind: Kind::Idem(Shape { drops: true, ..BATCHED }) },
+    Variant { name: "f: a, provider resetting 1 charge in 25", kind: Kind::Idem(Shape { drops: true, ..BATCHED }) },
     Variant {
         name: "h: a, ordering = key, 8 events of a batch at once",
         kind: Kind::Idem(Shape { concurrent: AT_ONCE, ..BATCHED }),
@@ -799,7 +799,7 @@ fn ratios(rows: &[Row], http: bool) -> Vec<String> {
         ratio("p", "a", "p/a", 2, "goal ≥ 0.75".into());
         ratio("t", "a", "t/a", 2, "goal ≥ 0.75".into());
     } else {
-        ratio("f", "a", "f/a", 2, "a provider dropping 4% of connections, goal ≥ 0.5".into());
+        ratio("f", "a", "f/a", 2, "a provider resetting 1 charge in 25 after charging it, goal ≥ 0.5".into());
         let k = "a skewed stream in key lanes, goal ≥ 10".to_owned();
         ratio("k: skewed stream, ordering = key", "k: skewed stream, ordering = p", "k_key/k_partition", 1, k);
     }
