@@ -103,8 +103,8 @@ impl Running {
             bail!("the host is exiting: no compiler process is started");
         }
         let child = command.spawn()?;
-        compilers.pids.push(child.id());
         let id = child.id();
+        compilers.pids.push(id);
         Ok((child, Self(id)))
     }
 }

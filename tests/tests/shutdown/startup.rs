@@ -13,8 +13,8 @@ use crate::{Env, Host};
 /// period). The host's start-up waits on a "PostgreSQL" that accepts
 /// connections and never answers (10 s before it gives up); SIGTERM,
 /// SIGINT and SIGUSR1, sent while it waits, each end it at once, as a clean
-/// exit that says why. Were the signals not listened for yet, the process would die
-/// of the signal (a failed status here), or, as PID 1, not at all.
+/// exit that says why. Were the signals not listened for yet, the process
+/// would die of the signal (a failed status here), or, as PID 1, not at all.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stop_signal_during_start_up_ends_the_host_there() {
     let env = Env::new(1).await;

@@ -6,8 +6,8 @@ use super::*;
 /// Records one handler's queues may hold in all before its partitions'
 /// fetching pauses, shared among its busy partitions (those holding
 /// records, or paused full): a partition's queue pauses at its share,
-/// 2,000 to 10,000 records, and resumes at half of it. Resuming early is what keeps a busy partition's worker fed:
-/// librdkafka's fetcher notices a resume only when its broker thread next
+/// 2,000 to 10,000 records, and resumes at half of it. Resuming early is
+/// what keeps a busy partition's worker fed: librdkafka's fetcher notices a resume only when its broker thread next
 /// wakes on its own (a resume does not wake it: up to a second, 0.35 to
 /// 0.45 s measured here), and a pause drops what it had fetched ahead. With
 /// 2,000 and 500 the benchmark's workers waited for records a third of
