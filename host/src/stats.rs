@@ -71,6 +71,9 @@ pub struct Stats {
     pub batch_size: Histogram,
     /// Statements guests ran.
     pub db_statements: AtomicU64,
+    /// Events that trapped on an instance kept from earlier events, and ran
+    /// again on a fresh one (`runtime::warm`).
+    pub kept_traps: AtomicU64,
     /// HTTP requests guests sent, by host and status class (`2xx`, …,
     /// `error` when no response came).
     http: Mutex<BTreeMap<(String, &'static str), u64>>,
@@ -209,6 +212,7 @@ impl Default for Stats {
             transaction: Histogram::new(histogram::SECONDS),
             batch_size: Histogram::new(histogram::EVENTS),
             db_statements: AtomicU64::default(),
+            kept_traps: AtomicU64::default(),
             http: Mutex::default(),
             http_retries: Mutex::default(),
             latencies: Mutex::default(),

@@ -401,6 +401,9 @@ impl Executor {
         let result = match result(invocation, verdict, &stderr) {
             Err(ExecError::Trapped(trap)) if kept => {
                 self.handler.kept_trapped();
+                if let Some(stats) = self.stats() {
+                    Stats::add(&stats.kept_traps);
+                }
                 let handler = &self.handler.settings().name;
                 tracing::warn!(
                     handler = %handler, event_id = %event.id,

@@ -136,7 +136,7 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
             e.sample("idem_offset_commits_total", &[("handler", &h.name), ("result", result)], n);
         }
     }
-    let counters: [Family<AtomicU64>; 15] = [
+    let counters: [Family<AtomicU64>; 16] = [
         ("idem_records_delivered_total", "Records handed to the partition workers.", |s| &s.delivered),
         ("idem_dead_lettered_total", "Records written to the dead-letter topic.", |s| &s.dead_lettered),
         ("idem_dead_letter_envelopes_total", "Of them, envelopes: the topic refused the record as it was.", |s| {
@@ -157,6 +157,11 @@ fn counters(e: &mut Exposition, handlers: &[Arc<HandlerTelemetry>]) {
         ("idem_offset_resets_total", "Partitions that resumed away from their committed offset.", |s| &s.offset_resets),
         ("idem_transactions_total", "Transactions that committed events (a batch is one).", |s| &s.transactions),
         ("idem_db_statements_total", "Statements handlers ran.", |s| &s.db_statements),
+        (
+            "idem_kept_instance_traps_total",
+            "Events that trapped on an instance kept from earlier events and ran again on a fresh one.",
+            |s| &s.kept_traps,
+        ),
         ("idem_parked_total", "Records parked in the quarantine (a key's failing event and those behind it).", |s| {
             &s.parked
         }),

@@ -81,12 +81,15 @@ async fn starts(s: &Setup, event: &idem::Event) -> i64 {
 #[tokio::test]
 async fn an_event_trapping_on_a_kept_instance_runs_again_on_a_fresh_one_and_commits_once() {
     let s = Setup::new().await;
-    let exec = s.scenarios_with(|settings| settings.events_per_instance = 100);
+    let stats = std::sync::Arc::new(idem::stats::Stats::default());
+    let exec = s.scenarios_with(|settings| settings.events_per_instance = 100).with_stats(stats.clone());
+    let kept_traps = || stats.kept_traps.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!((count(&s, &exec).await, count(&s, &exec).await), (1, 2));
     let e = scenario("trap-if-kept");
     assert_eq!(exec.execute(&e, 1).await.expect("passes on a fresh instance"), Outcome::Processed);
     assert_eq!(starts(&s, &e).await, 1, "the trapped run's write was rolled back, the fresh run's committed");
     assert_eq!(count(&s, &exec).await, 1, "the fresh instance is the one kept; the trapped one was retired");
+    assert_eq!(kept_traps(), 1, "the trap on the kept instance is counted (idem_kept_instance_traps_total)");
 
     // In a batch, the trap is not the event's own yet: the batch rolls
     // back, and the event runs again alone.
@@ -101,10 +104,12 @@ async fn an_event_trapping_on_a_kept_instance_runs_again_on_a_fresh_one_and_comm
     let third = scenario("trap-if-kept");
     assert_eq!(exec.execute(&third, 1).await.expect("on a fresh instance"), Outcome::Processed);
     assert_eq!((count(&s, &exec).await, count(&s, &exec).await), (1, 1), "a fresh instance per event now");
+    assert_eq!(kept_traps(), 3, "each trap on a kept instance counted once, the batch's too");
 
     // A trap on a fresh instance is the event's own: final, as before.
     let err = exec.execute(&scenario("write-then-trap"), 1).await.expect_err("traps");
     assert!(matches!(err, ExecError::Trapped(ref m) if m.contains("trapping on purpose")), "{err}");
+    assert_eq!(kept_traps(), 3, "a trap on a fresh instance is no kept instance's");
     s.finish().await;
 }
 

@@ -197,10 +197,10 @@ impl EmitCapability {
             })
         });
         if let Some(errors) = errors {
-            return Err(EmitError::Invalid(format!(
-                "the event violates topic `{topic}`'s schema: {}",
-                shown(&errors.join("; "))
-            )));
+            // Not valid, whatever the errors say (none would be the
+            // validator's inconsistency, never a pass), as for records.
+            let reason = if errors.is_empty() { "does not match the schema".to_owned() } else { errors.join("; ") };
+            return Err(EmitError::Invalid(format!("the event violates topic `{topic}`'s schema: {}", shown(&reason))));
         }
         Ok(Emitted { event_id, topic, key, event_type, payload, headers })
     }
